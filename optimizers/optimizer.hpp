@@ -1,0 +1,36 @@
+// The optimizer interface. An optimizer reads the workers' gradients, moves
+// data between workers only through the Communicator (which counts the
+// bytes), and updates the parameters. It never prices communication.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "sim/cluster.hpp"
+#include "sim/comm.hpp"
+#include "sim/registry.hpp"
+
+namespace bitlab {
+
+struct StepContext {
+  int64_t step;  // 1-based
+  Cluster& cluster;
+  Communicator& comm;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Called once before the first step: allocate all state here, so that
+  // step() does not allocate.
+  virtual void setup(Cluster& cluster) = 0;
+  // One step: cluster.grads() holds every worker's gradient at its params.
+  virtual void step(StepContext& ctx) = 0;
+  // Phase of the last step (algorithm-specific; the baselines are "full").
+  virtual const char* phase() const { return "full"; }
+};
+
+const std::vector<RegistryEntry<Optimizer>>& optimizer_registry();
+
+}  // namespace bitlab

@@ -1,0 +1,74 @@
+// The problem interface: data, model, loss + gradient, evaluation and tensor
+// boundaries. A problem is immutable after construction and `loss_grad` is
+// called concurrently for different workers, each with its own Workspace.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sim/registry.hpp"
+#include "sim/rng.hpp"
+
+namespace bitlab {
+
+// A contiguous slice of the flat parameter vector that forms one tensor
+// (a layer's weight or bias). LAMB's trust ratios are per tensor.
+struct TensorInfo {
+  std::string name;
+  size_t offset = 0;
+  size_t size = 0;
+};
+
+// Per-worker scratch memory a problem needs in loss_grad (grown on first use,
+// then reused: no allocation in the step loop once batch sizes are fixed).
+struct Workspace {
+  virtual ~Workspace() = default;
+};
+
+class Problem {
+ public:
+  virtual ~Problem() = default;
+
+  // Number of parameters d.
+  virtual size_t dim() const = 0;
+  // Tensor boundaries; they tile [0, dim()) in order, without gaps.
+  virtual const std::vector<TensorInfo>& tensors() const = 0;
+
+  // Training samples that can be sharded over workers; 0 for problems
+  // without a data set (the quadratic), whose batches are empty.
+  virtual size_t num_train() const = 0;
+  // Class label of each training sample, for label-skewed sharding; empty for
+  // regression problems.
+  virtual std::span<const int32_t> train_labels() const { return {}; }
+  virtual int num_classes() const { return 0; }
+
+  // Initial parameters; random ones come from RngStream(seed, Purpose::kInit).
+  virtual void init_params(std::span<float> x, uint64_t seed) const = 0;
+
+  virtual std::unique_ptr<Workspace> make_workspace() const {
+    return std::make_unique<Workspace>();
+  }
+
+  // Mean loss over the batch (indices into the training set) at x; writes the
+  // gradient of that mean loss into g (overwritten, length dim()). `noise` is
+  // this worker's stream for this step, for problems with synthetic gradient
+  // noise. Must be thread-safe for distinct workspaces.
+  virtual double loss_grad(std::span<const float> x, std::span<const uint32_t> batch,
+                           std::span<float> g, const RngStream& noise, Workspace& ws) const = 0;
+
+  // Evaluation: named columns written to metrics.csv at eval steps.
+  virtual std::vector<std::string> eval_columns() const = 0;
+  virtual void evaluate(std::span<const float> x, std::span<double> out) const = 0;
+
+  // Optimal value of the training objective when known (exactly or by a
+  // reference solve); summary.json reports it.
+  virtual std::optional<double> optimal_loss() const { return std::nullopt; }
+};
+
+const std::vector<RegistryEntry<Problem>>& problem_registry();
+
+}  // namespace bitlab

@@ -1,0 +1,174 @@
+#include "sim/comm.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace bitlab {
+
+WireCost ring_allreduce_cost(int p, int64_t s) {
+  if (p <= 1) return {0.0, 0};
+  return {2.0 * (p - 1) / p * static_cast<double>(s), 2 * static_cast<int64_t>(p - 1)};
+}
+
+WireCost tree_allreduce_cost(int p, int64_t s) {
+  if (p <= 1) return {0.0, 0};
+  int64_t log2p = 0;
+  while ((int64_t{1} << log2p) < p) ++log2p;
+  return {2.0 * (p - 1) / p * static_cast<double>(s), 2 * log2p};
+}
+
+WireCost ring_allgather_cost(int p, int64_t s) {
+  if (p <= 1) return {0.0, 0};
+  return {static_cast<double>(p - 1) / p * static_cast<double>(s), static_cast<int64_t>(p - 1)};
+}
+
+WireCost pairwise_alltoall_cost(int p, int64_t s) { return ring_allgather_cost(p, s); }
+
+WireCost tree_broadcast_cost(int p, int64_t s) {
+  if (p <= 1) return {0.0, 0};
+  int64_t log2p = 0;
+  while ((int64_t{1} << log2p) < p) ++log2p;
+  // Every non-root receives S once: (p-1) S bytes in all, averaged over ranks.
+  return {static_cast<double>(p - 1) / p * static_cast<double>(s), log2p};
+}
+
+namespace {
+
+constexpr size_t kChunk = 2048;  // elements per reduction chunk (fits L1 with scratch)
+
+template <WireDtype W>
+inline float to_wire(float v) {
+  if constexpr (W == WireDtype::kFp16) return round_to_half(v);
+  if constexpr (W == WireDtype::kBf16) return round_to_bf16(v);
+  return v;
+}
+
+// out[0..len) = sum over workers [lo, hi) of the wire-rounded inputs at
+// element offset `off`, as a fixed pairwise tree: split at lo + (hi-lo)/2.
+template <WireDtype W>
+void tree_sum(const WorkerBuffers& in, int lo, int hi, size_t off, size_t len, float* out,
+              float* scratch) {
+  const int n = hi - lo;
+  if (n == 1) {
+    const float* a = in.data + static_cast<size_t>(lo) * in.stride + off;
+    for (size_t k = 0; k < len; ++k) out[k] = to_wire<W>(a[k]);
+    return;
+  }
+  if (n == 2) {
+    const float* a = in.data + static_cast<size_t>(lo) * in.stride + off;
+    const float* b = a + in.stride;
+#pragma omp simd
+    for (size_t k = 0; k < len; ++k) out[k] = to_wire<W>(a[k]) + to_wire<W>(b[k]);
+    return;
+  }
+  const int mid = lo + n / 2;
+  tree_sum<W>(in, lo, mid, off, len, out, scratch + kChunk);
+  tree_sum<W>(in, mid, hi, off, len, scratch, scratch + kChunk);
+#pragma omp simd
+  for (size_t k = 0; k < len; ++k) out[k] += scratch[k];
+}
+
+template <WireDtype W>
+void mean_impl(const WorkerBuffers& in, std::span<float> out) {
+  const size_t len = in.len;
+  const int n = in.count;
+  int depth = 1;
+  while ((1 << (depth - 1)) < n) ++depth;
+  const float inv_check = static_cast<float>(n);
+  const int64_t chunks = static_cast<int64_t>((len + kChunk - 1) / kChunk);
+#pragma omp parallel
+  {
+    // One scratch chunk per tree level; grown once per thread, reused.
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < static_cast<size_t>(depth + 1) * kChunk)
+      scratch.resize(static_cast<size_t>(depth + 1) * kChunk);
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const size_t off = static_cast<size_t>(c) * kChunk;
+      const size_t m = std::min(kChunk, len - off);
+      float* o = out.data() + off;
+      tree_sum<W>(in, 0, n, off, m, o, scratch.data());
+#pragma omp simd
+      for (size_t k = 0; k < m; ++k) o[k] = to_wire<W>(o[k] / inv_check);
+    }
+  }
+}
+
+}  // namespace
+
+void mean_over_workers(const WorkerBuffers& in, std::span<float> out, WireDtype wire) {
+  switch (wire) {
+    case WireDtype::kFp32: mean_impl<WireDtype::kFp32>(in, out); break;
+    case WireDtype::kFp16: mean_impl<WireDtype::kFp16>(in, out); break;
+    case WireDtype::kBf16: mean_impl<WireDtype::kBf16>(in, out); break;
+  }
+}
+
+static double tree_sum_d(std::span<const double> v) {
+  if (v.size() == 1) return v[0];
+  const size_t mid = v.size() / 2;
+  return tree_sum_d(v.first(mid)) + tree_sum_d(v.subspan(mid));
+}
+
+double tree_mean(std::span<const double> values) {
+  if (values.empty()) return 0.0;
+  return tree_sum_d(values) / static_cast<double>(values.size());
+}
+
+void Communicator::allreduce_mean(const WorkerBuffers& in, std::span<float> out, WireDtype wire,
+                                  const char* algorithm) {
+  mean_over_workers(in, out, wire);
+  const int64_t s = static_cast<int64_t>(in.len) * wire_dtype_bytes(wire);
+  const bool tree = std::string_view(algorithm) == "tree";
+  const WireCost c = tree ? tree_allreduce_cost(workers_, s) : ring_allreduce_cost(workers_, s);
+  CommRecord r;
+  r.op = "allreduce";
+  r.algorithm = tree ? "tree" : "ring";
+  r.dtype = wire_dtype_name(wire);
+  r.ranks = workers_;
+  r.payload_bytes = s;
+  r.sent_bytes = c.sent_bytes;
+  r.messages = c.messages;
+  record(r);
+}
+
+void Communicator::allgather(const WorkerBuffers& in, std::span<float> out, WireDtype wire) {
+  for (int i = 0; i < in.count; ++i) {
+    auto src = in[i];
+    std::copy(src.begin(), src.end(), out.begin() + static_cast<ptrdiff_t>(i * in.len));
+  }
+  round_to_wire(out.first(in.len * in.count), wire);
+  const int64_t s = static_cast<int64_t>(in.len) * in.count * wire_dtype_bytes(wire);
+  const WireCost c = ring_allgather_cost(workers_, s);
+  CommRecord r;
+  r.op = "allgather";
+  r.algorithm = "ring";
+  r.dtype = wire_dtype_name(wire);
+  r.ranks = workers_;
+  r.payload_bytes = s;
+  r.sent_bytes = c.sent_bytes;
+  r.messages = c.messages;
+  record(r);
+}
+
+void Communicator::broadcast(const WorkerBuffers& bufs, int root, WireDtype wire) {
+  auto src = bufs[root];
+  round_to_wire(src, wire);
+  for (int i = 0; i < bufs.count; ++i) {
+    if (i != root) std::copy(src.begin(), src.end(), bufs[i].begin());
+  }
+  const int64_t s = static_cast<int64_t>(bufs.len) * wire_dtype_bytes(wire);
+  const WireCost c = tree_broadcast_cost(workers_, s);
+  CommRecord r;
+  r.op = "broadcast";
+  r.algorithm = "tree";
+  r.dtype = wire_dtype_name(wire);
+  r.ranks = workers_;
+  r.payload_bytes = s;
+  r.sent_bytes = c.sent_bytes;
+  r.messages = c.messages;
+  record(r);
+}
+
+}  // namespace bitlab
