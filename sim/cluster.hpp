@@ -34,7 +34,7 @@ struct JsonCodec<BatchSize> {
 struct ClusterOptions {
   int64_t workers = 1;
   BatchSize batch_size;
-  std::string sharding = "iid";  // iid | contiguous | label_skew
+  std::string sharding = "iid";  // iid | contiguous | label_skew | replicated
   double dirichlet_alpha = 0.5;  // label_skew only: smaller = more skewed
   static Schema<ClusterOptions> schema();
 };

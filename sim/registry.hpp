@@ -38,7 +38,8 @@ RegistryEntry<Base> make_registry_entry(std::string name, std::string summary) {
     const Options o = schema->read(raw, path);
     Json out = Json::object();
     out["name"] = name;
-    for (auto& [k, v] : schema->write(o).items()) out[k] = v;
+    const Json fields = schema->write(o);  // named: items() must not outlive it
+    for (auto& [k, v] : fields.items()) out[k] = v;
     return out;
   };
   e.make = [schema](const Json& resolved) -> std::unique_ptr<Base> {

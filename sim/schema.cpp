@@ -24,7 +24,7 @@ void config_fail(std::string_view path, const Json& value, std::string_view rule
   if (!value.is_discarded()) msg += " = " + show_value(value);
   msg += ": ";
   msg += rule;
-  throw ConfigError(msg);
+  throw ConfigError(msg, std::string(path));
 }
 
 static size_t edit_distance(std::string_view a, std::string_view b) {
@@ -77,7 +77,7 @@ Rule<std::string> one_of(std::vector<std::string> choices) {
   return {[choices](const std::string& v) {
             return std::find(choices.begin(), choices.end(), v) != choices.end();
           },
-          text};
+          text, [choices](const std::string& v) { return one_of_message(v, choices); }};
 }
 }  // namespace rules
 

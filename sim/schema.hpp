@@ -27,7 +27,13 @@ using Json = nlohmann::ordered_json;
 // A bad experiment file, flag or data file. The CLI prints what() and exits 2.
 class ConfigError : public std::runtime_error {
  public:
-  explicit ConfigError(const std::string& message) : std::runtime_error(message) {}
+  explicit ConfigError(const std::string& message, std::string path = "")
+      : std::runtime_error(message), path_(std::move(path)) {}
+  // JSON path of the offending value ("" when the error is not about one).
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
 };
 
 std::string join_path(std::string_view parent, std::string_view key);
@@ -137,6 +143,8 @@ template <class V>
 struct Rule {
   std::function<bool(const V&)> ok;
   std::string text;  // completes "<path> = <value>: ..." e.g. "must be > 0"
+  // Optional: a message tailored to the bad value (e.g. with "did you mean").
+  std::function<std::string(const V&)> explain = nullptr;
 };
 
 namespace rules {
@@ -198,7 +206,7 @@ class Schema {
     f.read = [member, rules](T& out, const Json& j, const std::string& path) {
       V v = JsonCodec<V>::read(j, path);
       for (const auto& r : rules) {
-        if (!r.ok(v)) config_fail(path, j, r.text);
+        if (!r.ok(v)) config_fail(path, j, r.explain ? r.explain(v) : r.text);
       }
       out.*member = std::move(v);
     };

@@ -1,0 +1,41 @@
+#include "optimizers/adam.hpp"
+
+namespace bitlab {
+
+Schema<AdamOptions> AdamOptions::schema() {
+  Schema<AdamOptions> s;
+  s.field("lr", &AdamOptions::lr, "learning rate", {rules::greater(0.0)});
+  s.field("beta1", &AdamOptions::beta1, "decay rate β1 of the first moment m",
+          {rules::in_closed_open(0.0, 1.0)});
+  s.field("beta2", &AdamOptions::beta2, "decay rate β2 of the second moment v",
+          {rules::in_closed_open(0.0, 1.0)});
+  s.field("eps", &AdamOptions::eps, "ε added to sqrt(v̂) in the denominator",
+          {rules::greater(0.0)});
+  s.field("weight_decay", &AdamOptions::weight_decay,
+          "decoupled weight decay wd (AdamW): update = m̂ ⊘ (sqrt(v̂)+ε) + wd·x",
+          {rules::at_least(0.0)});
+  s.field("bias_correction", &AdamOptions::bias_correction,
+          "divide m, v by 1−β1^t, 1−β2^t (PyTorch's default; the DeepSpeed 1-bit family "
+          "applies none)");
+  add_wire_field(s);
+  return s;
+}
+
+Adam::Adam(const AdamOptions& opts) : opts_(opts), wire_(parse_wire_dtype(opts.wire)) {}
+
+void Adam::setup(Cluster& cluster) {
+  g_mean_.assign(cluster.dim(), 0.0f);
+  m_.assign(cluster.dim(), 0.0f);
+  v_.assign(cluster.dim(), 0.0f);
+}
+
+void Adam::step(StepContext& ctx) {
+  // ḡ = mean_i g_i
+  allreduce_gradients(ctx, g_mean_, wire_);
+  // m, v, then x = x − lr·(m̂ ⊘ (sqrt(v̂)+ε) + wd·x)
+  const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
+                                        opts_.weight_decay, opts_.bias_correction, ctx.step);
+  adam_update_elements(ctx.cluster.params(), m_, v_, g_mean_, c);
+}
+
+}  // namespace bitlab

@@ -1,0 +1,115 @@
+#include "optimizers/lamb.hpp"
+
+#include <stdexcept>
+
+#include "sim/reduce.hpp"
+
+namespace bitlab {
+
+Schema<LambOptions> LambOptions::schema() {
+  Schema<LambOptions> s;
+  s.field("lr", &LambOptions::lr, "learning rate", {rules::greater(0.0)});
+  s.field("beta1", &LambOptions::beta1, "decay rate β1 of the first moment m",
+          {rules::in_closed_open(0.0, 1.0)});
+  s.field("beta2", &LambOptions::beta2, "decay rate β2 of the second moment v",
+          {rules::in_closed_open(0.0, 1.0)});
+  s.field("eps", &LambOptions::eps, "ε added to sqrt(v) in the denominator",
+          {rules::greater(0.0)});
+  s.field("weight_decay", &LambOptions::weight_decay,
+          "decoupled weight decay wd, part of the update u = m ⊘ (sqrt(v)+ε) + wd·x and so "
+          "scaled by the trust ratio",
+          {rules::at_least(0.0)});
+  s.field("max_coeff", &LambOptions::max_coeff,
+          "upper clamp of the per-tensor trust ratio ‖x_p‖/‖u_p‖ (1-bit LAMB reference)",
+          {rules::greater(0.0)});
+  s.field("min_coeff", &LambOptions::min_coeff,
+          "lower clamp of the per-tensor trust ratio (1-bit LAMB reference)",
+          {rules::at_least(0.0)});
+  s.field("coeff_beta", &LambOptions::coeff_beta,
+          "decay rate of C_p, the running average of the trust ratio that 1-bit LAMB "
+          "freezes after warm-up (kept as state; does not change LAMB's steps)",
+          {rules::in_closed_open(0.0, 1.0)});
+  s.field("bias_correction", &LambOptions::bias_correction,
+          "divide m, v by 1−β1^t, 1−β2^t as the LAMB paper does; off by default because "
+          "DeepSpeed's 1-bit LAMB applies none");
+  add_wire_field(s);
+  s.check([](const LambOptions& o, const std::string& path) {
+    if (o.min_coeff > o.max_coeff) {
+      config_fail(join_path(path, "min_coeff"), Json(o.min_coeff),
+                  "must be <= max_coeff (" + rules::num(o.max_coeff) + ")");
+    }
+  });
+  return s;
+}
+
+Lamb::Lamb(const LambOptions& opts) : opts_(opts), wire_(parse_wire_dtype(opts.wire)) {}
+
+void Lamb::setup(Cluster& cluster) {
+  const size_t d = cluster.dim();
+  tensors_ = cluster.problem().tensors();
+  if (tensors_.empty()) tensors_.push_back({"all", 0, d});
+  size_t next = 0;
+  for (const auto& t : tensors_) {
+    if (t.offset != next) {
+      throw std::logic_error("lamb: the problem's tensors do not tile [0, dim): tensor \"" +
+                             t.name + "\" starts at " + std::to_string(t.offset) +
+                             ", expected " + std::to_string(next));
+    }
+    next += t.size;
+  }
+  if (next != d) {
+    throw std::logic_error("lamb: the problem's tensors cover " + std::to_string(next) +
+                           " of " + std::to_string(d) + " parameters");
+  }
+  g_mean_.assign(d, 0.0f);
+  m_.assign(d, 0.0f);
+  v_.assign(d, 0.0f);
+  u_.assign(d, 0.0f);
+  trust_ratio_.assign(tensors_.size(), 1.0);
+  coeff_ema_.assign(tensors_.size(), 0.0);
+}
+
+void Lamb::step(StepContext& ctx) {
+  // ḡ = mean_i g_i
+  allreduce_gradients(ctx, g_mean_, wire_);
+
+  // m = β1 m + (1−β1) ḡ ; v = β2 v + (1−β2) ḡ² ; u = m ⊘ (sqrt(v)+ε) + wd·x
+  // (the Adam element update without its step, so 1-bit LAMB can share it)
+  const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
+                                        opts_.weight_decay, opts_.bias_correction, ctx.step);
+  const std::span<float> params = ctx.cluster.params();
+  {
+    float* x = params.data();
+    float* m = m_.data();
+    float* v = v_.data();
+    float* u = u_.data();
+    const float* g = g_mean_.data();
+    const int64_t d = static_cast<int64_t>(u_.size());
+#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
+    for (int64_t k = 0; k < d; ++k) {
+      adam_moments(m[k], v[k], g[k], c);
+      u[k] = adam_direction(m[k], v[k], x[k], c);
+    }
+  }
+
+  for (size_t p = 0; p < tensors_.size(); ++p) {
+    const TensorInfo& t = tensors_[p];
+    const std::span<float> x_p = params.subspan(t.offset, t.size);
+    const std::span<const float> u_p = std::span<const float>(u_).subspan(t.offset, t.size);
+    // r_p = clamp(‖x_p‖/‖u_p‖, min_coeff, max_coeff), 1 if a norm is 0
+    const double r = lamb_trust_ratio(norm2(x_p), norm2(u_p), opts_.min_coeff, opts_.max_coeff);
+    trust_ratio_[p] = r;
+    // C_p = coeff_beta·C_p + (1−coeff_beta)·r_p, skipped when r_p == 1 (the
+    // reference's `if lamb_coeff != 1.0`: an unguarded tensor is not averaged in)
+    if (r != 1.0) coeff_ema_[p] = opts_.coeff_beta * coeff_ema_[p] + (1.0 - opts_.coeff_beta) * r;
+    // x_p = x_p − lr·r_p·u_p
+    const float step_size = static_cast<float>(opts_.lr * r);
+    float* x = x_p.data();
+    const float* u = u_p.data();
+    const int64_t n = static_cast<int64_t>(t.size);
+#pragma omp parallel for schedule(static) if (n > kParallelMinElements)
+    for (int64_t k = 0; k < n; ++k) x[k] -= step_size * u[k];
+  }
+}
+
+}  // namespace bitlab

@@ -1,0 +1,51 @@
+#include "optimizers/momentum_sgd.hpp"
+
+#include "optimizers/common.hpp"
+
+namespace bitlab {
+
+Schema<MomentumSgdOptions> MomentumSgdOptions::schema() {
+  Schema<MomentumSgdOptions> s;
+  s.field("lr", &MomentumSgdOptions::lr, "learning rate", {rules::greater(0.0)});
+  s.field("momentum", &MomentumSgdOptions::momentum,
+          "momentum factor μ (m = μ m + g, dampening 0)", {rules::in_closed_open(0.0, 1.0)});
+  s.field("nesterov", &MomentumSgdOptions::nesterov,
+          "Nesterov momentum in PyTorch's form: step along g + μ m instead of m");
+  s.field("weight_decay", &MomentumSgdOptions::weight_decay,
+          "L2 weight decay wd, added to the gradient before the momentum (coupled, as "
+          "torch.optim.SGD)",
+          {rules::at_least(0.0)});
+  add_wire_field(s);
+  return s;
+}
+
+MomentumSgd::MomentumSgd(const MomentumSgdOptions& opts)
+    : opts_(opts), wire_(parse_wire_dtype(opts.wire)) {}
+
+void MomentumSgd::setup(Cluster& cluster) {
+  g_mean_.assign(cluster.dim(), 0.0f);
+  m_.assign(cluster.dim(), 0.0f);
+}
+
+void MomentumSgd::step(StepContext& ctx) {
+  // ḡ = mean_i g_i
+  allreduce_gradients(ctx, g_mean_, wire_);
+
+  const float lr = static_cast<float>(opts_.lr);
+  const float mu = static_cast<float>(opts_.momentum);
+  const float wd = static_cast<float>(opts_.weight_decay);
+  const bool nesterov = opts_.nesterov;
+  float* x = ctx.cluster.params().data();
+  float* m = m_.data();
+  const float* g = g_mean_.data();
+  const int64_t d = static_cast<int64_t>(g_mean_.size());
+#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
+  for (int64_t k = 0; k < d; ++k) {
+    float dk = g[k] + wd * x[k];   // coupled weight decay
+    m[k] = mu * m[k] + dk;         // m = μ m + d
+    dk = nesterov ? dk + mu * m[k] : m[k];
+    x[k] -= lr * dk;               // x = x − lr·d
+  }
+}
+
+}  // namespace bitlab

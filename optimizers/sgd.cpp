@@ -1,0 +1,37 @@
+#include "optimizers/sgd.hpp"
+
+#include "optimizers/common.hpp"
+
+namespace bitlab {
+
+Schema<SgdOptions> SgdOptions::schema() {
+  Schema<SgdOptions> s;
+  s.field("lr", &SgdOptions::lr, "learning rate", {rules::greater(0.0)});
+  s.field("weight_decay", &SgdOptions::weight_decay,
+          "L2 weight decay wd, added to the gradient (coupled, as torch.optim.SGD)",
+          {rules::at_least(0.0)});
+  add_wire_field(s);
+  return s;
+}
+
+Sgd::Sgd(const SgdOptions& opts) : opts_(opts), wire_(parse_wire_dtype(opts.wire)) {}
+
+void Sgd::setup(Cluster& cluster) { g_mean_.assign(cluster.dim(), 0.0f); }
+
+void Sgd::step(StepContext& ctx) {
+  // ḡ = mean_i g_i (exact allreduce, rounded to the wire type).
+  allreduce_gradients(ctx, g_mean_, wire_);
+
+  // x = x − lr·(ḡ + wd·x)
+  const float lr = static_cast<float>(opts_.lr);
+  const float wd = static_cast<float>(opts_.weight_decay);
+  float* x = ctx.cluster.params().data();
+  const float* g = g_mean_.data();
+  const int64_t d = static_cast<int64_t>(g_mean_.size());
+#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
+  for (int64_t k = 0; k < d; ++k) {
+    x[k] -= lr * (g[k] + wd * x[k]);
+  }
+}
+
+}  // namespace bitlab

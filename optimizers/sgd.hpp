@@ -1,0 +1,36 @@
+// Plain (minibatch) SGD on the allreduced gradient, the simplest baseline.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "optimizers/optimizer.hpp"
+#include "sim/float16.hpp"
+#include "sim/schema.hpp"
+
+namespace bitlab {
+
+struct SgdOptions {
+  double lr = 0.01;
+  double weight_decay = 0.0;
+  std::string wire = "fp32";
+  static Schema<SgdOptions> schema();
+};
+
+// x = x − lr·(ḡ + wd·x), ḡ = mean_i g_i (Robbins & Monro 1951; PyTorch's
+// torch.optim.SGD with momentum 0: weight decay is L2, added to the gradient).
+// Arithmetic in float with the hyperparameters rounded to float, as PyTorch
+// does for float parameters.
+class Sgd : public Optimizer {
+ public:
+  explicit Sgd(const SgdOptions& opts);
+  void setup(Cluster& cluster) override;
+  void step(StepContext& ctx) override;
+
+ private:
+  SgdOptions opts_;
+  WireDtype wire_;
+  std::vector<float> g_mean_;  // ḡ
+};
+
+}  // namespace bitlab

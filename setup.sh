@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# bitlab set-up: the single entry point.
+#   ./setup.sh          install what is missing (Debian packages), build in
+#                       Release, run experiments/quickstart.json
+#   ./setup.sh test     install what is missing, build, run the whole test suite
+# Both are idempotent and work from any clean clone.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+MODE="${1:-quickstart}"
+BUILD_DIR="${BITLAB_BUILD_DIR:-build}"
+JOBS="$(nproc 2>/dev/null || echo 2)"
+
+# Debian packages the build and tests need (bookworm names).
+PACKAGES=(build-essential cmake ninja-build git libeigen3-dev libomp-dev libcli11-dev
+          nlohmann-json3-dev doctest-dev)
+
+install_missing() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$p")
+    fi
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    return 0
+  fi
+  echo "setup: installing ${missing[*]}" >&2
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null; then sudo="sudo"; else
+      echo "setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1
+    fi
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+build() {
+  local gen=()
+  if command -v ninja >/dev/null; then gen=(-G Ninja); fi
+  if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+    cmake -S . -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  fi
+  cmake --build "$BUILD_DIR" -j "$JOBS"
+}
+
+case "$MODE" in
+  quickstart|"")
+    install_missing
+    build
+    echo "setup: running experiments/quickstart.json" >&2
+    "$BUILD_DIR/bitlab" run experiments/quickstart.json
+    ;;
+  test)
+    install_missing
+    build
+    ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
+    ;;
+  *)
+    echo "usage: ./setup.sh [test]" >&2
+    exit 2
+    ;;
+esac

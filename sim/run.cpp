@@ -1,0 +1,342 @@
+#include "sim/run.hpp"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+
+#include "sim/reduce.hpp"
+
+namespace bitlab {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::atomic<bool> g_interrupted{false};
+
+// ---------------------------------------------------------------------------
+// Simulation
+
+Simulation::Simulation(const Experiment& experiment)
+    : experiment_(experiment), comm_(static_cast<int>(experiment.cluster.workers)) {
+  const auto* pe = find_entry(problem_registry(), experiment.problem.at("name").get<std::string>());
+  const auto* oe =
+      find_entry(optimizer_registry(), experiment.optimizer.at("name").get<std::string>());
+  if (!pe || !oe) throw ConfigError("internal: experiment was not resolved");
+  problem_ = pe->make(experiment.problem);
+  cluster_ = std::make_unique<Cluster>(experiment.cluster, *problem_, experiment.run.seed);
+  optimizer_ = oe->make(experiment.optimizer);
+  optimizer_->setup(*cluster_);
+  mean_grad_.assign(cluster_->dim(), 0.0f);
+}
+
+std::vector<double> Simulation::evaluate() const {
+  std::vector<double> out(problem_->eval_columns().size(),
+                          std::numeric_limits<double>::quiet_NaN());
+  problem_->evaluate(cluster_->params(), out);
+  return out;
+}
+
+const StepMetrics& Simulation::step() {
+  const auto& run = experiment_.run;
+  ++step_;
+  StepMetrics& m = last_;
+  m.step = step_;
+
+  // 1. every worker: loss and gradient on its batch.
+  cluster_->compute_gradients(step_);
+  m.train_loss = tree_mean(cluster_->losses());
+  if (run.grad_norm_every > 0 && step_ % run.grad_norm_every == 0) {
+    // A measurement of the simulator, not traffic: no CommRecord.
+    mean_over_workers(cluster_->grads(), mean_grad_, WireDtype::kFp32);
+    m.grad_norm = norm2(mean_grad_);
+  } else {
+    m.grad_norm = std::numeric_limits<double>::quiet_NaN();
+  }
+
+  // 2. the optimizer; every byte it moves is logged by the communicator.
+  const size_t log_before = comm_.log().size();
+  comm_.begin_step(step_);
+  StepContext ctx{step_, *cluster_, comm_};
+  optimizer_->step(ctx);
+  m.phase = optimizer_->phase();
+
+  m.bytes_sent = 0.0;
+  m.messages = 0;
+  const auto& recs = comm_.log().records();
+  for (size_t k = log_before; k < recs.size(); ++k) {
+    m.bytes_sent += recs[k].sent_bytes;
+    m.messages += recs[k].messages;
+  }
+  bytes_cum_ += m.bytes_sent;
+  messages_cum_ += m.messages;
+  m.bytes_sent_cum = bytes_cum_;
+  m.messages_cum = messages_cum_;
+
+  // 3. evaluation when due (and always after the last step).
+  const bool eval_due = (run.eval_every > 0 && step_ % run.eval_every == 0) || step_ == run.steps;
+  if (eval_due) {
+    m.eval = evaluate();
+  } else {
+    m.eval.clear();
+  }
+  return m;
+}
+
+// ---------------------------------------------------------------------------
+// Results files
+
+namespace {
+
+// Shortest text that reads back to the same double; "" for NaN (not measured).
+std::string fmt(double v) {
+  if (std::isnan(v)) return "nan";
+  char buf[32];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+void write_json(const fs::path& p, const Json& j) {
+  // Written to a temporary name and renamed: a reader never sees half a file.
+  const fs::path tmp = p.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump(2) << "\n";
+    if (!out) throw std::runtime_error("cannot write " + tmp.string());
+  }
+  fs::rename(tmp, p);
+}
+
+Json finite_or_null(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }
+
+class Progress {
+ public:
+  Progress(int64_t total, bool quiet) : total_(total), quiet_(quiet), tty_(isatty(2)) {
+    start_ = last_ = Clock::now();
+  }
+  void update(int64_t step, double loss) {
+    if (quiet_) return;
+    const auto now = Clock::now();
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    // Quiet for short runs; then ~10 redraws a second on a terminal, one line
+    // every 5 s in a log file.
+    if (elapsed < 1.0 && step < total_) return;
+    const double since = std::chrono::duration<double>(now - last_).count();
+    if (step < total_ && since < (tty_ ? 0.1 : 5.0)) return;
+    if (elapsed < 1.0) return;  // finished within a second: no bar at all
+    last_ = now;
+    shown_ = true;
+    const double rate = step / elapsed;
+    const double eta = rate > 0 ? (total_ - step) / rate : 0.0;
+    constexpr int kWidth = 24;
+    const int filled = static_cast<int>(kWidth * step / std::max<int64_t>(total_, 1));
+    std::string bar(filled, '#');
+    bar.resize(kWidth, '.');
+    std::fprintf(stderr, "%s[%s] %lld/%lld steps  %.1f steps/s  loss %.6g  ETA %.0fs%s",
+                 tty_ ? "\r" : "", bar.c_str(), static_cast<long long>(step),
+                 static_cast<long long>(total_), rate, loss, eta, tty_ ? "\033[K" : "\n");
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (shown_ && tty_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  int64_t total_;
+  bool quiet_, tty_;
+  bool shown_ = false;
+  Clock::time_point start_, last_;
+};
+
+extern "C" void on_sigint(int) { g_interrupted.store(true); }
+
+}  // namespace
+
+std::string make_run_dir(const Experiment& e, const RunCliOptions& o) {
+  fs::path dir;
+  if (!o.out_dir.empty()) {
+    dir = o.out_dir;
+    std::error_code ec;
+    if (fs::exists(dir / "metrics.csv", ec) || fs::exists(dir / "summary.json", ec)) {
+      throw ConfigError("--out " + o.out_dir +
+                        ": already holds a run (metrics.csv/summary.json); choose another "
+                        "folder or delete it");
+    }
+  } else {
+    const fs::path base = fs::path(o.results_root) / e.run.name;
+    const std::string stem =
+        e.optimizer.at("name").get<std::string>() + "-seed" + std::to_string(e.run.seed);
+    dir = base / stem;
+    for (int k = 2; fs::exists(dir); ++k) dir = base / (stem + "-" + std::to_string(k));
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw ConfigError("cannot create results folder " + dir.string() + ": " + ec.message());
+  return dir.string();
+}
+
+int run_experiment(const Experiment& e, const RunCliOptions& o) {
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  // Everything that can fail on bad input (problem data, shards) is built
+  // before the results folder exists.
+  Simulation sim(e);
+  const std::string dir = make_run_dir(e, o);
+  const fs::path d(dir);
+  const auto started_utc = utc_now();
+
+  write_json(d / "config.json", e.resolved);
+  Json manifest = Json::object();
+  manifest["bitlab_version"] = bitlab_version();
+  manifest["git_revision"] = bitlab_git_revision();
+  manifest["seed"] = e.run.seed;
+  manifest["threads"] = o.threads > 0 ? o.threads : omp_get_max_threads();
+  manifest["command"] = o.command_line;
+  manifest["started_utc"] = started_utc;
+  manifest["files"] = {{"config.json", "the resolved experiment, every default filled in"},
+                       {"metrics.csv", "one row per step; eval columns at eval steps"},
+                       {"comm_log.csv", "one row per collective: what the network model prices"},
+                       {"summary.json", "written last: how the run ended, totals, final metrics"}};
+  write_json(d / "manifest.json", manifest);
+
+  std::ofstream metrics(d / "metrics.csv");
+  const auto eval_cols = sim.eval_columns();
+  metrics << "step,phase,train_loss,grad_norm";
+  for (const auto& c : eval_cols) metrics << ',' << c;
+  metrics << ",bytes_sent,bytes_sent_cum,messages,messages_cum,wall_s\n";
+  std::ofstream comm_log(d / "comm_log.csv");
+  comm_log << "step,op,algorithm,dtype,scope,ranks,groups,payload_bytes,sent_bytes,messages\n";
+
+  g_interrupted.store(false);
+  auto old_handler = std::signal(SIGINT, on_sigint);
+
+  Progress progress(e.run.steps, o.quiet);
+  const auto t0 = Clock::now();
+  std::string status = "completed";
+  Json divergence;
+  StepMetrics last;
+  std::vector<double> last_eval(eval_cols.size(), std::numeric_limits<double>::quiet_NaN());
+  int64_t last_eval_step = 0;
+  std::map<std::string, std::pair<int64_t, double>> phases;  // steps, bytes per worker
+  size_t logged = 0;
+
+  for (int64_t t = 1; t <= e.run.steps; ++t) {
+    StepMetrics m = sim.step();
+    m.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    metrics << m.step << ',' << m.phase << ',' << fmt(m.train_loss) << ','
+            << (std::isnan(m.grad_norm) ? std::string() : fmt(m.grad_norm));
+    for (size_t k = 0; k < eval_cols.size(); ++k) {
+      metrics << ',' << (m.eval.empty() ? std::string() : fmt(m.eval[k]));
+    }
+    metrics << ',' << fmt(m.bytes_sent) << ',' << fmt(m.bytes_sent_cum) << ',' << m.messages << ','
+            << m.messages_cum << ',' << fmt(m.wall_s) << '\n';
+    const auto& recs = sim.comm().log().records();
+    for (; logged < recs.size(); ++logged) {
+      const auto& r = recs[logged];
+      comm_log << r.step << ',' << r.op << ',' << r.algorithm << ',' << r.dtype << ',' << r.scope
+               << ',' << r.ranks << ',' << r.groups << ',' << r.payload_bytes << ','
+               << fmt(r.sent_bytes) << ',' << r.messages << '\n';
+    }
+    auto& ph = phases[m.phase];
+    ph.first += 1;
+    ph.second += m.bytes_sent;
+    if (!m.eval.empty()) {
+      last_eval = m.eval;
+      last_eval_step = m.step;
+    }
+    last = m;
+    progress.update(t, m.train_loss);
+
+    const bool bad_loss = !std::isfinite(m.train_loss);
+    const bool bad_grad = !std::isnan(m.grad_norm) && !std::isfinite(m.grad_norm);
+    if (bad_loss || bad_grad) {
+      status = "diverged";
+      const double lr = e.optimizer.contains("lr") ? e.optimizer.at("lr").get<double>() : 0.0;
+      divergence = {{"step", m.step},
+                    {"what", bad_loss ? "train_loss is " + fmt(m.train_loss)
+                                      : "grad_norm is " + fmt(m.grad_norm)},
+                    {"hint", "the optimizer diverged; try a smaller optimizer.lr (now " +
+                                 fmt(lr) + "), a longer warm-up, or check the problem's scale"}};
+      break;
+    }
+    if (g_interrupted.load()) {
+      status = "interrupted";
+      break;
+    }
+  }
+  progress.finish();
+  std::signal(SIGINT, old_handler);
+  metrics.close();
+  comm_log.close();
+
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  Json summary = Json::object();
+  summary["status"] = status;
+  summary["experiment"] = e.run.name;
+  summary["problem"] = e.problem.at("name");
+  summary["optimizer"] = e.optimizer.at("name");
+  summary["workers"] = e.cluster.workers;
+  summary["seed"] = e.run.seed;
+  summary["steps_planned"] = e.run.steps;
+  summary["steps_completed"] = last.step;
+  if (status == "diverged") summary["divergence"] = divergence;
+  Json fin = Json::object();
+  fin["train_loss"] = finite_or_null(last.train_loss);
+  fin["grad_norm"] = finite_or_null(last.grad_norm);
+  fin["eval_step"] = last_eval_step;
+  for (size_t k = 0; k < eval_cols.size(); ++k) fin[eval_cols[k]] = finite_or_null(last_eval[k]);
+  summary["final"] = fin;
+  const auto opt = sim.problem().optimal_loss();
+  summary["optimal_loss"] = opt ? Json(*opt) : Json(nullptr);
+  summary["totals"] = {{"bytes_sent_per_worker", last.bytes_sent_cum},
+                       {"messages_per_worker", last.messages_cum},
+                       {"collectives", sim.comm().log().size()}};
+  Json ph = Json::object();
+  for (const auto& [name, v] : phases) {
+    ph[name] = {{"steps", v.first}, {"bytes_sent_per_worker", v.second}};
+  }
+  summary["phases"] = ph;
+  summary["wall_s"] = wall;
+  summary["steps_per_s"] = wall > 0 ? last.step / wall : 0.0;
+  summary["bitlab_version"] = bitlab_version();
+  summary["git_revision"] = bitlab_git_revision();
+  summary["finished_utc"] = utc_now();
+  write_json(d / "summary.json", summary);
+
+  if (!o.quiet) {
+    std::fprintf(stderr, "%s: %s after %lld/%lld steps in %.2f s; train_loss %s",
+                 e.run.name.c_str(), status.c_str(), static_cast<long long>(last.step),
+                 static_cast<long long>(e.run.steps), wall, fmt(last.train_loss).c_str());
+    for (size_t k = 0; k < eval_cols.size(); ++k) {
+      std::fprintf(stderr, ", %s %s", eval_cols[k].c_str(), fmt(last_eval[k]).c_str());
+    }
+    std::fprintf(stderr, "; %s bytes sent per worker\n", fmt(last.bytes_sent_cum).c_str());
+    if (status == "diverged") {
+      std::fprintf(stderr, "diverged at step %lld: %s\n", static_cast<long long>(last.step),
+                   divergence["hint"].get<std::string>().c_str());
+    }
+  }
+  // The folder, alone on stdout, for scripts.
+  std::printf("%s\n", dir.c_str());
+  std::fflush(stdout);
+  if (status == "diverged") return 3;
+  if (status == "interrupted") return 130;
+  return 0;
+}
+
+}  // namespace bitlab

@@ -1,0 +1,59 @@
+// Small problems for tests whose expected results are worked out by hand.
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "problems/problem.hpp"
+
+namespace bitlab::testing {
+
+// m samples, sample j has label j % classes and a scalar target t_j = j.
+// Loss of a batch: mean over j of ½(x_0 − t_j)² + ½ Σ_{k>0} x_k²·(k+1);
+// its gradient is known in closed form and depends on the batch.
+class ToyProblem : public Problem {
+ public:
+  ToyProblem(size_t dim, size_t samples, int classes)
+      : dim_(dim), samples_(samples), classes_(classes) {
+    tensors_.push_back({"a", 0, dim / 2});
+    tensors_.push_back({"b", dim / 2, dim - dim / 2});
+    for (size_t j = 0; j < samples; ++j) labels_.push_back(static_cast<int32_t>(j % classes));
+  }
+  size_t dim() const override { return dim_; }
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+  size_t num_train() const override { return samples_; }
+  std::span<const int32_t> train_labels() const override { return labels_; }
+  int num_classes() const override { return classes_; }
+  void init_params(std::span<float> x, uint64_t) const override {
+    for (size_t k = 0; k < x.size(); ++k) x[k] = 1.0f;
+  }
+  double loss_grad(std::span<const float> x, std::span<const uint32_t> batch, std::span<float> g,
+                   const RngStream&, Workspace&) const override {
+    double mean_t = 0;
+    for (uint32_t j : batch) mean_t += j;
+    mean_t = batch.empty() ? 0.0 : mean_t / batch.size();
+    double loss = 0;
+    for (uint32_t j : batch) loss += 0.5 * (x[0] - static_cast<double>(j)) * (x[0] - static_cast<double>(j));
+    loss = batch.empty() ? 0.0 : loss / batch.size();
+    g[0] = static_cast<float>(x[0] - mean_t);
+    for (size_t k = 1; k < dim_; ++k) {
+      loss += 0.5 * x[k] * x[k] * (k + 1);
+      g[k] = x[k] * static_cast<float>(k + 1);
+    }
+    return loss;
+  }
+  std::vector<std::string> eval_columns() const override { return {"eval_loss"}; }
+  void evaluate(std::span<const float> x, std::span<double> out) const override {
+    double s = 0;
+    for (float v : x) s += double{v} * v;
+    out[0] = s;
+  }
+
+ private:
+  size_t dim_, samples_;
+  int classes_;
+  std::vector<TensorInfo> tensors_;
+  std::vector<int32_t> labels_;
+};
+
+}  // namespace bitlab::testing

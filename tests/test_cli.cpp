@@ -1,0 +1,232 @@
+// End-to-end tests of the `bitlab` binary: exit statuses, messages on stderr,
+// and what lands (or must not land) on disk.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "sim/schema.hpp"
+
+namespace fs = std::filesystem;
+using bitlab::Json;
+
+namespace {
+
+struct Result {
+  int status;
+  std::string out, err;
+};
+
+// A scratch folder per test case, removed at the end.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/bitlab-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name, const std::string& content) const {
+    std::ofstream(path / name) << content;
+    return (path / name).string();
+  }
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Result run_bitlab(const TempDir& dir, const std::string& args) {
+  const std::string out = (dir.path / "stdout.txt").string();
+  const std::string err = (dir.path / "stderr.txt").string();
+  const std::string cmd = std::string(BITLAB_BINARY) + " " + args + " >" + out + " 2>" + err;
+  const int raw = std::system(cmd.c_str());
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
+}
+
+const char* kGood = R"({
+  "name": "cli", "steps": 30, "eval_every": 10, "seed": 3,
+  "problem": {"name": "logistic", "dim": 5, "samples": 256},
+  "cluster": {"workers": 4, "batch_size": 8},
+  "optimizer": {"name": "adam", "lr": 0.05}
+})";
+
+}  // namespace
+
+TEST_SUITE("cli") {
+  TEST_CASE("run writes a complete, self-describing results folder") {
+    TempDir d;
+    const auto file = d.file("exp.json", kGood);
+    const auto out = (d.path / "run").string();
+    Result r = run_bitlab(d, "run " + file + " --out " + out + " --quiet");
+    REQUIRE(r.status == 0);
+    CHECK(r.out == out + "\n");  // stdout: the folder, for scripts
+    for (const char* f : {"config.json", "manifest.json", "metrics.csv", "comm_log.csv",
+                          "summary.json"}) {
+      CHECK(fs::exists(fs::path(out) / f));
+    }
+    const Json summary = Json::parse(slurp(fs::path(out) / "summary.json"));
+    CHECK(summary["status"] == "completed");
+    CHECK(summary["steps_completed"] == 30);
+    CHECK(summary["phases"]["full"]["steps"] == 30);
+    const Json config = Json::parse(slurp(fs::path(out) / "config.json"));
+    CHECK(config["optimizer"]["beta1"] == 0.9);  // defaults are filled in
+    const Json manifest = Json::parse(slurp(fs::path(out) / "manifest.json"));
+    CHECK(manifest["seed"] == 3);
+    CHECK(manifest.contains("git_revision"));
+    // header + 30 rows; eval columns filled at steps 10, 20, 30 only
+    std::istringstream metrics(slurp(fs::path(out) / "metrics.csv"));
+    std::string line;
+    std::getline(metrics, line);
+    CHECK(line.rfind("step,phase,train_loss,grad_norm,eval_loss,eval_accuracy", 0) == 0);
+    int rows = 0;
+    while (std::getline(metrics, line)) ++rows;
+    CHECK(rows == 30);
+    // ring allreduce of d+1 = 6 floats over 4 workers: 2*3/4*24 = 36 bytes a step
+    CHECK(summary["totals"]["bytes_sent_per_worker"] == 36.0 * 30);
+
+    // Same config and seed: the same metrics, but for the wall-time column.
+    const auto out2 = (d.path / "run2").string();
+    REQUIRE(run_bitlab(d, "run " + file + " --out " + out2 + " --quiet --threads 1").status == 0);
+    auto strip_wall = [](const std::string& csv) {
+      std::istringstream in(csv);
+      std::string l, all;
+      while (std::getline(in, l)) all += l.substr(0, l.rfind(',')) + "\n";
+      return all;
+    };
+    CHECK(strip_wall(slurp(fs::path(out) / "metrics.csv")) ==
+          strip_wall(slurp(fs::path(out2) / "metrics.csv")));
+    CHECK(slurp(fs::path(out) / "comm_log.csv") == slurp(fs::path(out2) / "comm_log.csv"));
+
+    // --out onto an existing run is refused (nothing lost)
+    r = run_bitlab(d, "run " + file + " --out " + out + " --quiet");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("already holds a run") != std::string::npos);
+  }
+
+  TEST_CASE("bad input: exit status 2, one clear message, no results folder") {
+    TempDir d;
+    struct Case {
+      std::string content;
+      std::string args;  // extra flags
+      std::string expect;
+    };
+    const std::vector<Case> cases = {
+        {"{\n  \"steps\": 5,\n  \"seed\": ,\n}", "", "exp.json:3:11: JSON syntax error"},
+        {R"({"stepz": 5, "problem": {"name": "logistic"}, "optimizer": {"name": "adam"}})", "",
+         "stepz = 5: unknown key; did you mean \"steps\"?"},
+        {R"({"steps": "5", "problem": {"name": "logistic"}, "optimizer": {"name": "adam"}})", "",
+         "steps = \"5\": must be an integer"},
+        {R"({"problem": {"name": "logistic"}, "optimizer": {"name": "adam", "beta1": 1.0}})", "",
+         "optimizer.beta1 = 1.0: must be in [0, 1)"},
+        {R"({"problem": {"name": "logistic"}, "optimizer": {"name": "adamw2"}})", "",
+         "optimizer.name = \"adamw2\": must be one of"},
+        {R"({"problem": {"name": "quadratc"}, "optimizer": {"name": "adam"}})", "",
+         "did you mean \"quadratic\"?"},
+        {kGood, "--set optimizer.betaa=0.5", "--set optimizer.betaa=0.5: optimizer.betaa = 0.5: unknown key"},
+        {kGood, "--set cluster.workers=100000",
+         "cluster.workers = 100000: must be <= the problem's 256 training samples"},
+        {kGood, "--threads 0", "--threads"},
+        {kGood, "--bogus", "--bogus"},
+    };
+    for (const auto& c : cases) {
+      CAPTURE(c.expect);
+      const auto file = d.file("exp.json", c.content);
+      const fs::path out = d.path / "never";
+      Result r = run_bitlab(d, "run " + file + " --out " + out.string() + " " + c.args);
+      CHECK(r.status == 2);
+      CHECK(r.err.find(c.expect) != std::string::npos);
+      CHECK(!fs::exists(out));
+      CHECK(r.out.empty());
+    }
+    Result r = run_bitlab(d, "run " + (d.path / "missing.json").string());
+    CHECK(r.status == 2);
+    CHECK(r.err.find("missing.json: no such file") != std::string::npos);
+    // validate gives the same verdicts without running
+    const auto bad = d.file("bad.json", cases[3].content);
+    r = run_bitlab(d, "validate " + bad);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("optimizer.beta1 = 1.0") != std::string::npos);
+    r = run_bitlab(d, "validate " + d.file("good.json", kGood) + " --print");
+    CHECK(r.status == 0);
+    CHECK(Json::parse(r.out)["optimizer"]["eps"] == 1e-8);
+  }
+
+  TEST_CASE("a diverging run stops, says so in summary.json, exits 3") {
+    TempDir d;
+    const auto file = d.file("div.json", R"({"steps": 500,
+      "problem": {"name": "quadratic", "dim": 10, "condition_number": 100},
+      "optimizer": {"name": "sgd", "lr": 10.0}})");
+    const auto out = (d.path / "run").string();
+    Result r = run_bitlab(d, "run " + file + " --out " + out);
+    CHECK(r.status == 3);
+    CHECK(r.err.find("diverged at step") != std::string::npos);
+    const Json s = Json::parse(slurp(fs::path(out) / "summary.json"));
+    CHECK(s["status"] == "diverged");
+    CHECK(s["divergence"]["step"].get<int>() < 500);
+    CHECK(s["divergence"]["hint"].get<std::string>().find("optimizer.lr") != std::string::npos);
+  }
+
+  TEST_CASE("Ctrl-C leaves summary.json with status interrupted and the metrics so far") {
+    TempDir d;
+    const auto file = d.file("long.json", R"({"steps": 100000000,
+      "problem": {"name": "quadratic", "dim": 1000}, "cluster": {"workers": 2},
+      "optimizer": {"name": "sgd", "lr": 0.01}})");
+    const auto out = (d.path / "run").string();
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      freopen("/dev/null", "w", stdout);
+      freopen("/dev/null", "w", stderr);
+      execl(BITLAB_BINARY, BITLAB_BINARY, "run", file.c_str(), "--out", out.c_str(), "--quiet",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    // Wait until the run is under way (metrics.csv exists and has rows).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline &&
+           (!fs::exists(fs::path(out) / "metrics.csv") ||
+            fs::file_size(fs::path(out) / "metrics.csv") < 5000)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    kill(pid, SIGINT);
+    int raw = 0;
+    waitpid(pid, &raw, 0);
+    REQUIRE(WIFEXITED(raw));
+    CHECK(WEXITSTATUS(raw) == 130);
+    const Json s = Json::parse(slurp(fs::path(out) / "summary.json"));
+    CHECK(s["status"] == "interrupted");
+    CHECK(s["steps_completed"].get<int64_t>() > 0);
+    // every completed step is in metrics.csv
+    std::istringstream metrics(slurp(fs::path(out) / "metrics.csv"));
+    std::string line;
+    int64_t rows = -1;
+    while (std::getline(metrics, line)) ++rows;
+    CHECK(rows == s["steps_completed"].get<int64_t>());
+  }
+
+  TEST_CASE("list shows every optimizer, problem and option") {
+    TempDir d;
+    Result r = run_bitlab(d, "list");
+    REQUIRE(r.status == 0);
+    for (const char* s : {"sgd", "momentum_sgd", "adam", "lamb", "quadratic", "least_squares",
+                          "logistic", "mlp", "condition_number", "bias_correction",
+                          "dirichlet_alpha", "batch_size", "eval_every", "max_coeff"}) {
+      CHECK(r.out.find(s) != std::string::npos);
+    }
+    r = run_bitlab(d, "list --json");
+    REQUIRE(r.status == 0);
+    const Json j = Json::parse(r.out);
+    CHECK(j["optimizers"].contains("adam"));
+    CHECK(j["problems"].contains("mlp"));
+  }
+}

@@ -1,0 +1,132 @@
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "sim/cluster.hpp"
+#include "tests/fixtures.hpp"
+
+using namespace bitlab;
+using bitlab::testing::ToyProblem;
+
+namespace {
+ClusterOptions opts(int64_t workers, std::string sharding, int64_t batch = 8) {
+  ClusterOptions o;
+  o.workers = workers;
+  o.sharding = std::move(sharding);
+  o.batch_size = {false, batch};
+  return o;
+}
+std::string error_of(const Problem& p, const ClusterOptions& o) {
+  try {
+    make_shards(p, o, 1);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_SUITE("cluster") {
+  TEST_CASE("iid and contiguous shards partition the data in near-equal parts") {
+    ToyProblem p(4, 103, 3);
+    for (const char* mode : {"iid", "contiguous"}) {
+      auto shards = make_shards(p, opts(5, mode), 1);
+      std::vector<uint32_t> all;
+      for (const auto& s : shards) {
+        CHECK((s.size() == 20 || s.size() == 21));
+        all.insert(all.end(), s.begin(), s.end());
+      }
+      std::sort(all.begin(), all.end());
+      for (uint32_t j = 0; j < 103; ++j) REQUIRE(all[j] == j);
+    }
+    auto c = make_shards(p, opts(5, "contiguous"), 1);
+    CHECK(c[0].front() == 0);
+    CHECK(c[1].front() == c[0].back() + 1);
+    // iid depends on the seed
+    CHECK(make_shards(p, opts(5, "iid"), 1)[0] != make_shards(p, opts(5, "iid"), 2)[0]);
+  }
+
+  TEST_CASE("label_skew with a small alpha gives workers few classes; all data used") {
+    ToyProblem p(4, 2000, 10);
+    auto o = opts(8, "label_skew");
+    o.dirichlet_alpha = 0.1;
+    auto skewed = make_shards(p, o, 3);
+    o.dirichlet_alpha = 1000.0;
+    auto even = make_shards(p, o, 3);
+    auto mean_classes = [&](const std::vector<std::vector<uint32_t>>& shards) {
+      double total = 0;
+      size_t count = 0;
+      for (const auto& s : shards) {
+        std::set<int> cls;
+        // classes holding at least 5% of the shard
+        std::vector<int> per(10, 0);
+        for (uint32_t j : s) ++per[p.train_labels()[j]];
+        for (int c = 0; c < 10; ++c)
+          if (per[c] * 20 >= static_cast<int>(s.size())) cls.insert(c);
+        total += cls.size();
+        count += s.size();
+      }
+      CHECK(count == 2000);
+      return total / shards.size();
+    };
+    // Dir(0.1) over 8 workers concentrates each class on ~1-2 workers, so a
+    // worker sees few classes; Dir(1000) is nearly uniform: all 10 classes.
+    CHECK(mean_classes(skewed) < 5.0);
+    CHECK(mean_classes(even) == 10.0);
+  }
+
+  TEST_CASE("sharding errors name the field and the rule") {
+    ToyProblem p(4, 10, 2);
+    CHECK(error_of(p, opts(11, "iid")) ==
+          "cluster.workers = 11: must be <= the problem's 10 training samples (every worker "
+          "needs a shard)");
+    auto o = opts(10, "label_skew");
+    o.dirichlet_alpha = 0.01;
+    CHECK(error_of(p, o).find("cluster.dirichlet_alpha = 0.01: leaves worker") == 0);
+    // replicated: every worker holds everything, even more workers than samples
+    auto r = make_shards(p, opts(16, "replicated"), 1);
+    CHECK(r[15].size() == 10);
+  }
+
+  TEST_CASE("batches walk through a fresh permutation of the shard every epoch") {
+    std::vector<uint32_t> shard{3, 5, 7, 9, 11, 13, 15};
+    BatchSampler s(shard, {false, 3}, 42, 0);
+    std::vector<uint32_t> b, seen;
+    for (int step = 1; step <= 7; ++step) {  // 21 draws = 3 epochs of 7
+      s.sample(step, b);
+      seen.insert(seen.end(), b.begin(), b.end());
+    }
+    for (int e = 0; e < 3; ++e) {
+      std::vector<uint32_t> epoch(seen.begin() + 7 * e, seen.begin() + 7 * e + 7);
+      std::sort(epoch.begin(), epoch.end());
+      CHECK(epoch == shard);
+    }
+    // Deterministic and random access: a new sampler asked for step 5 agrees.
+    BatchSampler t(shard, {false, 3}, 42, 0);
+    std::vector<uint32_t> b5;
+    t.sample(5, b5);
+    CHECK(std::vector<uint32_t>(seen.begin() + 12, seen.begin() + 15) == b5);
+    // full batch = the shard itself
+    BatchSampler f(shard, {true, 0}, 42, 0);
+    f.sample(9, b);
+    CHECK(b == shard);
+    // a batch larger than the shard spans epochs
+    BatchSampler big(shard, {false, 10}, 1, 0);
+    big.sample(1, b);
+    CHECK(b.size() == 10);
+  }
+
+  TEST_CASE("local parameter copies start from the shared ones") {
+    ToyProblem p(5, 16, 2);
+    Cluster c(opts(3, "iid", 4), p, 1);
+    CHECK(!c.has_local_params());
+    CHECK(c.params(2).data() == c.params().data());
+    c.enable_local_params();
+    CHECK(c.has_local_params());
+    CHECK(c.params(2).data() != c.params().data());
+    CHECK(c.params(2)[4] == 1.0f);
+    c.compute_gradients(1);
+    CHECK(c.grad(0)[1] == 2.0f);  // g_1 = x_1 (1 + 1)
+  }
+}
