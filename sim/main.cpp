@@ -26,11 +26,16 @@ std::string joined_command(int argc, char** argv) {
 
 template <class T>
 void print_fields(const std::vector<FieldInfo>& fields) {
-  size_t w = 0;
-  for (const auto& f : fields) w = std::max(w, f.name.size());
+  size_t w = 0, tw = 0, dw = 0;
   for (const auto& f : fields) {
-    std::printf("    %-*s  %-10s default %-10s %s", static_cast<int>(w), f.name.c_str(),
-                f.type.c_str(), f.default_value.dump().c_str(), f.doc.c_str());
+    w = std::max(w, f.name.size());
+    tw = std::max(tw, f.type.size());
+    dw = std::max(dw, f.default_value.dump().size());
+  }
+  for (const auto& f : fields) {
+    std::printf("    %-*s  %-*s  default %-*s  %s", static_cast<int>(w), f.name.c_str(),
+                static_cast<int>(tw), f.type.c_str(), static_cast<int>(dw),
+                f.default_value.dump().c_str(), f.doc.c_str());
     if (!f.rule.empty()) std::printf(" [%s]", f.rule.c_str());
     std::printf("\n");
   }

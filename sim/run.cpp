@@ -319,17 +319,20 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   write_json(d / "summary.json", summary);
 
   if (!o.quiet) {
-    std::fprintf(stderr, "%s: %s after %lld/%lld steps in %.2f s; train_loss %s",
-                 e.run.name.c_str(), status.c_str(), static_cast<long long>(last.step),
-                 static_cast<long long>(e.run.steps), wall, fmt(last.train_loss).c_str());
+    std::fprintf(stderr, "%s: %s, %lld/%lld steps in %.2f s (%.0f steps/s)\n", e.run.name.c_str(),
+                 status.c_str(), static_cast<long long>(last.step),
+                 static_cast<long long>(e.run.steps), wall, wall > 0 ? last.step / wall : 0.0);
+    std::fprintf(stderr, "  train_loss %.6g", last.train_loss);
     for (size_t k = 0; k < eval_cols.size(); ++k) {
-      std::fprintf(stderr, ", %s %s", eval_cols[k].c_str(), fmt(last_eval[k]).c_str());
+      std::fprintf(stderr, "  %s %.6g", eval_cols[k].c_str(), last_eval[k]);
     }
-    std::fprintf(stderr, "; %s bytes sent per worker\n", fmt(last.bytes_sent_cum).c_str());
+    std::fprintf(stderr, "\n  sent %.6g bytes per worker in %zu collectives\n",
+                 last.bytes_sent_cum, sim.comm().log().size());
     if (status == "diverged") {
-      std::fprintf(stderr, "diverged at step %lld: %s\n", static_cast<long long>(last.step),
+      std::fprintf(stderr, "  diverged at step %lld: %s\n", static_cast<long long>(last.step),
                    divergence["hint"].get<std::string>().c_str());
     }
+    std::fprintf(stderr, "  results: %s\n", dir.c_str());
   }
   // The folder, alone on stdout, for scripts.
   std::printf("%s\n", dir.c_str());

@@ -1,0 +1,130 @@
+// Benchmark (run on demand, not a test): time per simulated step of Adam with
+// an exact fp32 allreduce on the quadratic, N = 16 workers, d = 2^22, and the
+// effective memory bandwidth it reaches, next to a STREAM-style triad
+// measured in the same run. Target (issue 2): >= 50 % of the triad bandwidth.
+//
+//   ./build/bench_step [--workers N] [--log2-dim K] [--repeats R]
+//
+// Bytes necessarily touched per step (4-byte floats, d parameters, N workers):
+//   gradients   N · (read x, h, x* + write g_i)      = N · 16 d
+//   allreduce   read N gradients + write the mean     = (4N + 4) d
+//   Adam        read ḡ, m, v, x + write m, v, x       = 28 d
+// Every emulated worker reads the parameters and its problem data as a real
+// worker would; nothing else (no metrics pass: grad_norm_every = 0 for the
+// headline figure) is counted. Writes are counted once, as STREAM does.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "sim/run.hpp"
+
+using namespace bitlab;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// STREAM triad a = b + s·c over arrays much larger than the caches; bytes
+// counted as STREAM does (3 arrays x 4 bytes per element). Median of repeats.
+double triad_gbps(size_t n, int repeats) {
+  std::vector<float> a(n), b(n), c(n);
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = 0.0f;
+    b[i] = 1.0f;
+    c[i] = 2.0f;
+  }
+  std::vector<double> gbps;
+  for (int r = 0; r < repeats + 1; ++r) {
+    const auto t0 = Clock::now();
+    float* __restrict ap = a.data();
+    const float* __restrict bp = b.data();
+    const float* __restrict cp = c.data();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) ap[i] = bp[i] + 3.0f * cp[i];
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (r > 0) gbps.push_back(3.0 * 4.0 * n / s / 1e9);  // first repeat warms up
+  }
+  if (a[n / 2] != 7.0f) std::fprintf(stderr, "triad: wrong result\n");
+  return median(gbps);
+}
+
+struct StepTiming {
+  double median_s, min_s, max_s;
+};
+
+StepTiming time_steps(int workers, int log2_dim, int64_t grad_norm_every, int repeats,
+                      const char* wire) {
+  const std::string text = std::string(R"({"name": "bench", "steps": 1000000,
+      "grad_norm_every": )") + std::to_string(grad_norm_every) +
+                           R"(, "problem": {"name": "quadratic", "dim": )" +
+                           std::to_string(int64_t{1} << log2_dim) +
+                           R"(, "condition_number": 10},
+      "cluster": {"workers": )" + std::to_string(workers) +
+                           R"(}, "optimizer": {"name": "adam", "lr": 0.001, "wire": ")" + wire +
+                           R"("}})";
+  Simulation sim(resolve_experiment(Json::parse(text), "bench"));
+  for (int w = 0; w < 2; ++w) sim.step();  // first touches, page faults
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    sim.step();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return {median(t), *std::min_element(t.begin(), t.end()), *std::max_element(t.begin(), t.end())};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int workers = 16, log2_dim = 22, repeats = 11;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--workers")) workers = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--log2-dim")) log2_dim = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--repeats")) repeats = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: bench_step [--workers N] [--log2-dim K] [--repeats R]\n");
+      return 2;
+    }
+  }
+  const double d = static_cast<double>(int64_t{1} << log2_dim);
+  const double n = workers;
+  const double bytes = (16.0 * n + (4.0 * n + 4.0) + 28.0) * d;
+
+  std::printf("bench_step: Adam + exact allreduce on the quadratic, N = %d workers, d = 2^%d\n",
+              workers, log2_dim);
+  std::printf("threads: %d   bytes necessarily touched per step: %.1f MB (%.0f d)\n",
+              omp_get_max_threads(), bytes / 1e6, bytes / d);
+  const double triad = triad_gbps(size_t{1} << 26, repeats);
+  std::printf("STREAM triad (3 x 256 MiB arrays, median of %d): %.2f GB/s\n", repeats, triad);
+
+  std::printf("%-34s %10s %10s %10s %10s %9s\n", "case", "median_ms", "min_ms", "max_ms", "GB/s",
+              "of_triad");
+  struct Case {
+    const char* label;
+    int64_t grad_norm_every;
+    const char* wire;
+  };
+  for (const Case c : {Case{"adam fp32 (headline)", 0, "fp32"},
+                       Case{"adam fp32 + grad_norm metric", 1, "fp32"},
+                       Case{"adam fp16 wire", 0, "fp16"}}) {
+    const StepTiming t = time_steps(workers, log2_dim, c.grad_norm_every, repeats, c.wire);
+    const double gbps = bytes / t.median_s / 1e9;
+    std::printf("%-34s %10.2f %10.2f %10.2f %10.2f %8.0f%%\n", c.label, t.median_s * 1e3,
+                t.min_s * 1e3, t.max_s * 1e3, gbps, 100.0 * gbps / triad);
+  }
+  std::printf("(GB/s = the bytes above / median step time; the grad_norm row reads the N "
+              "gradients once more and the fp16 row rounds on the fly, neither counted)\n");
+  return 0;
+}
