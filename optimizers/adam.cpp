@@ -9,8 +9,7 @@ Schema<AdamOptions> AdamOptions::schema() {
           {rules::in_closed_open(0.0, 1.0)});
   s.field("beta2", &AdamOptions::beta2, "decay rate β2 of the second moment v",
           {rules::in_closed_open(0.0, 1.0)});
-  s.field("eps", &AdamOptions::eps, "ε added to sqrt(v̂) in the denominator",
-          {rules::greater(0.0)});
+  s.field("eps", &AdamOptions::eps, "ε added to sqrt(v̂) in the denominator", {rules::greater(0.0)});
   s.field("weight_decay", &AdamOptions::weight_decay,
           "decoupled weight decay wd (AdamW): update = m̂ ⊘ (sqrt(v̂)+ε) + wd·x",
           {rules::at_least(0.0)});

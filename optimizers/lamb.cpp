@@ -13,8 +13,7 @@ Schema<LambOptions> LambOptions::schema() {
           {rules::in_closed_open(0.0, 1.0)});
   s.field("beta2", &LambOptions::beta2, "decay rate β2 of the second moment v",
           {rules::in_closed_open(0.0, 1.0)});
-  s.field("eps", &LambOptions::eps, "ε added to sqrt(v) in the denominator",
-          {rules::greater(0.0)});
+  s.field("eps", &LambOptions::eps, "ε added to sqrt(v) in the denominator", {rules::greater(0.0)});
   s.field("weight_decay", &LambOptions::weight_decay,
           "decoupled weight decay wd, part of the update u = m ⊘ (sqrt(v)+ε) + wd·x and so "
           "scaled by the trust ratio",
@@ -52,14 +51,14 @@ void Lamb::setup(Cluster& cluster) {
   for (const auto& t : tensors_) {
     if (t.offset != next) {
       throw std::logic_error("lamb: the problem's tensors do not tile [0, dim): tensor \"" +
-                             t.name + "\" starts at " + std::to_string(t.offset) +
-                             ", expected " + std::to_string(next));
+                             t.name + "\" starts at " + std::to_string(t.offset) + ", expected " +
+                             std::to_string(next));
     }
     next += t.size;
   }
   if (next != d) {
-    throw std::logic_error("lamb: the problem's tensors cover " + std::to_string(next) +
-                           " of " + std::to_string(d) + " parameters");
+    throw std::logic_error("lamb: the problem's tensors cover " + std::to_string(next) + " of " +
+                           std::to_string(d) + " parameters");
   }
   g_mean_.assign(d, 0.0f);
   m_.assign(d, 0.0f);

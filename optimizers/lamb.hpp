@@ -30,8 +30,7 @@ struct LambOptions {
 
 // r_p = clamp(‖x_p‖ / ‖u_p‖, min_coeff, max_coeff), or exactly 1 when either
 // norm is 0 (a zero-initialised tensor, or no update): the reference's guard.
-inline double lamb_trust_ratio(double x_norm, double u_norm, double min_coeff,
-                               double max_coeff) {
+inline double lamb_trust_ratio(double x_norm, double u_norm, double min_coeff, double max_coeff) {
   if (x_norm == 0.0 || u_norm == 0.0) return 1.0;
   double r = x_norm / u_norm;
   if (r > max_coeff) r = max_coeff;

@@ -7,8 +7,8 @@ namespace bitlab {
 Schema<MomentumSgdOptions> MomentumSgdOptions::schema() {
   Schema<MomentumSgdOptions> s;
   s.field("lr", &MomentumSgdOptions::lr, "learning rate", {rules::greater(0.0)});
-  s.field("momentum", &MomentumSgdOptions::momentum,
-          "momentum factor μ (m = μ m + g, dampening 0)", {rules::in_closed_open(0.0, 1.0)});
+  s.field("momentum", &MomentumSgdOptions::momentum, "momentum factor μ (m = μ m + g, dampening 0)",
+          {rules::in_closed_open(0.0, 1.0)});
   s.field("nesterov", &MomentumSgdOptions::nesterov,
           "Nesterov momentum in PyTorch's form: step along g + μ m instead of m");
   s.field("weight_decay", &MomentumSgdOptions::weight_decay,
@@ -41,10 +41,10 @@ void MomentumSgd::step(StepContext& ctx) {
   const int64_t d = static_cast<int64_t>(g_mean_.size());
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
   for (int64_t k = 0; k < d; ++k) {
-    float dk = g[k] + wd * x[k];   // coupled weight decay
-    m[k] = mu * m[k] + dk;         // m = μ m + d
+    float dk = g[k] + wd * x[k];  // coupled weight decay
+    m[k] = mu * m[k] + dk;        // m = μ m + d
     dk = nesterov ? dk + mu * m[k] : m[k];
-    x[k] -= lr * dk;               // x = x − lr·d
+    x[k] -= lr * dk;  // x = x − lr·d
   }
 }
 

@@ -1,11 +1,12 @@
 // The optimizers `bitlab` knows by name. Adding one: its file(s) in
 // optimizers/, an #include and one line below.
+#include "sim/registry.hpp"
+
 #include "optimizers/adam.hpp"
 #include "optimizers/lamb.hpp"
 #include "optimizers/momentum_sgd.hpp"
 #include "optimizers/optimizer.hpp"
 #include "optimizers/sgd.hpp"
-#include "sim/registry.hpp"
 
 namespace bitlab {
 
@@ -18,8 +19,9 @@ const std::vector<RegistryEntry<Optimizer>>& optimizer_registry() {
       make_registry_entry<Optimizer, Adam, AdamOptions>(
           "adam", "Adam/AdamW (Kingma & Ba 2015; Loshchilov & Hutter 2019), full precision"),
       make_registry_entry<Optimizer, Lamb, LambOptions>(
-          "lamb", "LAMB with clamped per-tensor trust ratio (You et al. 2020), as in the "
-                  "1-bit LAMB warm-up (Li et al. 2021), full precision"),
+          "lamb",
+          "LAMB with clamped per-tensor trust ratio (You et al. 2020), as in the "
+          "1-bit LAMB warm-up (Li et al. 2021), full precision"),
   };
   return kRegistry;
 }

@@ -16,7 +16,9 @@ Schema<SgdOptions> SgdOptions::schema() {
 
 Sgd::Sgd(const SgdOptions& opts) : opts_(opts), wire_(parse_wire_dtype(opts.wire)) {}
 
-void Sgd::setup(Cluster& cluster) { g_mean_.assign(cluster.dim(), 0.0f); }
+void Sgd::setup(Cluster& cluster) {
+  g_mean_.assign(cluster.dim(), 0.0f);
+}
 
 void Sgd::step(StepContext& ctx) {
   // ḡ = mean_i g_i (exact allreduce, rounded to the wire type).

@@ -23,42 +23,12 @@
 #include <vector>
 
 #include "sim/run.hpp"
+#include "tests/bench/bench_util.hpp"
 
 using namespace bitlab;
-using Clock = std::chrono::steady_clock;
+using namespace bitlab::bench;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// STREAM triad a = b + s·c over arrays much larger than the caches; bytes
-// counted as STREAM does (3 arrays x 4 bytes per element). Median of repeats.
-double triad_gbps(size_t n, int repeats) {
-  std::vector<float> a(n), b(n), c(n);
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) {
-    a[i] = 0.0f;
-    b[i] = 1.0f;
-    c[i] = 2.0f;
-  }
-  std::vector<double> gbps;
-  for (int r = 0; r < repeats + 1; ++r) {
-    const auto t0 = Clock::now();
-    float* __restrict ap = a.data();
-    const float* __restrict bp = b.data();
-    const float* __restrict cp = c.data();
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; ++i) ap[i] = bp[i] + 3.0f * cp[i];
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (r > 0) gbps.push_back(3.0 * 4.0 * n / s / 1e9);  // first repeat warms up
-  }
-  if (a[n / 2] != 7.0f) std::fprintf(stderr, "triad: wrong result\n");
-  return median(gbps);
-}
 
 struct StepTiming {
   double median_s, min_s, max_s;

@@ -1,0 +1,81 @@
+// The two-stage error-compensated 1-bit allreduce of 1-bit Adam / 1-bit LAMB /
+// 0/1 Adam / APMSqueeze (algorithms.md §1; DeepSpeed's compressed_allreduce).
+//
+//   worker i:  u = pad(b_i) + e_i ; a_i = ‖u‖₂/√D ; e_i = u − a_i·sign(u)
+//              signs of u packed MSB first, split into n chunks of D/(8n) bytes
+//   phase 1:   alltoall of the sign chunks; allgather of the n scales a_i
+//   server r:  y = (1/n) Σ_i a_i·unpack(chunk r of worker i) + s_r
+//              c_r = ‖y‖₂/√(D/n) ; s_r = y − c_r·sign(y)
+//   phase 2:   allgather of the server sign chunks and of the scales c_r
+//   output:    out[r·D/n + k] = c_r·sign_r[k], truncated to d (same on every worker)
+//
+// D is d padded with zeros to a multiple of `pad_multiple` (default: the
+// reference's n·lcm(n, 8); 8n is the least that makes every chunk whole bytes).
+// Sums over workers on the server run in worker order 0..n−1 in fp32; norms
+// are accumulated in double over fixed blocks, so results do not depend on the
+// thread count.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sim/comm.hpp"
+
+namespace bitlab {
+
+// The reference padding multiple n·lcm(n, 8).
+size_t onebit_reference_pad_multiple(int workers);
+// D for d elements (pad_multiple 0 = the reference's).
+size_t onebit_padded_dim(size_t dim, int workers, size_t pad_multiple = 0);
+
+class OneBitAllreduce {
+ public:
+  // pad_multiple must be a multiple of 8n (so chunks are whole bytes); 0 picks
+  // the reference's n·lcm(n, 8).
+  OneBitAllreduce(int workers, size_t dim, size_t pad_multiple = 0);
+
+  int workers() const { return n_; }
+  size_t dim() const { return d_; }
+  size_t padded_dim() const { return D_; }
+  size_t chunk() const { return D_ / n_; }
+
+  // Zeroes every worker and server error (done at the switch to compression
+  // and, in 0/1 Adam, at the transition to local steps).
+  void reset_errors();
+
+  // One call of §1 on the workers' buffers (each dim() floats). Writes the
+  // result, identical on every worker, to `out` (dim() floats; may alias no
+  // input) and records the four collectives in comm's log.
+  void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out);
+
+  // What worker `w` reconstructs from the phase-2 image it received; equals
+  // `out` of run() (each worker decodes the same gathered bytes).
+  void decode_for(int worker, std::span<float> out) const;
+
+  std::span<const float> worker_error(int i) const { return {e_.data() + i * D_, D_}; }
+  std::span<const float> server_error(int r) const { return {s_.data() + r * chunk(), chunk()}; }
+  float worker_scale(int i) const { return a_[i]; }
+  float server_scale(int r) const { return c_[r]; }
+  // Packed signs of u for worker i (D/8 bytes) and the servers' (D/8 bytes).
+  std::span<const uint8_t> worker_bits(int i) const {
+    return {bits_.data() + i * (D_ / 8), D_ / 8};
+  }
+  std::span<const uint8_t> server_bits() const { return server_bits_; }
+
+  // Bytes one worker sends per call: 2·(n−1)·D/(8n) + 2·4·(n−1).
+  int64_t sent_bytes_per_call() const;
+
+ private:
+  int n_;
+  size_t d_, D_;
+  std::vector<float> e_;             // n × D worker errors
+  std::vector<float> s_;             // n × D/n server errors (= D)
+  std::vector<uint8_t> bits_;        // n × D/8 packed signs of u
+  std::vector<uint8_t> server_bits_; // D/8: chunk r at r·D/(8n)
+  std::vector<float> a_, c_;         // worker and server scales
+  std::vector<float> acc_;           // D: the servers' sums over workers
+  std::vector<float> expand_;        // n × 256 × 8: sign byte -> 8 values ±a_i
+};
+
+}  // namespace bitlab

@@ -1,0 +1,244 @@
+// n-bit symmetric per-group quantization (algorithms.md §1); the arithmetic
+// and the wire layout are documented in quantize.hpp.
+#include "sim/quantize.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "sim/float16.hpp"
+
+namespace bitlab {
+namespace {
+
+// Round to nearest, ties to even, for |v| < 2^22 (and NaN stays NaN): adding
+// 1.5·2^23 pushes the fraction bits out under the default rounding mode. It
+// vectorises without SSE4.1 (std::nearbyint would be a libm call per element
+// on baseline x86-64). Needs IEEE semantics: the build must not use
+// -ffast-math (it does not). Larger |v| only occur for clipped fp16 scales
+// and are clamped right after.
+constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23
+inline float round_half_even(float v) { return (v + kRoundMagic) - kRoundMagic; }
+
+// max |x| over a span, on the bit patterns: for non-negative floats the
+// integer order is the float order, and the integer max reduction vectorises
+// (a float max does not without -ffast-math). A NaN compares above inf, so it
+// propagates into M.
+inline float max_abs(const float* x, size_t n) {
+  uint32_t m = 0;
+  for (size_t k = 0; k < n; ++k) m = std::max(m, std::bit_cast<uint32_t>(x[k]) & 0x7FFFFFFFu);
+  return std::bit_cast<float>(m);
+}
+
+// The group scale as the receiver sees it (fp32: M itself; fp16: M rounded
+// up to fp16, saturating at 65504; NaN stays NaN).
+inline float wire_scale(float m, bool fp16, uint16_t* half_bits) {
+  if (!fp16) return m;
+  uint16_t h = float_to_half_bits(m);
+  if (half_bits_to_float(h) < m) ++h;  // next fp16 above (m > 0 here)
+  // Finite M above 65504 saturates; an inf or NaN M is kept (the group
+  // decodes to non-finite values, so divergence stays visible).
+  if (h == 0x7C00u && !std::isinf(m)) h = 0x7BFFu;
+  *half_bits = h;
+  return half_bits_to_float(h);
+}
+
+struct GroupCoder {
+  float half_range;  // 2^(b-1)
+  float lo, hi;      // -2^(b-1), 2^(b-1) - 1
+
+  explicit GroupCoder(int bits)
+      : half_range(static_cast<float>(1 << (bits - 1))),
+        lo(-static_cast<float>(1 << (bits - 1))),
+        hi(static_cast<float>((1 << (bits - 1)) - 1)) {}
+
+  // Clamp written so that a NaN maps to lo (deterministic, and a NaN code can
+  // never reach the integer conversion); the group's NaN scale makes Q NaN.
+  float clamp(float q) const {
+    q = q > lo ? q : lo;
+    return q < hi ? q : hi;
+  }
+  float nearest(float y, float m) const { return clamp(round_half_even(y / m * half_range)); }
+  // floor(v) + [u < v - floor(v)]: P(round up) = frac(v) up to 2^-24.
+  float stochastic(float y, float m, const RngStream& rng, uint64_t index) const {
+    const float v = y / m * half_range;
+    float f = round_half_even(v);
+    f = f > v ? f - 1.0f : f;
+    const float u = static_cast<float>(rng.block(index)[0] >> 8) * (1.0f / 16777216.0f);
+    return clamp(f + (u < v - f ? 1.0f : 0.0f));
+  }
+};
+
+void check_spec(const QuantizeSpec& spec) {
+  if (spec.bits < 1 || spec.bits > 8 || spec.group_size < 1) {
+    throw std::invalid_argument("QuantizeSpec: bits must be in [1, 8] and group_size >= 1");
+  }
+}
+
+// Writes b-bit codes MSB first as one continuous bit stream.
+class BitWriter {
+ public:
+  BitWriter(uint8_t* out, int bits) : p_(out), bits_(bits), mask_((1u << bits) - 1u) {}
+  void put(int code) {
+    acc_ = (acc_ << bits_) | (static_cast<uint32_t>(code) & mask_);
+    nbits_ += bits_;
+    while (nbits_ >= 8) {
+      nbits_ -= 8;
+      *p_++ = static_cast<uint8_t>(acc_ >> nbits_);
+    }
+  }
+  void flush() {
+    if (nbits_ > 0) *p_++ = static_cast<uint8_t>(acc_ << (8 - nbits_));
+    nbits_ = 0;
+  }
+
+ private:
+  uint8_t* p_;
+  int bits_;
+  uint32_t mask_;
+  uint32_t acc_ = 0;
+  int nbits_ = 0;
+};
+
+class BitReader {
+ public:
+  BitReader(const uint8_t* in, int bits) : p_(in), bits_(bits), mask_((1u << bits) - 1u) {}
+  int get() {
+    while (nbits_ < bits_) {
+      acc_ = (acc_ << 8) | *p_++;
+      nbits_ += 8;
+    }
+    nbits_ -= bits_;
+    int code = static_cast<int>((acc_ >> nbits_) & mask_);
+    if (code & (1 << (bits_ - 1))) code -= 1 << bits_;  // sign-extend
+    return code;
+  }
+
+ private:
+  const uint8_t* p_;
+  int bits_;
+  uint32_t mask_;
+  uint32_t acc_ = 0;
+  int nbits_ = 0;
+};
+
+}  // namespace
+
+size_t quantize_groups(size_t n, const QuantizeSpec& spec) {
+  return (n + spec.group_size - 1) / spec.group_size;
+}
+
+int64_t quantize_wire_bytes(size_t n, const QuantizeSpec& spec) {
+  const size_t code_bytes = (n * static_cast<size_t>(spec.bits) + 7) / 8;
+  return static_cast<int64_t>(code_bytes +
+                              quantize_groups(n, spec) * (spec.fp16_scale ? 2u : 4u));
+}
+
+void quantize_dequantize(std::span<const float> x, std::span<float> out, const QuantizeSpec& spec,
+                         const RngStream& rng, uint64_t first_index) {
+  check_spec(spec);
+  const size_t n = x.size();
+  const size_t g = spec.group_size;
+  const int64_t groups = static_cast<int64_t>(quantize_groups(n, spec));
+  const GroupCoder coder(spec.bits);
+  const float inv_half = 1.0f / coder.half_range;  // exact: a power of two
+  // Groups are independent, so splitting them over threads changes nothing.
+  // x and out may alias: a group is read (max) before it is written, and
+  // element k is read before out[k] is written.
+#pragma omp parallel for schedule(static) if (n >= (size_t{1} << 16) && groups >= 16)
+  for (int64_t j = 0; j < groups; ++j) {
+    const size_t begin = static_cast<size_t>(j) * g;
+    const size_t len = std::min(g, n - begin);
+    const float* y = x.data() + begin;
+    float* o = out.data() + begin;
+    uint16_t unused;
+    const float m = wire_scale(max_abs(y, len), spec.fp16_scale, &unused);
+    if (m == 0.0f) {  // all-zero group (fp16: only when M itself is 0)
+      std::fill(o, o + len, 0.0f);
+      continue;
+    }
+    const float step = m * inv_half;
+    if (spec.stochastic) {
+      const uint64_t base = first_index + begin;
+      for (size_t k = 0; k < len; ++k) o[k] = coder.stochastic(y[k], m, rng, base + k) * step;
+    } else {
+      for (size_t k = 0; k < len; ++k) o[k] = coder.nearest(y[k], m) * step;
+    }
+  }
+}
+
+void quantize_encode(std::span<const float> x, std::span<uint8_t> wire, const QuantizeSpec& spec,
+                     const RngStream& rng) {
+  check_spec(spec);
+  const size_t n = x.size();
+  if (wire.size() != static_cast<size_t>(quantize_wire_bytes(n, spec))) {
+    throw std::invalid_argument("quantize_encode: wire has the wrong size");
+  }
+  const size_t g = spec.group_size;
+  const size_t groups = quantize_groups(n, spec);
+  const size_t code_bytes = (n * static_cast<size_t>(spec.bits) + 7) / 8;
+  uint8_t* scales = wire.data() + code_bytes;
+  const GroupCoder coder(spec.bits);
+  BitWriter writer(wire.data(), spec.bits);
+  for (size_t j = 0; j < groups; ++j) {
+    const size_t begin = j * g;
+    const size_t len = std::min(g, n - begin);
+    const float* y = x.data() + begin;
+    uint16_t half_bits = 0;
+    const float m = wire_scale(max_abs(y, len), spec.fp16_scale, &half_bits);
+    if (spec.fp16_scale) {
+      std::memcpy(scales + 2 * j, &half_bits, 2);
+    } else {
+      std::memcpy(scales + 4 * j, &m, 4);
+    }
+    if (m == 0.0f) {
+      for (size_t k = 0; k < len; ++k) writer.put(0);
+    } else if (spec.stochastic) {
+      for (size_t k = 0; k < len; ++k) {
+        writer.put(static_cast<int>(coder.stochastic(y[k], m, rng, begin + k)));
+      }
+    } else {
+      for (size_t k = 0; k < len; ++k) writer.put(static_cast<int>(coder.nearest(y[k], m)));
+    }
+  }
+  writer.flush();
+}
+
+void quantize_decode(std::span<const uint8_t> wire, std::span<float> out,
+                     const QuantizeSpec& spec) {
+  check_spec(spec);
+  const size_t n = out.size();
+  if (wire.size() != static_cast<size_t>(quantize_wire_bytes(n, spec))) {
+    throw std::invalid_argument("quantize_decode: wire has the wrong size");
+  }
+  const size_t g = spec.group_size;
+  const size_t groups = quantize_groups(n, spec);
+  const size_t code_bytes = (n * static_cast<size_t>(spec.bits) + 7) / 8;
+  const uint8_t* scales = wire.data() + code_bytes;
+  const float inv_half = 1.0f / static_cast<float>(1 << (spec.bits - 1));
+  BitReader reader(wire.data(), spec.bits);
+  for (size_t j = 0; j < groups; ++j) {
+    const size_t begin = j * g;
+    const size_t len = std::min(g, n - begin);
+    float m;
+    if (spec.fp16_scale) {
+      uint16_t h;
+      std::memcpy(&h, scales + 2 * j, 2);
+      m = half_bits_to_float(h);
+    } else {
+      std::memcpy(&m, scales + 4 * j, 4);
+    }
+    float* o = out.data() + begin;
+    if (m == 0.0f) {
+      for (size_t k = 0; k < len; ++k) reader.get();
+      std::fill(o, o + len, 0.0f);
+      continue;
+    }
+    const float step = m * inv_half;
+    for (size_t k = 0; k < len; ++k) o[k] = static_cast<float>(reader.get()) * step;
+  }
+}
+
+}  // namespace bitlab
