@@ -99,7 +99,8 @@ void Lamb::step(StepContext& ctx) {
     const double r = lamb_trust_ratio(norm2(x_p), norm2(u_p), opts_.min_coeff, opts_.max_coeff);
     trust_ratio_[p] = r;
     // C_p = coeff_beta·C_p + (1−coeff_beta)·r_p, skipped when r_p == 1 (the
-    // reference's `if lamb_coeff != 1.0`: an unguarded tensor is not averaged in)
+    // reference's `if lamb_coeff != 1.0`): a tensor with a zero norm, whose
+    // ratio is the guard's 1 rather than a measurement, leaves C_p unchanged.
     if (r != 1.0) coeff_ema_[p] = opts_.coeff_beta * coeff_ema_[p] + (1.0 - opts_.coeff_beta) * r;
     // x_p = x_p − lr·r_p·u_p
     const float step_size = static_cast<float>(opts_.lr * r);

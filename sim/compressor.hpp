@@ -37,6 +37,10 @@ class Compressor {
   virtual bool allreduce_compatible() const { return false; }
   // Type on the wire for the comm log ("fp32", "bits", "int4", ...).
   virtual std::string wire_dtype() const = 0;
+  // True when every worker must draw the same random numbers (random-k with a
+  // shared seed: the receivers regenerate the indices, so none are sent).
+  // Collectives then pass every worker the same stream.
+  virtual bool shared_randomness() const { return false; }
 };
 
 const std::vector<RegistryEntry<Compressor>>& compressor_registry();

@@ -89,6 +89,7 @@ void fill_expand_table(float a, float* table) {
 void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out) {
   const int n = n_;
   const size_t D = D_, d = d_, chunk = D_ / n_, chunk_bytes = chunk / 8;
+  if (!error_feedback_) reset_errors();
 
   // ---- worker side: u = pad(b_i) + e_i ; a_i = ‖u‖/√D ; e_i = u − a_i sign(u)
 #pragma omp parallel for schedule(static)

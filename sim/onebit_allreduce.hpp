@@ -40,6 +40,12 @@ class OneBitAllreduce {
   size_t padded_dim() const { return D_; }
   size_t chunk() const { return D_ / n_; }
 
+  // With error feedback off, every call starts from zero errors (plain scaled
+  // sign compression at both stages): the ablation that shows what the error
+  // compensation buys (1-bit Adam, Tang et al. 2021, §3).
+  void set_error_feedback(bool on) { error_feedback_ = on; }
+  bool error_feedback() const { return error_feedback_; }
+
   // Zeroes every worker and server error (done at the switch to compression
   // and, in 0/1 Adam, at the transition to local steps).
   void reset_errors();
@@ -69,6 +75,7 @@ class OneBitAllreduce {
  private:
   int n_;
   size_t d_, D_;
+  bool error_feedback_ = true;
   std::vector<float> e_;             // n × D worker errors
   std::vector<float> s_;             // n × D/n server errors (= D)
   std::vector<uint8_t> bits_;        // n × D/8 packed signs of u

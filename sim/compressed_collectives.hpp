@@ -1,0 +1,93 @@
+// Compressed collectives other than the two-stage 1-bit allreduce
+// (onebit_allreduce.hpp). Each computes the math of the exchange on the
+// emulated workers' buffers and records every underlying collective in the
+// communicator's log, so the network model can price it.
+//
+// * CompressedAllgatherMean: every worker compresses its buffer with any
+//   compressor, the wire images are allgathered and every worker averages the
+//   decompressed values: out = (1/n) Σ_i C(x_i). With a node size g it runs
+//   hierarchically: an allgather inside each node gives the node mean, the
+//   node's leader compresses that mean once more and the leaders allgather
+//   across nodes, then each leader broadcasts the gathered images inside its
+//   node: out = (1/nodes) Σ_node C(mean_{i in node} C(x_i)). This is the
+//   scheme BinSGDM's abstract describes (one bit-vector per node crosses the
+//   network) and LoCo's hierarchical option; stage-2 error feedback is left
+//   to the caller (not modelled here yet).
+//
+// * QuantizedReduceScatter: LoCo's exchange of n-bit codes (algorithms.md §6):
+//   every worker quantizes its whole buffer (group scales), an alltoall sends
+//   chunk r of every worker's codes to worker r, which averages the
+//   dequantized chunks, and an allgather returns the averaged chunks to
+//   everybody, re-quantized with the same spec ("quantized", default), as fp16
+//   or as fp32. Chunks are whole groups: the buffer is padded with zeros to a
+//   multiple of n·group_size.
+//
+// Sums over workers use the communicator's fixed pairwise tree
+// (mean_over_workers), so results do not depend on the thread count.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sim/comm.hpp"
+#include "sim/compressor.hpp"
+#include "sim/quantize.hpp"
+
+namespace bitlab {
+
+class CompressedAllgatherMean {
+ public:
+  // node_size 0 or n: flat. Otherwise it must divide n.
+  CompressedAllgatherMean(int workers, size_t dim, std::shared_ptr<const Compressor> compressor,
+                          int node_size = 0);
+
+  // out = mean of the compressed buffers (see above). The random streams are
+  // RngStream(seed, kCompress, worker, step) (one shared stream, worker 0, when
+  // the compressor asks for shared randomness); node leaders' second
+  // compression uses worker id n + node.
+  void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
+           int64_t step);
+
+  // C(x_i) of the last run, per worker (what error feedback subtracts).
+  WorkerBuffers compressed() { return {compressed_.data(), stride_, d_, n_}; }
+  bool hierarchical() const { return nodes_ > 1 && g_ > 1; }
+  int nodes() const { return nodes_; }
+
+ private:
+  int n_, g_, nodes_;
+  size_t d_, stride_;
+  std::shared_ptr<const Compressor> c_;
+  std::vector<float> compressed_;  // n × stride
+  std::vector<float> node_mean_;   // nodes × stride (stage 2 input, then C of it)
+};
+
+class QuantizedReduceScatter {
+ public:
+  // gather: "quantized" (re-quantize the averaged chunk with `spec`), "fp16" or "fp32".
+  QuantizedReduceScatter(int workers, size_t dim, const QuantizeSpec& spec,
+                         std::string gather = "quantized");
+
+  // quantized_i = Q(x_i) (stage 1, per worker); out = gather-precision of
+  // mean_i quantized_i. Streams: RngStream(seed, kCompress, worker, step) for
+  // stage 1 and worker id n + r for server r's re-quantization.
+  void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
+           int64_t step);
+
+  WorkerBuffers quantized() { return {quantized_.data(), stride_, d_, n_}; }
+  size_t padded_dim() const { return D_; }
+  // Bytes one worker sends per call.
+  double sent_bytes_per_call() const;
+
+ private:
+  int n_;
+  size_t d_, D_, stride_;
+  QuantizeSpec spec_;
+  std::string gather_;
+  std::vector<float> padded_;     // scratch D for a worker's padded input
+  std::vector<float> quantized_;  // n × stride: Q(x_i) truncated to d
+  std::vector<float> mean_;       // D
+};
+
+}  // namespace bitlab
