@@ -5,8 +5,11 @@
 #include "optimizers/adam.hpp"
 #include "optimizers/lamb.hpp"
 #include "optimizers/momentum_sgd.hpp"
+#include "optimizers/onebit_adam.hpp"
+#include "optimizers/onebit_lamb.hpp"
 #include "optimizers/optimizer.hpp"
 #include "optimizers/sgd.hpp"
+#include "optimizers/zero_one_adam.hpp"
 
 namespace bitlab {
 
@@ -18,10 +21,26 @@ const std::vector<RegistryEntry<Optimizer>>& optimizer_registry() {
           "momentum_sgd", "SGD with heavy-ball or Nesterov momentum (PyTorch SGD, dampening 0)"),
       make_registry_entry<Optimizer, Adam, AdamOptions>(
           "adam", "Adam/AdamW (Kingma & Ba 2015; Loshchilov & Hutter 2019), full precision"),
+      make_registry_entry<Optimizer, OneBitAdam, OneBitAdamOptions>(
+          "onebit_adam",
+          "1-bit Adam (Tang et al. 2021): Adam warm-up, then frozen variance and the momentum "
+          "through the error-compensated 1-bit allreduce; switch after freeze_step"),
+      make_registry_entry<Optimizer, OneBitAdam, ApmSqueezeOptions>(
+          "apmsqueeze",
+          "APMSqueeze (Tang et al. 2020): 1-bit Adam's algorithm, switching once the variance "
+          "is stable (switch variance_stable, capped at freeze_step)"),
       make_registry_entry<Optimizer, Lamb, LambOptions>(
           "lamb",
           "LAMB with clamped per-tensor trust ratio (You et al. 2020), as in the "
           "1-bit LAMB warm-up (Li et al. 2021), full precision"),
+      make_registry_entry<Optimizer, OneBitLamb, OneBitLambOptions>(
+          "onebit_lamb",
+          "1-bit LAMB (Li et al. 2021): LAMB warm-up, then 1-bit compressed momentum with "
+          "frozen, factor-rescaled trust ratios"),
+      make_registry_entry<Optimizer, ZeroOneAdam, ZeroOneAdamOptions>(
+          "zero_one_adam",
+          "0/1 Adam (Lu et al. 2023): adaptive variance freezing with 1-bit gradient steps, "
+          "then local steps synchronised through the 1-bit allreduce"),
   };
   return kRegistry;
 }

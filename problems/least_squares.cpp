@@ -2,6 +2,7 @@
 // b = A x_true + noise. Loss on a batch B: (1/2|B|) Σ_{j∈B} (a_j·x − b_j)².
 // Convex and smooth with a known optimum (solved in double), so
 // suboptimality can be tracked exactly.
+#include <algorithm>
 #include <cmath>
 
 #include "problems/synthetic.hpp"

@@ -3,6 +3,7 @@
 // on Gaussian features with labels drawn from a logistic model (w_true,
 // kLogisticTrueBias). Strongly convex for λ > 0; the optimum comes from a
 // Newton solve in double.
+#include <algorithm>
 #include <cmath>
 
 #include "problems/synthetic.hpp"
@@ -16,8 +17,8 @@ Schema<LogisticOptions> LogisticOptions::schema() {
              {rules::at_least<int64_t>(1)})
       .field("samples", &O::samples, "training samples (sharded over workers)",
              {rules::at_least<int64_t>(1)})
-      .field("test_samples", &O::test_samples,
-             "held-out samples for eval_loss and eval_accuracy", {rules::at_least<int64_t>(1)})
+      .field("test_samples", &O::test_samples, "held-out samples for eval_loss and eval_accuracy",
+             {rules::at_least<int64_t>(1)})
       .field("l2", &O::l2, "λ of the regulariser (λ/2)‖w‖² (the bias is not regularised)",
              {rules::at_least(0.0)})
       .field("separation", &O::separation,

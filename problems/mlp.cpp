@@ -6,6 +6,7 @@
 //
 // Parameters: [W1 (hidden × input_dim, row-major), b1 (hidden),
 //              W2 (classes × hidden, row-major), b2 (classes)].
+#include <algorithm>
 #include <cmath>
 
 #include "problems/synthetic.hpp"
@@ -23,8 +24,8 @@ Schema<MlpOptions> MlpOptions::schema() {
              {rules::one_of({"tanh", "relu"})})
       .field("samples", &O::samples, "training samples (sharded over workers)",
              {rules::at_least<int64_t>(1)})
-      .field("test_samples", &O::test_samples,
-             "held-out samples for eval_loss and eval_accuracy", {rules::at_least<int64_t>(1)})
+      .field("test_samples", &O::test_samples, "held-out samples for eval_loss and eval_accuracy",
+             {rules::at_least<int64_t>(1)})
       .field("separation", &O::separation,
              "typical distance of a cluster centre from the origin (centres ~ N(0, "
              "separation²/input_dim · I), points = centre + N(0, I)): larger = easier",
@@ -127,9 +128,7 @@ class Mlp final : public Problem {
     return loss * inv_n;
   }
 
-  std::vector<std::string> eval_columns() const override {
-    return {"eval_loss", "eval_accuracy"};
-  }
+  std::vector<std::string> eval_columns() const override { return {"eval_loss", "eval_accuracy"}; }
 
   void evaluate(std::span<const float> x, std::span<double> out) const override {
     MlpWorkspace ws;

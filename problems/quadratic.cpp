@@ -6,6 +6,7 @@
 //
 // The simulator's benchmark runs it at d = 2^22 with 16 workers, so
 // loss_grad is one fused streaming pass over x, h, x* and g.
+#include <algorithm>
 #include <cmath>
 
 #include "problems/synthetic.hpp"
@@ -18,8 +19,7 @@ Schema<QuadraticOptions> QuadraticOptions::schema() {
   return Schema<O>()
       .field("dim", &O::dim, "number of parameters d", {rules::at_least<int64_t>(1)})
       .field("condition_number", &O::condition_number,
-             "κ = h_max / h_min; curvatures are log-spaced from 1 to κ",
-             {rules::at_least(1.0)})
+             "κ = h_max / h_min; curvatures are log-spaced from 1 to κ", {rules::at_least(1.0)})
       .field("noise", &O::noise,
              "σ: standard deviation of the Gaussian noise added to every gradient entry of "
              "every worker (0: exact gradients)",
@@ -94,7 +94,9 @@ class Quadratic final : public Problem {
     return 0.5 * acc;
   }
 
-  std::vector<std::string> eval_columns() const override { return {"eval_loss", "dist_to_opt"}; }
+  std::vector<std::string> eval_columns() const override {
+    return {"eval_loss", "dist_to_opt"};
+  }
 
   void evaluate(std::span<const float> x, std::span<double> out) const override {
     double acc = 0.0;
@@ -106,7 +108,9 @@ class Quadratic final : public Problem {
     out[1] = std::sqrt(distance_squared(x, x_star_));
   }
 
-  std::optional<double> optimal_loss() const override { return 0.0; }
+  std::optional<double> optimal_loss() const override {
+    return 0.0;
+  }
 
  private:
   float noise_;

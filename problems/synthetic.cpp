@@ -1,5 +1,6 @@
 #include "problems/synthetic.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "sim/rng.hpp"
@@ -39,7 +40,9 @@ double sigmoid(double z) {
 }
 
 // log(1 + e^z) without overflow or cancellation.
-double softplus(double z) { return std::max(z, 0.0) + std::log1p(std::exp(-std::abs(z))); }
+double softplus(double z) {
+  return std::max(z, 0.0) + std::log1p(std::exp(-std::abs(z)));
+}
 
 }  // namespace
 
@@ -147,8 +150,7 @@ std::optional<Eigen::VectorXd> logistic_solution(const Samples& train, double l2
       s(j) = sigmoid(z(j));
       w(j) = s(j) * (1.0 - s(j));
     }
-    const Eigen::VectorXd grad =
-        a.transpose() * (s - y) / double(n) + reg.cwiseProduct(p);
+    const Eigen::VectorXd grad = a.transpose() * (s - y) / double(n) + reg.cwiseProduct(p);
     if (grad.norm() < 1e-10) return p;
     Eigen::MatrixXd h = a.transpose() * w.asDiagonal() * a / double(n);
     h.diagonal() += reg;

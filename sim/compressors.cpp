@@ -28,8 +28,8 @@ void check_index_range(size_t n) {
 // Writes out = x at the ascending `indices` and 0 elsewhere, times `scale`.
 // Safe when out aliases x: each kept element is read before it is written and
 // only the gaps are zeroed.
-void scatter_kept(std::span<const float> x, std::span<float> out,
-                  std::span<const uint32_t> indices, float scale) {
+void scatter_kept(std::span<const float> x, std::span<float> out, std::span<const uint32_t> indices,
+                  float scale) {
   size_t prev = 0;
   for (uint32_t i : indices) {
     std::fill(out.begin() + prev, out.begin() + i, 0.0f);
@@ -66,6 +66,28 @@ std::span<const uint32_t> topk_indices(std::span<const float> x, size_t k) {
   return {idx, k};
 }
 
+// round_to_half(f) (fp16 round-to-nearest-even, back to float) without
+// branches, so the cast loop vectorises (float_to_half_bits branches per
+// element and runs ~10× slower). Same result bit for bit, NaN included
+// (sign | 0x7FC00000, as the fp16 round trip gives); the equivalence is
+// checked over sampled and boundary inputs in tests/test_compress.cpp.
+inline float round_to_half_fast(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = x & 0x80000000u;
+  const uint32_t a = x & 0x7FFFFFFFu;
+  // Normal fp16 range: round the float mantissa to 10 bits (ties to even);
+  // a carry into the exponent is the correct result.
+  const uint32_t normal = (a + 0xFFFu + ((a >> 13) & 1u)) & ~0x1FFFu;
+  // Below 2^-14 fp16 is fixed point with quantum 2^-24: adding 0.75 (whose
+  // ulp is 2^-24) rounds there, subtracting it again is exact.
+  const float sub_f = (std::bit_cast<float>(a) + 0.75f) - 0.75f;
+  const uint32_t sub = std::bit_cast<uint32_t>(sub_f);
+  uint32_t r = a < 0x38800000u ? sub : normal;
+  r = a >= 0x477FF000u ? 0x7F800000u : r;  // rounds to >= 65520: inf
+  r = a > 0x7F800000u ? 0x7FC00000u : r;   // NaN
+  return std::bit_cast<float>(sign | r);
+}
+
 }  // namespace
 
 // ---- identity ---------------------------------------------------------------
@@ -88,11 +110,10 @@ void IdentityCompressor::decode(std::span<const uint8_t> wire, std::span<float> 
 
 // ---- fp16 / bf16 casts ------------------------------------------------------
 
-void CastCompressor::apply(std::span<const float> x, std::span<float> out,
-                           const RngStream&) const {
+void CastCompressor::apply(std::span<const float> x, std::span<float> out, const RngStream&) const {
   const size_t n = x.size();
   if (type_ == Type::kFp16) {
-    for (size_t k = 0; k < n; ++k) out[k] = round_to_half(x[k]);
+    for (size_t k = 0; k < n; ++k) out[k] = round_to_half_fast(x[k]);
   } else {
     for (size_t k = 0; k < n; ++k) out[k] = round_to_bf16(x[k]);
   }
@@ -103,8 +124,7 @@ void CastCompressor::encode(std::span<const float> x, std::span<uint8_t> wire,
   check_wire(wire, wire_bytes(x.size()), "cast encode");
   uint8_t* p = wire.data();
   for (size_t k = 0; k < x.size(); ++k, p += 2) {
-    const uint16_t h =
-        type_ == Type::kFp16 ? float_to_half_bits(x[k]) : float_to_bf16_bits(x[k]);
+    const uint16_t h = type_ == Type::kFp16 ? float_to_half_bits(x[k]) : float_to_bf16_bits(x[k]);
     std::memcpy(p, &h, 2);
   }
 }
@@ -153,8 +173,7 @@ size_t sparse_count(size_t n, double ratio, int64_t k_option) {
   return std::min(n, std::max<size_t>(1, static_cast<size_t>(k)));
 }
 
-void TopkCompressor::apply(std::span<const float> x, std::span<float> out,
-                           const RngStream&) const {
+void TopkCompressor::apply(std::span<const float> x, std::span<float> out, const RngStream&) const {
   scatter_kept(x, out, topk_indices(x, count(x.size())), 1.0f);
 }
 
@@ -268,24 +287,30 @@ void RandomkCompressor::decode(std::span<const uint8_t> wire, std::span<float> o
 
 namespace {
 // q_k ∈ {−1, +1} as a bool (true = +1); see compressors.hpp for the draw.
-inline bool binarize_one(float x, uint32_t draw) {
-  const float z = x > 1.0f ? 1.0f : (x < -1.0f ? -1.0f : x);  // NaN stays NaN
-  const float p_plus = 0.5f * (1.0f + z);                      // NaN: u <= NaN is false
-  return u32_to_unit_open0(draw) <= p_plus;
+// Clamping z to [−1, 1] needs no code: with u ∈ (0, 1], z > 1 gives
+// p > 1 (always +1), z < −1 gives p < 0 (always −1), and NaN compares false
+// (−1). No branches, so the loop vectorises.
+inline bool binarize_one(float z, uint32_t draw) {
+  return u32_to_unit_open0(draw) <= 0.5f * (1.0f + z);
 }
 
-// Calls f(k, q_k) for every element, four elements per Philox block.
+// Calls f(k, q_k) for every element, four elements per Philox block. The
+// draws of a chunk are made in a loop of their own so that it vectorises.
 template <class F>
 void binarize_each(std::span<const float> x, const RngStream& rng, F&& f) {
+  constexpr size_t kChunk = 256;  // elements; a multiple of 4
+  uint32_t draws[kChunk];
   const size_t n = x.size();
-  const size_t full = n / 4;
-  for (size_t b = 0; b < full; ++b) {
-    const PhiloxBlock r = rng.block(b);
-    for (size_t l = 0; l < 4; ++l) f(4 * b + l, binarize_one(x[4 * b + l], r[l]));
-  }
-  if (n % 4) {
-    const PhiloxBlock r = rng.block(full);
-    for (size_t l = 0; l < n % 4; ++l) f(4 * full + l, binarize_one(x[4 * full + l], r[l]));
+  for (size_t c0 = 0; c0 < n; c0 += kChunk) {
+    const size_t c = std::min(kChunk, n - c0);
+    for (size_t b = 0; b < (c + 3) / 4; ++b) {
+      const PhiloxBlock r = rng.block(c0 / 4 + b);
+      draws[4 * b] = r[0];
+      draws[4 * b + 1] = r[1];
+      draws[4 * b + 2] = r[2];
+      draws[4 * b + 3] = r[3];
+    }
+    for (size_t k = 0; k < c; ++k) f(c0 + k, binarize_one(x[c0 + k], draws[k]));
   }
 }
 }  // namespace

@@ -89,7 +89,9 @@ void ErrorFeedback::begin_step(int64_t step) {
   if (step > 1 && (step - 1) % opts_.reset_every == 0) reset();
 }
 
-void ErrorFeedback::reset() { std::fill(e_.begin(), e_.end(), 0.0f); }
+void ErrorFeedback::reset() {
+  std::fill(e_.begin(), e_.end(), 0.0f);
+}
 
 std::span<const float> ErrorFeedback::error(int worker) const {
   if (kind_ == Kind::kNone) return {};

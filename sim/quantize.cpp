@@ -20,7 +20,9 @@ namespace {
 // -ffast-math (it does not). Larger |v| only occur for clipped fp16 scales
 // and are clamped right after.
 constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23
-inline float round_half_even(float v) { return (v + kRoundMagic) - kRoundMagic; }
+inline float round_half_even(float v) {
+  return (v + kRoundMagic) - kRoundMagic;
+}
 
 // max |x| over a span, on the bit patterns: for non-negative floats the
 // integer order is the float order, and the integer max reduction vectorises
@@ -61,15 +63,31 @@ struct GroupCoder {
     return q < hi ? q : hi;
   }
   float nearest(float y, float m) const { return clamp(round_half_even(y / m * half_range)); }
-  // floor(v) + [u < v - floor(v)]: P(round up) = frac(v) up to 2^-24.
-  float stochastic(float y, float m, const RngStream& rng, uint64_t index) const {
+  // floor(v) + [u < v - floor(v)] with u = draw·2^-24 ∈ [0, 1): P(round up)
+  // = frac(v) up to 2^-24.
+  float stochastic(float y, float m, uint32_t draw) const {
     const float v = y / m * half_range;
     float f = round_half_even(v);
     f = f > v ? f - 1.0f : f;
-    const float u = static_cast<float>(rng.block(index)[0] >> 8) * (1.0f / 16777216.0f);
+    const float u = static_cast<float>(draw >> 8) * (1.0f / 16777216.0f);
     return clamp(f + (u < v - f ? 1.0f : 0.0f));
   }
 };
+
+// Stochastic codes of y[0, len) in chunks: the draws of a chunk are made in
+// a loop of their own (lane 0 of rng.block(first_index + k)), which the
+// compiler vectorises (-O3), then the codes; f(k, code) consumes them.
+template <class F>
+void stochastic_codes(const GroupCoder& coder, const float* y, size_t len, float m,
+                      const RngStream& rng, uint64_t first_index, F&& f) {
+  constexpr size_t kChunk = 256;
+  uint32_t draws[kChunk];
+  for (size_t c0 = 0; c0 < len; c0 += kChunk) {
+    const size_t c = std::min(kChunk, len - c0);
+    for (size_t k = 0; k < c; ++k) draws[k] = rng.block(first_index + c0 + k)[0];
+    for (size_t k = 0; k < c; ++k) f(c0 + k, coder.stochastic(y[c0 + k], m, draws[k]));
+  }
+}
 
 void check_spec(const QuantizeSpec& spec) {
   if (spec.bits < 1 || spec.bits > 8 || spec.group_size < 1) {
@@ -132,8 +150,7 @@ size_t quantize_groups(size_t n, const QuantizeSpec& spec) {
 
 int64_t quantize_wire_bytes(size_t n, const QuantizeSpec& spec) {
   const size_t code_bytes = (n * static_cast<size_t>(spec.bits) + 7) / 8;
-  return static_cast<int64_t>(code_bytes +
-                              quantize_groups(n, spec) * (spec.fp16_scale ? 2u : 4u));
+  return static_cast<int64_t>(code_bytes + quantize_groups(n, spec) * (spec.fp16_scale ? 2u : 4u));
 }
 
 void quantize_dequantize(std::span<const float> x, std::span<float> out, const QuantizeSpec& spec,
@@ -161,8 +178,8 @@ void quantize_dequantize(std::span<const float> x, std::span<float> out, const Q
     }
     const float step = m * inv_half;
     if (spec.stochastic) {
-      const uint64_t base = first_index + begin;
-      for (size_t k = 0; k < len; ++k) o[k] = coder.stochastic(y[k], m, rng, base + k) * step;
+      stochastic_codes(coder, y, len, m, rng, first_index + begin,
+                       [&](size_t k, float q) { o[k] = q * step; });
     } else {
       for (size_t k = 0; k < len; ++k) o[k] = coder.nearest(y[k], m) * step;
     }
@@ -196,9 +213,8 @@ void quantize_encode(std::span<const float> x, std::span<uint8_t> wire, const Qu
     if (m == 0.0f) {
       for (size_t k = 0; k < len; ++k) writer.put(0);
     } else if (spec.stochastic) {
-      for (size_t k = 0; k < len; ++k) {
-        writer.put(static_cast<int>(coder.stochastic(y[k], m, rng, begin + k)));
-      }
+      stochastic_codes(coder, y, len, m, rng, begin,
+                       [&](size_t, float q) { writer.put(static_cast<int>(q)); });
     } else {
       for (size_t k = 0; k < len; ++k) writer.put(static_cast<int>(coder.nearest(y[k], m)));
     }

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -113,8 +114,9 @@ int64_t expected_wire_bytes(const Json& cfg, size_t n) {
 }  // namespace
 
 TEST_SUITE("compress") {
-  TEST_CASE("compressor.hpp contract: decode(encode(x)) == apply(x) bit for bit; encode writes "
-            "exactly wire_bytes(n) bytes, equal to each closed form") {
+  TEST_CASE(
+      "compressor.hpp contract: decode(encode(x)) == apply(x) bit for bit; encode writes "
+      "exactly wire_bytes(n) bytes, equal to each closed form") {
     for (const auto& cfg_text : kConfigs) {
       const Json cfg = Json::parse(cfg_text);
       const auto c = make(cfg_text);
@@ -171,6 +173,28 @@ TEST_SUITE("compress") {
     for (size_t k = 0; k < x.size(); ++k) CHECK(out[k] == round_to_half(x[k]));
     make(R"({"name": "bf16"})")->apply(x, out, compress_stream(0));
     for (size_t k = 0; k < x.size(); ++k) CHECK(out[k] == round_to_bf16(x[k]));
+  }
+
+  TEST_CASE("fp16 cast: the vectorised rounding equals round_to_half bit for bit") {
+    // Every 4099th bit pattern (all exponents, signs, NaNs, subnormals) plus
+    // the boundaries of the fp16 ranges. (Checked exhaustively over all 2^32
+    // patterns once while writing it.)
+    std::vector<float> x;
+    for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 4099) {
+      x.push_back(std::bit_cast<float>(static_cast<uint32_t>(b)));
+    }
+    for (uint32_t b : {0x33000000u, 0x33000001u, 0x387FFFFFu, 0x38800000u, 0x477FEFFFu, 0x477FF000u,
+                       0x7F800000u, 0x7F800001u, 0x7FC00000u, 0x80000001u, 0xB3000000u}) {
+      x.push_back(std::bit_cast<float>(b));
+    }
+    std::vector<float> out(x.size());
+    make(R"({"name": "fp16"})")->apply(x, out, compress_stream(0));
+    size_t bad = 0;
+    for (size_t k = 0; k < x.size(); ++k) {
+      const float want = round_to_half(x[k]);
+      bad += std::memcmp(&want, &out[k], 4) != 0;
+    }
+    CHECK(bad == 0);
   }
 
   TEST_CASE("§1 RMS sign keeps the norm: ‖C(x)‖₂ = ‖x‖₂") {
@@ -240,8 +264,9 @@ TEST_SUITE("compress") {
     }
   }
 
-  TEST_CASE("§1 L1 sign is a δ-contraction with equality: ‖C(x)−x‖² = (1−δ)‖x‖², "
-            "δ = ‖x‖₁²/(d‖x‖₂²)") {
+  TEST_CASE(
+      "§1 L1 sign is a δ-contraction with equality: ‖C(x)−x‖² = (1−δ)‖x‖², "
+      "δ = ‖x‖₁²/(d‖x‖₂²)") {
     // With a = ‖x‖₁/d·(1+η) (η: fp32 rounding, |η| ≤ 2^-24), the first-order
     // term in η vanishes (a is the least-squares scale), leaving η²·δ‖x‖² ≤
     // 2^-48‖x‖². The double sums add ≤ ~d·2^-53 relative each. Tolerance:
@@ -275,8 +300,7 @@ TEST_SUITE("compress") {
       CAPTURE(d);
       CHECK(delta <= 1.0 + 1e-12);
       CHECK(delta >= 1.0 / double(d) - 1e-12);
-      CHECK(std::fabs(err - (1.0 - delta) * l2) <=
-            (4.0 * double(d) * 0x1p-53 + 0x1p-46) * l2);
+      CHECK(std::fabs(err - (1.0 - delta) * l2) <= (4.0 * double(d) * 0x1p-53 + 0x1p-46) * l2);
     }
   }
 
@@ -302,13 +326,14 @@ TEST_SUITE("compress") {
     CHECK(bits[0] == 0xE0);
   }
 
-  TEST_CASE("§1 n-bit quantizer: |Q(y) − y| ≤ one step 2M/2^b, ≤ half a step with nearest "
-            "rounding inside the clamp range; all-zero groups give zeros") {
+  TEST_CASE(
+      "§1 n-bit quantizer: |Q(y) − y| ≤ one step 2M/2^b, ≤ half a step with nearest "
+      "rounding inside the clamp range; all-zero groups give zeros") {
     // fp32 slack: v = fl(y/M)·2^(b−1) is off by ≤ 2^(b−1)·2^-24 codes and
     // Q = fl(q·step) by ≤ 2^-24·M, so the bounds get + 2^-23·M.
     const size_t n = 4099;
     std::vector<float> x = randn(n, 31);
-    for (size_t k = 0; k < n; k += 97) x[k] *= 50.0f;   // outliers
+    for (size_t k = 0; k < n; k += 97) x[k] *= 50.0f;     // outliers
     std::fill(x.begin() + 2000, x.begin() + 2600, 0.0f);  // zero groups for all sizes <= 300
     for (int bits = 1; bits <= 8; ++bits) {
       for (size_t group : {1, 3, 16, 128, 300}) {
@@ -348,8 +373,9 @@ TEST_SUITE("compress") {
     }
   }
 
-  TEST_CASE("§1 n-bit quantizer, fp16 scale: within one step of the rounded M (rounded up, "
-            "saturating at 65504)") {
+  TEST_CASE(
+      "§1 n-bit quantizer, fp16 scale: within one step of the rounded M (rounded up, "
+      "saturating at 65504)") {
     const size_t n = 1000, group = 50;
     std::vector<float> x = randn(n, 44, 0.01f);
     for (size_t k = 0; k < 50; ++k) x[k] *= 1e6f;  // group 0: M > 65504, clipped
@@ -373,7 +399,7 @@ TEST_SUITE("compress") {
           CHECK(mh == 65504.0);
           continue;
         }
-        CHECK(mh >= m);                                       // rounded up
+        CHECK(mh >= m);                                             // rounded up
         CHECK(float_to_half_bits(static_cast<float>(m)) >= h - 1);  // by at most one fp16 ulp
         const double step = 2.0 * mh / std::ldexp(1.0, bits);
         for (size_t k = j * group; k < (j + 1) * group; ++k) {
@@ -403,7 +429,8 @@ TEST_SUITE("compress") {
       int tested = 0;
       for (size_t j = 0; j < n / group; ++j) {
         double m = 0;
-        for (size_t k = j * group; k < (j + 1) * group; ++k) m = std::max(m, std::fabs(double{y[k]}));
+        for (size_t k = j * group; k < (j + 1) * group; ++k)
+          m = std::max(m, std::fabs(double{y[k]}));
         const double step = 2.0 * m / std::ldexp(1.0, bits);
         for (size_t k = j * group; k < (j + 1) * group; ++k) {
           const double v = y[k] / step;
@@ -590,8 +617,9 @@ TEST_SUITE("compress") {
     for (float v : ef.error(0)) CHECK(v == 0.0f);
   }
 
-  TEST_CASE("§6 LoCo identity (ema, exact storage, 4-bit): Σ_{t<T} ĥ_t = Σ_{t<T} g_t − "
-            "e_T/(1−β)") {
+  TEST_CASE(
+      "§6 LoCo identity (ema, exact storage, 4-bit): Σ_{t<T} ĥ_t = Σ_{t<T} g_t − "
+      "e_T/(1−β)") {
     // Update order h_t = g_t + e_t, ĥ_t = Q(h_t), e_{t+1} = βe_t + (1−β)(h_t − ĥ_t)
     // gives ĥ_t = g_t + (e_t − e_{t+1})/(1−β), which telescopes (e_0 = 0).
     // β is the fp32 value of 0.8 and 1−β is exact in fp32 (Sterbenz), so the
@@ -620,11 +648,12 @@ TEST_SUITE("compress") {
         sum_c[k] += ch[k];
         sum_g[k] += g[k];
         const double d = double{h[k]} - ch[k];
-        bound[k] += 1.001 * kU *
-                    (std::fabs(double{h[k]}) +
-                     3.0 * (beta * std::fabs(double{e_prev[k]}) + one_minus * std::fabs(d) +
-                            std::fabs(double{e[k]})) /
-                         one_minus);
+        bound[k] +=
+            1.001 * kU *
+            (std::fabs(double{h[k]}) + 3.0 *
+                                           (beta * std::fabs(double{e_prev[k]}) +
+                                            one_minus * std::fabs(d) + std::fabs(double{e[k]})) /
+                                           one_minus);
         e_prev[k] = e[k];
       }
     }
@@ -689,8 +718,8 @@ TEST_SUITE("compress") {
     std::vector<float> h(40), ch(40);
     for (int step = 1; step <= 12; ++step) {
       ef.begin_step(step);
-      const bool zero = std::all_of(ef.error(0).begin(), ef.error(0).end(),
-                                    [](float v) { return v == 0.0f; });
+      const bool zero =
+          std::all_of(ef.error(0).begin(), ef.error(0).end(), [](float v) { return v == 0.0f; });
       CAPTURE(step);
       CHECK(zero == (step == 1 || step == 5 || step == 9));
       const std::vector<float> g = randn(40, 70 + step);
@@ -766,8 +795,7 @@ TEST_SUITE("compress") {
           "mean \"nearest\"?");
     CHECK(config_error(R"({"name": "nbit", "scale_dtype": "bf16"})")
               .starts_with("compressor.scale_dtype = \"bf16\": must be one of \"fp32\", \"fp16\""));
-    CHECK(config_error(R"({"name": "topk", "ratio": 0})") ==
-          "compressor.ratio = 0: must be > 0");
+    CHECK(config_error(R"({"name": "topk", "ratio": 0})") == "compressor.ratio = 0: must be > 0");
     CHECK(config_error(R"({"name": "randomk", "ratio": 1.5})") ==
           "compressor.ratio = 1.5: must be <= 1");
     CHECK(config_error(R"({"name": "topk", "k": -1})") == "compressor.k = -1: must be >= 0");
@@ -815,8 +843,8 @@ TEST_SUITE("compress") {
       CHECK(resolved["name"] == e.name);
       CHECK(e.make(resolved)->name() == e.name);
     }
-    const Json nbit = find_entry(compressor_registry(), "nbit")
-                          ->resolve(Json{{"name", "nbit"}}, "compressor");
+    const Json nbit =
+        find_entry(compressor_registry(), "nbit")->resolve(Json{{"name", "nbit"}}, "compressor");
     CHECK(nbit == Json::parse(R"({"name": "nbit", "bits": 4, "group_size": 128,
                                   "rounding": "nearest", "scale_dtype": "fp32"})"));
     const auto sign_l1 = make(R"({"name": "sign", "scale": "l1"})");

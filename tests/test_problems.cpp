@@ -504,12 +504,12 @@ TEST_SUITE("problems") {
     CHECK(resolve_error("least_squares", {{"noise_std", -0.1}}) ==
           "problem.noise_std = -0.1: must be >= 0");
     CHECK(resolve_error("logistic", {{"l2", -1e-3}}) == "problem.l2 = -0.001: must be >= 0");
-    CHECK(resolve_error("logistic", {{"separation", 0}}) ==
-          "problem.separation = 0: must be > 0");
+    CHECK(resolve_error("logistic", {{"separation", 0}}) == "problem.separation = 0: must be > 0");
     CHECK(resolve_error("mlp", {{"classes", 1}}) == "problem.classes = 1: must be >= 2");
-    CHECK(resolve_error("mlp", {{"activation", "sigmoid"}}).find(
-              "problem.activation = \"sigmoid\": must be one of \"tanh\", \"relu\"") == 0);
-    CHECK(resolve_error("mlp", {{"hidden", 2.5}}) == "problem.hidden = 2.5: must be a whole number");
+    CHECK(resolve_error("mlp", {{"activation", "sigmoid"}})
+              .find("problem.activation = \"sigmoid\": must be one of \"tanh\", \"relu\"") == 0);
+    CHECK(resolve_error("mlp", {{"hidden", 2.5}}) ==
+          "problem.hidden = 2.5: must be a whole number");
 
     // Defaults are filled in the resolved options.
     const auto* e = find_entry(problem_registry(), "logistic");

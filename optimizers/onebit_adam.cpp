@@ -1,0 +1,242 @@
+#include "optimizers/onebit_adam.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "optimizers/common.hpp"
+#include "sim/reduce.hpp"
+
+namespace bitlab {
+
+namespace {
+
+// One schema for both option structs. The fields are named with an explicit
+// value type so that a member of OneBitAdamOptions also serves the derived
+// ApmSqueezeOptions (a base member pointer converts, but is not deduced).
+template <class O>
+Schema<O> make_onebit_adam_schema() {
+  Schema<O> s;
+  s.template field<double>("lr", &O::lr, "learning rate", {rules::greater(0.0)});
+  s.template field<double>("beta1", &O::beta1, "decay rate β1 of the momentum m",
+                           {rules::in_closed_open(0.0, 1.0)});
+  s.template field<double>("beta2", &O::beta2,
+                           "decay rate β2 of the second moment v (updated in the warm-up only)",
+                           {rules::in_closed_open(0.0, 1.0)});
+  s.template field<double>("eps", &O::eps, "ε added to sqrt(v) in the denominator",
+                           {rules::greater(0.0)});
+  s.template field<double>("weight_decay", &O::weight_decay,
+                           "decoupled weight decay wd: update = m ⊘ (sqrt(v)+ε) + wd·x "
+                           "(DeepSpeed's 1-bit Adam form)",
+                           {rules::at_least(0.0)});
+  s.template field<bool>("bias_correction", &O::bias_correction,
+                         "divide m, v by 1−β1^t, 1−β2^t during the warm-up (as PyTorch's Adam); "
+                         "off by default because DeepSpeed's 1-bit Adam accepts the flag and "
+                         "never applies it. The compression stage never corrects");
+  s.template field<int64_t>(
+      "freeze_step", &O::freeze_step,
+      "T_w: steps t = 1..freeze_step are the full-precision warm-up (1-based; the switch "
+      "comes after step freeze_step). Default 100 suits bitlab's small problems; the "
+      "reference's default is 100000 and its docs advise 15-25 % of training. With switch "
+      "variance_stable it is the latest switch",
+      {rules::at_least<int64_t>(0)});
+  s.template field<std::string>(
+      "switch", &O::switch_rule,
+      "when the warm-up ends: fixed_step (after step freeze_step; 1-bit Adam and the "
+      "DeepSpeed reference) or variance_stable (after the first step t >= min_warmup whose "
+      "relative change ‖v_t − v_{t−1}‖/‖v_t‖ is below var_threshold, at the latest after "
+      "freeze_step; APMSqueeze's \"variance has stabilised\", rule [verify])",
+      {rules::one_of({"fixed_step", "variance_stable"})});
+  s.template field<double>("var_threshold", &O::var_threshold,
+                           "switch variance_stable: the relative change of v per step below "
+                           "which the variance counts as stable [verify: the paper gives no "
+                           "number]. Without bias correction it decays like 1/t early on",
+                           {rules::greater(0.0)});
+  s.template field<int64_t>("min_warmup", &O::min_warmup,
+                            "switch variance_stable: the earliest step after which the warm-up "
+                            "may end",
+                            {rules::at_least<int64_t>(1)});
+  s.template field<bool>("error_feedback", &O::error_feedback,
+                         "keep the worker and server errors of the compressed allreduce "
+                         "(algorithms.md §1); false is the ablation: every call starts from "
+                         "zero errors (plain scaled sign at both stages)");
+  s.template field<int64_t>("pad_multiple", &O::pad_multiple,
+                            "the compressed buffer is padded to a multiple of this: 0 = the "
+                            "reference's n·lcm(n, 8); otherwise a multiple of 8·n (whole bytes "
+                            "per chunk), checked when the cluster is known",
+                            {rules::at_least<int64_t>(0)});
+  s.template field<std::vector<double>>(
+      "momentum_mask", &O::momentum_mask,
+      "optional 0/1 vector (one value per parameter) multiplied into the synchronised "
+      "momentum in the compression stage, for coordinates whose gradient is structurally "
+      "zero (1 bit cannot say 0); empty = none");
+  s.template field<std::string>("compression", &O::compression,
+                                "the momentum allreduce of the compression stage: onebit (§1) "
+                                "or none = the exact fp32 ring allreduce (a test/ablation "
+                                "switch: frozen variance without compression)",
+                                {rules::one_of({"onebit", "none"})});
+  s.template field<std::string>(
+      "wire", &O::wire, std::string(kWireDoc) + " (the warm-up's gradient allreduce)",
+      {rules::one_of({"fp32", "fp16", "bf16"})});
+  s.check([](const O& o, const std::string& path) {
+    for (size_t k = 0; k < o.momentum_mask.size(); ++k) {
+      const double v = o.momentum_mask[k];
+      if (v != 0.0 && v != 1.0) {
+        config_fail(join_path(join_path(path, "momentum_mask"), std::to_string(k)), Json(v),
+                    "must be 0 or 1");
+      }
+    }
+  });
+  return s;
+}
+
+}  // namespace
+
+Schema<OneBitAdamOptions> OneBitAdamOptions::schema() {
+  return make_onebit_adam_schema<OneBitAdamOptions>();
+}
+
+Schema<ApmSqueezeOptions> ApmSqueezeOptions::schema() {
+  return make_onebit_adam_schema<ApmSqueezeOptions>();
+}
+
+OneBitAdam::OneBitAdam(const OneBitAdamOptions& opts)
+    : opts_(opts),
+      wire_(parse_wire_dtype(opts.wire)),
+      variance_stable_(opts.switch_rule == "variance_stable"),
+      compress_(opts.compression != "none"),
+      last_var_change_(std::numeric_limits<double>::quiet_NaN()) {}
+
+void OneBitAdam::setup(Cluster& cluster) {
+  workers_ = cluster.workers();
+  dim_ = cluster.dim();
+  stride_ = cluster.stride();
+  const int64_t n = workers_;
+
+  // Checks that need the cluster: the padding multiple and the mask length.
+  if (opts_.pad_multiple != 0 && opts_.pad_multiple % (8 * n) != 0) {
+    config_fail("optimizer.pad_multiple", Json(opts_.pad_multiple),
+                "must be 0 (the reference's n·lcm(n, 8) = " +
+                    std::to_string(onebit_reference_pad_multiple(workers_)) +
+                    ") or a multiple of 8·workers = " + std::to_string(8 * n));
+  }
+  if (!opts_.momentum_mask.empty()) {
+    if (opts_.momentum_mask.size() != dim_) {
+      config_fail("optimizer.momentum_mask", Json(opts_.momentum_mask),
+                  "must have one value per parameter: " + std::to_string(dim_) + " values, got " +
+                      std::to_string(opts_.momentum_mask.size()));
+    }
+    mask_.resize(dim_);
+    for (size_t k = 0; k < dim_; ++k) {
+      const double v = opts_.momentum_mask[k];
+      if (v != 0.0 && v != 1.0) {
+        config_fail("optimizer.momentum_mask." + std::to_string(k), Json(v), "must be 0 or 1");
+      }
+      mask_[k] = static_cast<float>(v);
+    }
+  } else {
+    mask_.clear();
+  }
+
+  g_mean_.assign(dim_, 0.0f);
+  m_.assign(dim_, 0.0f);
+  v_.assign(dim_, 0.0f);
+  if (variance_stable_) {
+    v_prev_.assign(dim_, 0.0f);
+  } else {
+    v_prev_.clear();
+  }
+  m_workers_.assign(static_cast<size_t>(workers_) * stride_, 0.0f);
+  if (compress_) {
+    onebit_ = std::make_unique<OneBitAllreduce>(workers_, dim_,
+                                                static_cast<size_t>(opts_.pad_multiple));
+    onebit_->set_error_feedback(opts_.error_feedback);
+  } else {
+    onebit_.reset();
+  }
+  compressed_ = opts_.freeze_step == 0;
+  switch_step_ = compressed_ ? 0 : -1;
+  phase_ = compressed_ ? "compressed" : "warmup";
+  last_var_change_ = std::numeric_limits<double>::quiet_NaN();
+}
+
+void OneBitAdam::step(StepContext& ctx) {
+  if (compressed_) {
+    compressed_step(ctx);
+  } else {
+    warmup_step(ctx);
+  }
+}
+
+// Paper Alg. 1, warm-up: a full-precision Adam step, bit-for-bit `adam` with
+// the same options.
+void OneBitAdam::warmup_step(StepContext& ctx) {
+  phase_ = "warmup";
+  if (variance_stable_) std::copy(v_.begin(), v_.end(), v_prev_.begin());
+  allreduce_gradients(ctx, g_mean_, wire_);
+  const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
+                                        opts_.weight_decay, opts_.bias_correction, ctx.step);
+  adam_update_elements(ctx.cluster.params(), m_, v_, g_mean_, c);
+
+  bool end = ctx.step >= opts_.freeze_step;
+  if (variance_stable_) {
+    // ρ_t = ‖v_t − v_{t−1}‖ / ‖v_t‖ (deterministic blocked sums in double).
+    const double v_norm = norm2(v_);
+    last_var_change_ = v_norm > 0.0 ? std::sqrt(distance_squared(v_, v_prev_)) / v_norm
+                                    : std::numeric_limits<double>::infinity();
+    if (ctx.step >= opts_.min_warmup && last_var_change_ < opts_.var_threshold) end = true;
+  }
+  if (end) {
+    // The switch: v* = v (v_ is no longer written), errors zeroed.
+    compressed_ = true;
+    switch_step_ = ctx.step;
+    if (onebit_) onebit_->reset_errors();
+  }
+}
+
+// Paper Alg. 1, compression stage.
+void OneBitAdam::compressed_step(StepContext& ctx) {
+  phase_ = "compressed";
+  // Bias correction never applies here: both corrections are exactly 1, and
+  // adam_direction() is the uncorrected m ⊘ (sqrt(v*)+ε) + wd·x.
+  const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
+                                        opts_.weight_decay, /*bias_correction=*/false, ctx.step);
+  const int n = workers_;
+  const int64_t d = static_cast<int64_t>(dim_);
+  const size_t stride = stride_;
+
+  // m_i = β1 m + (1−β1) g_i (each worker's local gradient into the shared m;
+  // the same expression as adam_moments()).
+  const WorkerBuffers g = ctx.cluster.grads();
+  const float* mp = m_.data();
+  float* mw = m_workers_.data();
+  const float* gp = g.data;
+  const size_t gstride = g.stride;
+#pragma omp parallel for collapse(2) schedule(static) if (n * d > kParallelMinElements)
+  for (int i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < d; ++k) {
+      mw[i * stride + k] = c.beta1 * mp[k] + c.one_minus_beta1 * gp[i * gstride + k];
+    }
+  }
+
+  // m = compressed_allreduce(m_i): identical on every worker.
+  const WorkerBuffers momenta{m_workers_.data(), stride, dim_, n};
+  if (onebit_) {
+    onebit_->run(ctx.comm, momenta, m_);
+  } else {
+    ctx.comm.allreduce_mean(momenta, m_, WireDtype::kFp32, "ring");
+  }
+
+  // Optional mask, then x = x − lr·(m ⊘ (sqrt(v*)+ε) + wd·x).
+  float* xp = ctx.cluster.params().data();
+  float* m = m_.data();
+  const float* v = v_.data();
+  const float* mask = mask_.empty() ? nullptr : mask_.data();
+#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
+  for (int64_t k = 0; k < d; ++k) {
+    if (mask) m[k] *= mask[k];
+    xp[k] -= c.lr * adam_direction(m[k], v[k], xp[k], c);
+  }
+}
+
+}  // namespace bitlab

@@ -1,0 +1,147 @@
+// 1-bit Adam and APMSqueeze (algorithms.md §3): Adam with a full-precision
+// warm-up, then frozen variance and the MOMENTUM sent through the two-stage
+// error-compensated 1-bit allreduce (§1, sim/onebit_allreduce.hpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "optimizers/adam.hpp"
+#include "optimizers/optimizer.hpp"
+#include "sim/float16.hpp"
+#include "sim/onebit_allreduce.hpp"
+#include "sim/schema.hpp"
+
+namespace bitlab {
+
+// Options of both names. `switch_rule` (JSON key "switch") is the only
+// default that differs: "fixed_step" for onebit_adam (the 1-bit Adam paper and
+// DeepSpeed's reference), "variance_stable" for apmsqueeze (the APMSqueeze
+// paper switches once "the variance has stabilised"; see ApmSqueezeOptions).
+struct OneBitAdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool bias_correction = false;
+  int64_t freeze_step = 100;
+  std::string switch_rule = "fixed_step";  // "fixed_step" | "variance_stable"
+  double var_threshold = 0.01;
+  int64_t min_warmup = 10;
+  bool error_feedback = true;
+  int64_t pad_multiple = 0;
+  std::vector<double> momentum_mask;  // empty: none; else dim values, each 0 or 1
+  std::string compression = "onebit";  // "onebit" | "none"
+  std::string wire = "fp32";
+  static Schema<OneBitAdamOptions> schema();
+};
+
+// The same fields; only the default switch rule differs.
+struct ApmSqueezeOptions : OneBitAdamOptions {
+  ApmSqueezeOptions() { switch_rule = "variance_stable"; }
+  static Schema<ApmSqueezeOptions> schema();
+};
+
+// 1-bit Adam (Tang et al., "1-bit Adam: Communication Efficient Large-Scale
+// Training with Adam's Convergence Speed", ICML 2021, Algorithm 1) and
+// APMSqueeze (Tang et al. 2020, "APMSqueeze: A Communication Efficient
+// Adam-Preconditioned Momentum SGD Algorithm"), one implementation:
+//
+//   warm-up, t = 1 .. T_w (phase "warmup"): Adam on ḡ = mean_i g_i (exact
+//     ring allreduce, element type `wire`), i.e. the `adam` optimizer with the
+//     same options (bias correction per `bias_correction`, default off as in
+//     DeepSpeed, which accepts the flag and never applies it).
+//   at the switch (after step T_w): v* = v is frozen; every worker and server
+//     error of the compressed allreduce is zeroed; gradients are no longer
+//     allreduced.
+//   compression stage, t > T_w (phase "compressed"), paper Alg. 1 lines 8-12:
+//     m_i = β1 m + (1−β1) g_i          (each worker: LOCAL gradient into the
+//                                       last synchronised momentum)
+//     m   = compressed_allreduce(m_i)   (§1: the momentum is communicated)
+//     m   = m ⊙ mask                    (optional momentum mask)
+//     x   = x − lr·( m ⊘ (sqrt(v*)+ε) + wd·x )
+//   The update uses adam_direction() with bias correction off, so it is the
+//   Adam update's float arithmetic with v frozen.
+//
+// What t and T_w mean here: steps are 1-based; the warm-up covers
+// t = 1..T_w and step T_w+1 is the first compressed one.
+//   switch "fixed_step" (onebit_adam's default): T_w = freeze_step. DeepSpeed
+//     switches after the step whose counter (incremented before use, so also
+//     1-based) reaches `step >= freeze_step`: the same T_w. But DeepSpeed's
+//     first call to step() is an "initialization call" that updates m, v and
+//     leaves the parameters alone; that is an artefact of its engine and is not
+//     copied, so here all T_w warm-up steps move the parameters (DeepSpeed
+//     moves them in T_w − 1).
+//   switch "variance_stable" (apmsqueeze's default) [verify]: the APMSqueeze
+//     paper only says the switch comes when the variance "has stabilised". We
+//     measure, after each warm-up step, the relative change
+//     ρ_t = ‖v_t − v_{t−1}‖₂ / ‖v_t‖₂ (ρ_t = +inf when ‖v_t‖ = 0) and take
+//     T_w = the first t >= min_warmup with ρ_t < var_threshold, capped at
+//     freeze_step (so it never switches later than fixed_step would).
+//     Note: without bias correction v_t ≈ (1−β2^t)·E[g²], so early on
+//     ρ_t ≈ 1/t whatever the gradients do: the threshold acts at first like a
+//     step count of about 1/var_threshold (β2 = 0.999).
+//   freeze_step = 0: no warm-up; v* = 0 and the update is m/ε (allowed, as in
+//     the reference, but useless).
+//
+// Options beyond the paper: `error_feedback` false is the ablation (every
+// compressed allreduce starts from zero errors: plain scaled sign at both
+// stages); `compression` "none" replaces the compressed allreduce by the exact
+// fp32 ring allreduce of the momenta (a test/ablation switch: it isolates the
+// frozen-variance effect from the compression's). DeepSpeed skips the
+// compressed allreduce when there is one process; we compress for any n (the
+// paper's algorithm); `compression: "none"` gives the reference's n = 1
+// behaviour. The parameters are the cluster's shared ones: every worker holds
+// the same x in this algorithm (the synchronised m is identical on all).
+class OneBitAdam : public Optimizer {
+ public:
+  explicit OneBitAdam(const OneBitAdamOptions& opts);
+  void setup(Cluster& cluster) override;
+  void step(StepContext& ctx) override;
+  // "warmup" or "compressed": of the last step (before the first step: of
+  // step 1).
+  const char* phase() const override { return phase_; }
+
+  const OneBitAdamOptions& options() const { return opts_; }
+  // The synchronised momentum m and the second moment v (frozen as v* once
+  // compressed() is true).
+  std::span<const float> m() const { return m_; }
+  std::span<const float> v() const { return v_; }
+  // True once the warm-up is over (the next step is compressed).
+  bool compressed() const { return compressed_; }
+  // T_w, the last warm-up step, once known (0 when freeze_step = 0); −1 before.
+  int64_t switch_step() const { return switch_step_; }
+  // ρ_t of the last warm-up step (variance_stable only; NaN otherwise).
+  double last_var_change() const { return last_var_change_; }
+  // The compressed allreduce (null with compression "none").
+  const OneBitAllreduce* allreduce() const { return onebit_.get(); }
+
+ private:
+  void warmup_step(StepContext& ctx);
+  void compressed_step(StepContext& ctx);
+
+  OneBitAdamOptions opts_;
+  WireDtype wire_;
+  bool variance_stable_;
+  bool compress_;
+  const char* phase_ = "warmup";
+  bool compressed_ = false;
+  int64_t switch_step_ = -1;
+  double last_var_change_;
+  int workers_ = 0;
+  size_t dim_ = 0;
+  size_t stride_ = 0;
+  std::vector<float> g_mean_;     // ḡ (warm-up)
+  std::vector<float> m_;          // synchronised momentum
+  std::vector<float> v_;          // second moment; v* after the switch
+  std::vector<float> v_prev_;     // v_{t−1} (variance_stable only)
+  std::vector<float> m_workers_;  // n × stride: the m_i sent by each worker
+  std::vector<float> mask_;       // dim 0/1 values, or empty
+  std::unique_ptr<OneBitAllreduce> onebit_;
+};
+
+}  // namespace bitlab

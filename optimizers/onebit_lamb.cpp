@@ -1,0 +1,292 @@
+#include "optimizers/onebit_lamb.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "optimizers/adam.hpp"
+#include "optimizers/common.hpp"
+#include "sim/reduce.hpp"
+
+namespace bitlab {
+
+Schema<OneBitLambOptions> OneBitLambOptions::schema() {
+  using O = OneBitLambOptions;
+  Schema<O> s;
+  s.field("lr", &O::lr, "learning rate", {rules::greater(0.0)});
+  s.field("beta1", &O::beta1, "decay rate β1 of the momentum m", {rules::in_closed_open(0.0, 1.0)});
+  s.field("beta2", &O::beta2,
+          "decay rate β2 of the second moment v (warm-up) and of v_fresh (compression stage)",
+          {rules::in_closed_open(0.0, 1.0)});
+  s.field("eps", &O::eps, "ε added to sqrt(v) in the denominator", {rules::greater(0.0)});
+  s.field("weight_decay", &O::weight_decay,
+          "decoupled weight decay wd, part of the update u = m ⊘ (sqrt(v)+ε) + wd·x",
+          {rules::at_least(0.0)});
+  s.field("max_coeff", &O::max_coeff, "upper clamp of the warm-up's per-tensor trust ratio",
+          {rules::greater(0.0)});
+  s.field("min_coeff", &O::min_coeff, "lower clamp of the warm-up's per-tensor trust ratio",
+          {rules::at_least(0.0)});
+  s.field("coeff_beta", &O::coeff_beta,
+          "decay rate of C_p, the running average of the trust ratio during warm-up that the "
+          "compression stage freezes (the reference advises 1/(1−coeff_beta) <= freeze_step)",
+          {rules::in_closed_open(0.0, 1.0)});
+  s.field("factor_max", &O::factor_max,
+          "upper clamp of f_p, the compression stage's rescaling of the frozen C_p",
+          {rules::greater(0.0)});
+  s.field("factor_min", &O::factor_min, "lower clamp of f_p", {rules::greater(0.0)});
+  s.field("factor_threshold", &O::factor_threshold,
+          "largest relative change of f_p from one step to the next (f_p starts at 1)",
+          {rules::in_closed_open(0.0, 1.0)});
+  s.field("freeze_step", &O::freeze_step,
+          "T_w: steps 1..T_w are full-precision LAMB, later steps compress the momentum to 1 "
+          "bit (the reference's default is 100000; its docs advise 15-25 % of training)",
+          {rules::at_least<int64_t>(1)});
+  s.field("bias_correction", &O::bias_correction,
+          "bias-correct m, v during the warm-up (LAMB paper); the compression stage never does, "
+          "as in the reference, which accepts the flag and applies it nowhere");
+  s.field(
+      "pad_multiple", &O::pad_multiple,
+      "the compressed buffer is padded to a multiple of this (a multiple of 8·workers); "
+      "0 = the reference's workers·lcm(workers, 8)",
+      {rules::at_least<int64_t>(0), Rule<int64_t>{[](const int64_t& v) { return v % 8 == 0; },
+                                                  "must be a multiple of 8 (and of 8·workers)"}});
+  s.field("error_feedback", &O::error_feedback,
+          "keep the compressed allreduce's worker and server errors (false: plain scaled-sign "
+          "compression, the ablation)");
+  add_wire_field(s);  // the warm-up's gradient allreduce
+  s.check([](const O& o, const std::string& path) {
+    if (o.min_coeff > o.max_coeff) {
+      config_fail(join_path(path, "min_coeff"), Json(o.min_coeff),
+                  "must be <= max_coeff (" + rules::num(o.max_coeff) + ")");
+    }
+    if (o.factor_min > o.factor_max) {
+      config_fail(join_path(path, "factor_min"), Json(o.factor_min),
+                  "must be <= factor_max (" + rules::num(o.factor_max) + ")");
+    }
+  });
+  return s;
+}
+
+LambOptions OneBitLambOptions::lamb_options() const {
+  LambOptions l;
+  l.lr = lr;
+  l.beta1 = beta1;
+  l.beta2 = beta2;
+  l.eps = eps;
+  l.weight_decay = weight_decay;
+  l.max_coeff = max_coeff;
+  l.min_coeff = min_coeff;
+  l.coeff_beta = coeff_beta;
+  l.bias_correction = bias_correction;
+  l.wire = wire;
+  return l;
+}
+
+OneBitLamb::OneBitLamb(const OneBitLambOptions& opts) : opts_(opts), warmup_(opts.lamb_options()) {}
+
+void OneBitLamb::setup(Cluster& cluster) {
+  warmup_.setup(cluster);  // checks that the tensors tile [0, dim)
+  workers_ = cluster.workers();
+  dim_ = cluster.dim();
+  stride_ = (dim_ + 15) / 16 * 16;
+  tensors_ = cluster.problem().tensors();
+  if (tensors_.empty()) tensors_.push_back({"all", 0, dim_});
+
+  const int64_t eight_n = 8 * static_cast<int64_t>(workers_);
+  if (opts_.pad_multiple % eight_n != 0) {
+    config_fail("optimizer.pad_multiple", Json(opts_.pad_multiple),
+                "must be a multiple of 8·workers = " + std::to_string(eight_n) +
+                    " (0 picks the reference's workers·lcm(workers, 8))");
+  }
+  onebit_ =
+      std::make_unique<OneBitAllreduce>(workers_, dim_, static_cast<size_t>(opts_.pad_multiple));
+  onebit_->set_error_feedback(opts_.error_feedback);
+
+  m_.assign(dim_, 0.0f);
+  m_prev_.assign(dim_, 0.0f);
+  v_.assign(dim_, 0.0f);
+  v_fresh_.assign(dim_, 0.0f);
+  u_prelim_.assign(dim_, 0.0f);
+  u_.assign(dim_, 0.0f);
+  k_elem_.assign(dim_, 1.0f);
+  worker_m_.assign(stride_ * static_cast<size_t>(workers_), 0.0f);
+  const size_t P = tensors_.size();
+  coeff_frozen_.assign(P, 0.0);
+  scaling_.assign(P, 0.0);
+  scaling_f_.assign(P, 1.0f);
+  last_factor_.assign(P, 1.0);  // the reference's state['last_factor'] = 1.0
+  phase_ = "warmup";
+  switched_ = false;
+  have_scaling_ = false;
+}
+
+std::span<const float> OneBitLamb::m() const {
+  return switched_ ? std::span<const float>(m_) : warmup_.m();
+}
+
+std::span<const float> OneBitLamb::v() const {
+  return switched_ ? std::span<const float>(v_) : warmup_.v();
+}
+
+std::span<const double> OneBitLamb::coeff_ema() const {
+  return switched_ ? std::span<const double>(coeff_frozen_) : warmup_.coeff_ema();
+}
+
+void OneBitLamb::step(StepContext& ctx) {
+  if (ctx.step <= opts_.freeze_step) {
+    // Warm-up (Algorithm 1, lines 1-5): LAMB on ḡ, exactly optimizers/lamb.
+    phase_ = "warmup";
+    warmup_.step(ctx);
+    // At t == T_w: v_fresh = v (and C_p, m, v change hands).
+    if (ctx.step == opts_.freeze_step) enter_compression();
+  } else {
+    phase_ = "compressed";
+    compressed_step(ctx);
+  }
+}
+
+void OneBitLamb::enter_compression() {
+  // Algorithm 1, end of warm-up: freeze v and C_p, start v_fresh from v. The
+  // compressed allreduce starts from zero errors.
+  const auto wm = warmup_.m();
+  const auto wv = warmup_.v();
+  std::copy(wm.begin(), wm.end(), m_.begin());
+  std::copy(wv.begin(), wv.end(), v_.begin());
+  std::copy(wv.begin(), wv.end(), v_fresh_.begin());
+  const auto c = warmup_.coeff_ema();
+  std::copy(c.begin(), c.end(), coeff_frozen_.begin());
+  onebit_->reset_errors();
+  switched_ = true;
+}
+
+void OneBitLamb::compute_scaling_coeffs(int64_t step) {
+  // First compression step only: k_p = mean_q rms(m_q) / rms(m_p), from the
+  // momentum the warm-up left (the reference's `scaling_coeff`, computed from
+  // ‖m_p‖/sqrt(numel) before this step's momentum update).
+  const size_t P = tensors_.size();
+  // Empty tensors (none in bitlab's problems) are left out of the mean and
+  // keep k_p = 1, as the reference filters out parameters with numel 0.
+  std::string zero_names;
+  double rms_sum = 0.0;
+  size_t counted = 0;
+  for (size_t p = 0; p < P; ++p) {
+    const TensorInfo& t = tensors_[p];
+    if (t.size == 0) continue;
+    ++counted;
+    const double rms = norm2(std::span<const float>(m_).subspan(t.offset, t.size)) /
+                       std::sqrt(static_cast<double>(t.size));
+    scaling_[p] = rms;  // holds rms_p until the division below
+    rms_sum += rms;
+    if (rms == 0.0) zero_names += (zero_names.empty() ? "\"" : ", \"") + t.name + "\"";
+  }
+  if (!zero_names.empty()) {
+    // The reference divides by zero here (k_p = inf, then NaN parameters).
+    throw ConfigError(
+        "onebit_lamb: the momentum of tensor " + zero_names +
+            " is exactly zero at the first compression step (step " + std::to_string(step) +
+            "), so its scaling coefficient k_p = mean_q rms(m_q) / rms(m_p) would divide by zero "
+            "(DeepSpeed's reference does, and its parameters become NaN). Its averaged gradient "
+            "was zero through the whole warm-up (optimizer.freeze_step = " +
+            std::to_string(opts_.freeze_step) +
+            "), and a 1-bit compressor cannot carry a tensor that stays zero: remove the tensor "
+            "from the problem or give it a gradient, or lengthen the warm-up.",
+        "optimizer.freeze_step");
+  }
+  const double united = rms_sum / static_cast<double>(counted);
+  for (size_t p = 0; p < P; ++p) {
+    scaling_[p] = tensors_[p].size == 0 ? 1.0 : united / scaling_[p];
+    scaling_f_[p] = static_cast<float>(scaling_[p]);
+    const TensorInfo& t = tensors_[p];
+    std::fill(k_elem_.begin() + static_cast<std::ptrdiff_t>(t.offset),
+              k_elem_.begin() + static_cast<std::ptrdiff_t>(t.offset + t.size), scaling_f_[p]);
+  }
+  have_scaling_ = true;
+}
+
+void OneBitLamb::compressed_step(StepContext& ctx) {
+  if (!switched_) enter_compression();
+  if (!have_scaling_) compute_scaling_coeffs(ctx.step);
+  // β and ε in float, no bias correction (the reference applies none).
+  const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
+                                        opts_.weight_decay, /*bias_correction=*/false, ctx.step);
+  const int64_t d = static_cast<int64_t>(dim_);
+
+  // m_prev = m ; worker i: m_i = (β1 m + (1−β1) g_i)·k (k = k_p of k's tensor)
+  {
+    const WorkerBuffers g = ctx.cluster.grads();
+    const float* m = m_.data();
+    float* m_prev = m_prev_.data();
+    const float* k_elem = k_elem_.data();
+    float* w = worker_m_.data();
+    const int n = workers_;
+    const size_t stride = stride_;
+#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
+    for (int64_t k = 0; k < d; ++k) m_prev[k] = m[k];
+#pragma omp parallel for schedule(static) collapse(2) if (n * d > kParallelMinElements)
+    for (int i = 0; i < n; ++i) {
+      for (int64_t k = 0; k < d; ++k) {
+        const float gi = g.data[static_cast<size_t>(i) * g.stride + static_cast<size_t>(k)];
+        w[static_cast<size_t>(i) * stride + static_cast<size_t>(k)] =
+            (c.beta1 * m[k] + c.one_minus_beta1 * gi) * k_elem[k];
+      }
+    }
+  }
+
+  // m = compressed_allreduce(all tensors' momenta as ONE flat buffer) (§1):
+  // four collectives, logged by OneBitAllreduce.
+  onebit_->run(ctx.comm, WorkerBuffers{worker_m_.data(), stride_, dim_, workers_},
+               std::span<float>(m_));
+
+  const std::span<float> params = ctx.cluster.params();
+  for (size_t p = 0; p < tensors_.size(); ++p) {
+    const TensorInfo& t = tensors_[p];
+    const int64_t len = static_cast<int64_t>(t.size);
+    float* x = params.data() + t.offset;
+    float* m = m_.data() + t.offset;
+    const float* m_prev = m_prev_.data() + t.offset;
+    const float* v = v_.data() + t.offset;
+    float* vf = v_fresh_.data() + t.offset;
+    float* up = u_prelim_.data() + t.offset;
+    float* u = u_.data() + t.offset;
+    const float kf = scaling_f_[p];
+    // m_p /= k_p ; ĝ = (m − β1 m_prev)/(1−β1) ; v_fresh = β2 v_fresh + (1−β2) ĝ²
+    // u_prelim = m ⊘ (sqrt(v)+ε) ; u = u_prelim + wd·x
+    // f_p = max_k (sqrt(v)+ε)/(sqrt(v_fresh)+ε)   (max is exact: any order)
+    float fmax = -std::numeric_limits<float>::infinity();
+#pragma omp parallel for schedule(static) reduction(max : fmax) if (len > kParallelMinElements)
+    for (int64_t k = 0; k < len; ++k) {
+      const float mk = m[k] / kf;
+      m[k] = mk;
+      const float g_hat = (mk - m_prev[k] * c.beta1) / c.one_minus_beta1;
+      vf[k] = c.beta2 * vf[k] + c.one_minus_beta2 * (g_hat * g_hat);
+      const float denom = std::sqrt(v[k]) + c.eps;
+      up[k] = mk / denom;
+      u[k] = up[k] + c.weight_decay * x[k];
+      fmax = std::max(fmax, denom / (std::sqrt(vf[k]) + c.eps));
+    }
+    double f = fmax;
+    if (opts_.weight_decay > 0.0) {
+      // ρ = min(1, ‖u_prelim‖/‖u‖) ; f = f·ρ + (1−ρ). ‖u‖ = 0 gives ρ = 1, as
+      // Python's min(1.0, nan) does in the reference.
+      const double u_norm = norm2(std::span<const float>(u, t.size));
+      const double rho =
+          u_norm == 0.0 ? 1.0 : std::min(1.0, norm2(std::span<const float>(up, t.size)) / u_norm);
+      f = f * rho + (1.0 - rho);
+    }
+    // Clamp to [factor_min, factor_max], then to last·(1 ± threshold), in the
+    // reference's order.
+    f = std::min(f, opts_.factor_max);
+    f = std::max(f, opts_.factor_min);
+    const double last = last_factor_[p];
+    f = std::min(f, last * (1.0 + opts_.factor_threshold));
+    f = std::max(f, last * (1.0 - opts_.factor_threshold));
+    last_factor_[p] = f;
+    // x_p = x_p − lr·(C_p·f_p)·u_p
+    const float step_size = static_cast<float>(opts_.lr * (coeff_frozen_[p] * f));
+#pragma omp parallel for schedule(static) if (len > kParallelMinElements)
+    for (int64_t k = 0; k < len; ++k) x[k] -= step_size * u[k];
+  }
+}
+
+}  // namespace bitlab

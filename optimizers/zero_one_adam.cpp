@@ -1,0 +1,263 @@
+#include "optimizers/zero_one_adam.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <sstream>
+#include <stdexcept>
+
+#include "optimizers/common.hpp"
+
+namespace bitlab {
+
+Schema<ZeroOneAdamOptions> ZeroOneAdamOptions::schema() {
+  using O = ZeroOneAdamOptions;
+  Schema<O> s;
+  s.field("lr", &O::lr, "learning rate (> 0, so lrs > 0 at every sync)", {rules::greater(0.0)});
+  s.field("beta1", &O::beta1, "decay rate β1 of the momentum m (stage A) and m_i (stage B)",
+          {rules::in_closed_open(0.0, 1.0)});
+  s.field("beta2", &O::beta2, "decay rate β2 of the variance v (updated on full-precision steps)",
+          {rules::in_closed_open(0.0, 1.0)});
+  s.field("eps", &O::eps, "ε added to sqrt(v) in the denominator", {rules::greater(0.0)});
+  s.field("weight_decay", &O::weight_decay,
+          "decoupled weight decay wd: update = m ⊘ (sqrt(v)+ε) + wd·x (worker i: wd·x_i)",
+          {rules::at_least(0.0)});
+  s.field("bias_correction", &O::bias_correction,
+          "accepted and never applied, as in the reference (DeepSpeed's ZeroOneAdam accepts it, "
+          "default True, and never reads it)");
+  s.field("var_freeze_step", &O::var_freeze_step,
+          "last step of stage A (the paper's max T_v): the variance is frozen and local steps "
+          "begin after it (the reference's default is 100000; ours is 100, for small problems)",
+          {rules::at_least<int64_t>(0)});
+  s.field("var_update_scaler", &O::var_update_scaler,
+          "κ: the variance-update interval doubles after every κ full-precision steps",
+          {rules::at_least<int64_t>(1)});
+  s.field("local_step_scaler", &O::local_step_scaler,
+          "the local-step interval doubles (up to local_step_clipper) every this many stage-B "
+          "steps (the reference's default 32678 is a typo of 32768)",
+          {rules::at_least<int64_t>(1)});
+  s.field("local_step_clipper", &O::local_step_clipper,
+          "H: the largest local-step interval (steps between 1-bit syncs)",
+          {rules::at_least<int64_t>(1)});
+  s.field("pad_multiple", &O::pad_multiple,
+          "1-bit allreduce: pad the buffer to a multiple of this (a multiple of 8n; 0 = the "
+          "reference's n·lcm(n, 8))",
+          {rules::at_least<int64_t>(0)});
+  add_wire_field(s);
+  return s;
+}
+
+const char* zero_one_phase_name(ZeroOnePhase p) {
+  switch (p) {
+    case ZeroOnePhase::kFull:
+      return "full";
+    case ZeroOnePhase::kOneBit:
+      return "onebit";
+    case ZeroOnePhase::kLocal:
+      return "local";
+    case ZeroOnePhase::kSync:
+      return "sync";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------
+// Schedule (algorithms.md §5; the counters of the reference's zoadam.py)
+
+ZeroOneSchedule::ZeroOneSchedule(const ZeroOneAdamOptions& o)
+    : freeze_(o.var_freeze_step),
+      var_scaler_(o.var_update_scaler),
+      local_scaler_(o.local_step_scaler),
+      local_clipper_(o.local_step_clipper) {}
+
+ZeroOnePhase ZeroOneSchedule::next() {
+  const int64_t t = ++t_;
+  if (t <= freeze_) {
+    if (t % var_interval_ != 0) return ZeroOnePhase::kOneBit;
+    if (++var_counter_ == var_scaler_) {
+      var_counter_ = 0;
+      var_interval_ *= 2;
+    }
+    return ZeroOnePhase::kFull;
+  }
+  const bool sync = t % local_interval_ == 0;  // the interval before this step's update
+  if (++local_counter_ == local_scaler_) {
+    local_counter_ = 0;
+    local_interval_ = std::min(local_clipper_, 2 * local_interval_);
+  }
+  return sync ? ZeroOnePhase::kSync : ZeroOnePhase::kLocal;
+}
+
+double zero_one_check_lrs(double lrs, int64_t step) {
+  if (!(lrs > 0.0) || !std::isfinite(lrs)) {
+    std::ostringstream msg;
+    msg << "zero_one_adam: at the sync of step " << step
+        << " the learning rates of the local steps since the last sync sum to " << lrs
+        << " (lrs must be > 0): the synchronised momentum m = -u_bar/lrs is undefined (the "
+           "reference divides by zero here)";
+    throw std::runtime_error(msg.str());
+  }
+  return lrs;
+}
+
+// ---------------------------------------------------------------------------
+// Optimizer
+
+ZeroOneAdam::ZeroOneAdam(const ZeroOneAdamOptions& opts)
+    : opts_(opts), wire_(parse_wire_dtype(opts.wire)), schedule_(opts) {}
+
+void ZeroOneAdam::setup(Cluster& cluster) {
+  workers_ = cluster.workers();
+  dim_ = cluster.dim();
+  const int64_t n = workers_;
+  if (opts_.pad_multiple % (8 * n) != 0) {
+    config_fail("optimizer.pad_multiple", Json(opts_.pad_multiple),
+                "must be a multiple of 8n = " + std::to_string(8 * n) + " (n = " +
+                    std::to_string(n) + " workers)");
+  }
+  onebit_ = std::make_unique<OneBitAllreduce>(workers_, dim_,
+                                              static_cast<size_t>(opts_.pad_multiple));
+  // Per-worker parameters from the start: step() must not allocate.
+  cluster.enable_local_params();
+  stride_ = cluster.local_params().stride;
+  g_.assign(dim_, 0.0f);
+  m_.assign(dim_, 0.0f);
+  v_.assign(dim_, 0.0f);
+  denom_.assign(dim_, 0.0f);
+  ubar_.assign(dim_, 0.0f);
+  m_local_.assign(stride_ * workers_, 0.0f);
+  u_.assign(stride_ * workers_, 0.0f);
+  schedule_ = ZeroOneSchedule(opts_);
+  frozen_ = false;
+  lrs_ = 0.0;
+  if (opts_.var_freeze_step == 0) transition();  // no stage A
+}
+
+// At the end of step var_freeze_step (DeepSpeed zeroes the errors at the same
+// point: the end of that step's optimizer call).
+void ZeroOneAdam::transition() {
+  // The errors so far compensate gradients; from now on they would
+  // compensate accumulated updates u (the reference's comment), so zero them.
+  onebit_->reset_errors();
+  const float eps = static_cast<float>(opts_.eps);
+  const int64_t d = static_cast<int64_t>(dim_);
+  float* den = denom_.data();
+  const float* v = v_.data();
+  // The same float expression as adam_direction's with bias correction off:
+  // sqrt(v / 1) + ε.
+#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
+  for (int64_t k = 0; k < d; ++k) den[k] = std::sqrt(v[k]) + eps;
+  for (int i = 0; i < workers_; ++i) {
+    std::copy(m_.begin(), m_.end(), m_local_.begin() + static_cast<ptrdiff_t>(i * stride_));
+  }
+  std::fill(u_.begin(), u_.end(), 0.0f);
+  lrs_ = 0.0;
+  frozen_ = true;
+}
+
+void ZeroOneAdam::step(StepContext& ctx) {
+  if (ctx.step != schedule_.step() + 1) {
+    throw std::logic_error("zero_one_adam: steps must be 1, 2, 3, ... (got " +
+                           std::to_string(ctx.step) + " after " +
+                           std::to_string(schedule_.step()) + ")");
+  }
+  phase_ = schedule_.next();
+  switch (phase_) {
+    case ZeroOnePhase::kFull:
+    case ZeroOnePhase::kOneBit:
+      stage_a(ctx, phase_ == ZeroOnePhase::kFull);
+      if (schedule_.transition_after_step()) transition();
+      break;
+    case ZeroOnePhase::kLocal:
+    case ZeroOnePhase::kSync:
+      stage_b(ctx, phase_ == ZeroOnePhase::kSync);
+      break;
+  }
+}
+
+void ZeroOneAdam::stage_a(StepContext& ctx, bool full) {
+  Cluster& cl = ctx.cluster;
+  const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
+                                        opts_.weight_decay, /*bias_correction=*/false, ctx.step);
+  if (full) {
+    // ḡ exact; m, v; x −= lr·(m ⊘ (sqrt(v)+ε) + wd·x): Adam's step bit for bit.
+    allreduce_gradients(ctx, g_, wire_);
+    adam_update_elements(cl.params(), m_, v_, g_, c);
+  } else {
+    // ĝ = 1-bit allreduce of the gradients; m only; the same x update.
+    onebit_->run(ctx.comm, cl.grads(), g_);
+    float* x = cl.params().data();
+    float* m = m_.data();
+    const float* v = v_.data();
+    const float* g = g_.data();
+    const int64_t d = static_cast<int64_t>(dim_);
+#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
+    for (int64_t k = 0; k < d; ++k) {
+      m[k] = c.beta1 * m[k] + c.one_minus_beta1 * g[k];
+      x[k] -= c.lr * adam_direction(m[k], v[k], x[k], c);
+    }
+  }
+  // Every worker holds the same (synchronised) parameters in stage A.
+  const std::span<const float> x = cl.params();
+  for (int i = 0; i < workers_; ++i) std::copy(x.begin(), x.end(), cl.params(i).begin());
+}
+
+void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
+  Cluster& cl = ctx.cluster;
+  const float lr = static_cast<float>(opts_.lr);
+  const float beta1 = static_cast<float>(opts_.beta1);
+  const float one_minus_beta1 = static_cast<float>(1.0 - opts_.beta1);
+  const float wd = static_cast<float>(opts_.weight_decay);
+  const int64_t d = static_cast<int64_t>(dim_);
+  const float* den = denom_.data();
+
+  // Local step on every worker (no communication):
+  //   m_i = β1 m_i + (1−β1) g_i ; δ = lr·(m_i ⊘ (sqrt(v)+ε) + wd·x_i)
+  //   x_i −= δ ; u_i −= δ
+  for (int i = 0; i < workers_; ++i) {
+    float* x = cl.params(i).data();
+    float* m = m_local_.data() + static_cast<size_t>(i) * stride_;
+    float* u = u_.data() + static_cast<size_t>(i) * stride_;
+    const float* g = cl.grad(i).data();
+#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
+    for (int64_t k = 0; k < d; ++k) {
+      m[k] = beta1 * m[k] + one_minus_beta1 * g[k];
+      const float delta = lr * (m[k] / den[k] + wd * x[k]);
+      x[k] -= delta;
+      u[k] -= delta;
+    }
+  }
+  lrs_ += opts_.lr;
+  if (!sync) return;
+
+  // Sync. x_i = x_sync: the shared params still hold the last synchronised
+  // value (stage B writes them only here), so the un-step is implicit in the
+  // final copy below (see the header: x_i − u_i is not exact in float).
+  const double lrs = zero_one_check_lrs(lrs_, ctx.step);
+  // ū = 1-bit allreduce(u_i ⊙ (sqrt(v)+ε)), computed in place in u (zeroed after).
+  for (int i = 0; i < workers_; ++i) {
+    float* u = u_.data() + static_cast<size_t>(i) * stride_;
+#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
+    for (int64_t k = 0; k < d; ++k) u[k] *= den[k];
+  }
+  onebit_->run(ctx.comm, WorkerBuffers{u_.data(), stride_, dim_, workers_}, ubar_);
+  // m = −ū/lrs ; x = x_sync + ū ⊘ (sqrt(v)+ε), on the shared copy, then on
+  // every worker; u = 0 ; lrs = 0.
+  float* xs = cl.params().data();
+  float* m0 = m_local_.data();
+  const float* ub = ubar_.data();
+#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
+  for (int64_t k = 0; k < d; ++k) {
+    m0[k] = static_cast<float>(-static_cast<double>(ub[k]) / lrs);
+    xs[k] += ub[k] / den[k];
+  }
+  for (int i = 0; i < workers_; ++i) {
+    float* u = u_.data() + static_cast<size_t>(i) * stride_;
+    std::fill(u, u + dim_, 0.0f);
+    std::copy(xs, xs + dim_, cl.params(i).data());
+    if (i > 0) std::copy(m0, m0 + dim_, m_local_.data() + static_cast<size_t>(i) * stride_);
+  }
+  lrs_ = 0.0;
+}
+
+}  // namespace bitlab
