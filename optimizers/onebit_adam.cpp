@@ -75,9 +75,9 @@ Schema<O> make_onebit_adam_schema() {
                                 "or none = the exact fp32 ring allreduce (a test/ablation "
                                 "switch: frozen variance without compression)",
                                 {rules::one_of({"onebit", "none"})});
-  s.template field<std::string>(
-      "wire", &O::wire, std::string(kWireDoc) + " (the warm-up's gradient allreduce)",
-      {rules::one_of({"fp32", "fp16", "bf16"})});
+  s.template field<std::string>("wire", &O::wire,
+                                std::string(kWireDoc) + " (the warm-up's gradient allreduce)",
+                                {rules::one_of({"fp32", "fp16", "bf16"})});
   s.check([](const O& o, const std::string& path) {
     for (size_t k = 0; k < o.momentum_mask.size(); ++k) {
       const double v = o.momentum_mask[k];
@@ -148,8 +148,8 @@ void OneBitAdam::setup(Cluster& cluster) {
   }
   m_workers_.assign(static_cast<size_t>(workers_) * stride_, 0.0f);
   if (compress_) {
-    onebit_ = std::make_unique<OneBitAllreduce>(workers_, dim_,
-                                                static_cast<size_t>(opts_.pad_multiple));
+    onebit_ =
+        std::make_unique<OneBitAllreduce>(workers_, dim_, static_cast<size_t>(opts_.pad_multiple));
     onebit_->set_error_feedback(opts_.error_feedback);
   } else {
     onebit_.reset();

@@ -34,7 +34,7 @@ struct OneBitAdamOptions {
   int64_t min_warmup = 10;
   bool error_feedback = true;
   int64_t pad_multiple = 0;
-  std::vector<double> momentum_mask;  // empty: none; else dim values, each 0 or 1
+  std::vector<double> momentum_mask;   // empty: none; else dim values, each 0 or 1
   std::string compression = "onebit";  // "onebit" | "none"
   std::string wire = "fp32";
   static Schema<OneBitAdamOptions> schema();

@@ -182,15 +182,18 @@ void OneBitLamb::compute_scaling_coeffs(int64_t step) {
   }
   if (!zero_names.empty()) {
     // The reference divides by zero here (k_p = inf, then NaN parameters).
+    const bool several = zero_names.find(',') != std::string::npos;
     throw ConfigError(
-        "onebit_lamb: the momentum of tensor " + zero_names +
-            " is exactly zero at the first compression step (step " + std::to_string(step) +
+        std::string("onebit_lamb: the momentum of ") + (several ? "tensors " : "tensor ") +
+            zero_names + " is exactly zero at the first compression step (step " +
+            std::to_string(step) +
             "), so its scaling coefficient k_p = mean_q rms(m_q) / rms(m_p) would divide by zero "
             "(DeepSpeed's reference does, and its parameters become NaN). Its averaged gradient "
-            "was zero through the whole warm-up (optimizer.freeze_step = " +
+            "was exactly zero through the whole warm-up (optimizer.freeze_step = " +
             std::to_string(opts_.freeze_step) +
             "), and a 1-bit compressor cannot carry a tensor that stays zero: remove the tensor "
-            "from the problem or give it a gradient, or lengthen the warm-up.",
+            "from the problem or give it a gradient, or set freeze_step past the step where its "
+            "gradient first becomes nonzero.",
         "optimizer.freeze_step");
   }
   const double united = rms_sum / static_cast<double>(counted);

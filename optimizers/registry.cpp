@@ -3,7 +3,9 @@
 #include "sim/registry.hpp"
 
 #include "optimizers/adam.hpp"
+#include "optimizers/binsgdm.hpp"
 #include "optimizers/lamb.hpp"
+#include "optimizers/loco.hpp"
 #include "optimizers/momentum_sgd.hpp"
 #include "optimizers/onebit_adam.hpp"
 #include "optimizers/onebit_lamb.hpp"
@@ -41,6 +43,14 @@ const std::vector<RegistryEntry<Optimizer>>& optimizer_registry() {
           "zero_one_adam",
           "0/1 Adam (Lu et al. 2023): adaptive variance freezing with 1-bit gradient steps, "
           "then local steps synchronised through the 1-bit allreduce"),
+      make_registry_entry<Optimizer, Loco, LocoOptions>(
+          "loco",
+          "LoCo (Xie et al. 2024): 4-bit gradient exchange with moving-average error "
+          "compensation around an unchanged Adam/AdamW or momentum SGD"),
+      make_registry_entry<Optimizer, BinSgdm, BinSgdmOptions>(
+          "binsgdm",
+          "BinSGDM (ICLR 2023 submission) [verify]: unbiased 1-bit binarization of m ⊘ b, "
+          "flat or hierarchical, no warm-up, no error feedback"),
   };
   return kRegistry;
 }

@@ -112,11 +112,11 @@ void ZeroOneAdam::setup(Cluster& cluster) {
   const int64_t n = workers_;
   if (opts_.pad_multiple % (8 * n) != 0) {
     config_fail("optimizer.pad_multiple", Json(opts_.pad_multiple),
-                "must be a multiple of 8n = " + std::to_string(8 * n) + " (n = " +
-                    std::to_string(n) + " workers)");
+                "must be a multiple of 8n = " + std::to_string(8 * n) +
+                    " (n = " + std::to_string(n) + " workers)");
   }
-  onebit_ = std::make_unique<OneBitAllreduce>(workers_, dim_,
-                                              static_cast<size_t>(opts_.pad_multiple));
+  onebit_ =
+      std::make_unique<OneBitAllreduce>(workers_, dim_, static_cast<size_t>(opts_.pad_multiple));
   // Per-worker parameters from the start: step() must not allocate.
   cluster.enable_local_params();
   stride_ = cluster.local_params().stride;
@@ -158,8 +158,8 @@ void ZeroOneAdam::transition() {
 void ZeroOneAdam::step(StepContext& ctx) {
   if (ctx.step != schedule_.step() + 1) {
     throw std::logic_error("zero_one_adam: steps must be 1, 2, 3, ... (got " +
-                           std::to_string(ctx.step) + " after " +
-                           std::to_string(schedule_.step()) + ")");
+                           std::to_string(ctx.step) + " after " + std::to_string(schedule_.step()) +
+                           ")");
   }
   phase_ = schedule_.next();
   switch (phase_) {

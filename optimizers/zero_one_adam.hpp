@@ -71,9 +71,9 @@
 //    stage A). Likewise the default local_step_scaler keeps local_interval at
 //    1 (a sync every step) for the first 32768 stage-B steps: scale it down
 //    for short runs.
-//  - With one worker the reference skips the compressed allreduce and (a bug)
-//    the momentum update of its 1-bit steps; we always run the 1-bit
-//    allreduce (one worker still compresses, at both stages).
+//  - With one worker the reference skips every compressed allreduce, and with
+//    it (a bug) the momentum update of its stage-A 1-bit steps; we always run
+//    the 1-bit allreduce (one worker still compresses, at both stages).
 //  - The reference divides by lrs at a sync unguarded. Here lr > 0 is
 //    enforced and a sync always follows a local step of the same t, so
 //    lrs >= lr > 0 and the guard (zero_one_check_lrs) cannot fire
@@ -104,11 +104,11 @@ struct ZeroOneAdamOptions {
   double eps = 1e-8;
   double weight_decay = 0.0;
   bool bias_correction = false;
-  int64_t var_freeze_step = 100;       // reference: 100000
-  int64_t var_update_scaler = 16;      // κ
-  int64_t local_step_scaler = 32768;   // reference: 32678 (typo)
-  int64_t local_step_clipper = 16;     // H
-  int64_t pad_multiple = 0;            // 0: the reference's n·lcm(n, 8)
+  int64_t var_freeze_step = 100;      // reference: 100000
+  int64_t var_update_scaler = 16;     // κ
+  int64_t local_step_scaler = 32768;  // reference: 32678 (typo)
+  int64_t local_step_clipper = 16;    // H
+  int64_t pad_multiple = 0;           // 0: the reference's n·lcm(n, 8)
   std::string wire = "fp32";
   static Schema<ZeroOneAdamOptions> schema();
 };

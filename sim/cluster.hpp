@@ -73,6 +73,9 @@ class Cluster {
   int workers() const { return workers_; }
   size_t dim() const { return dim_; }
   const Problem& problem() const { return problem_; }
+  // The run's seed: optimizers mix it into the streams of stochastic
+  // compressors, so runs that differ only in their seed differ there too.
+  uint64_t seed() const { return seed_; }
 
   // The synchronised parameters (what evaluation sees).
   std::span<float> params() { return {params_.data(), dim_}; }

@@ -11,6 +11,8 @@
 
 #include "optimizers/optimizer.hpp"
 #include "problems/problem.hpp"
+#include "sim/compressor.hpp"
+#include "sim/error_feedback.hpp"
 #include "sim/config.hpp"
 #include "sim/run.hpp"
 
@@ -66,6 +68,10 @@ int cmd_list(bool as_json) {
     for (const auto& e : optimizer_registry()) {
       j["optimizers"][e.name] = {{"summary", e.summary}, {"options", fields_json(e.fields)}};
     }
+    for (const auto& e : compressor_registry()) {
+      j["compressors"][e.name] = {{"summary", e.summary}, {"options", fields_json(e.fields)}};
+    }
+    j["error_feedback"] = fields_json(ErrorFeedbackOptions::schema().describe());
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -87,6 +93,13 @@ int cmd_list(bool as_json) {
     std::printf("  %s: %s\n", e.name.c_str(), e.summary.c_str());
     print_fields<void>(e.fields);
   }
+  std::printf("\nCOMPRESSORS (used inside the optimizers' collectives; {\"name\": ..., ...})\n");
+  for (const auto& e : compressor_registry()) {
+    std::printf("  %s: %s\n", e.name.c_str(), e.summary.c_str());
+    print_fields<void>(e.fields);
+  }
+  std::printf("\nERROR FEEDBACK (per-worker error buffers of a compressed exchange)\n");
+  print_fields<void>(ErrorFeedbackOptions::schema().describe());
   return 0;
 }
 

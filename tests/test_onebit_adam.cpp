@@ -65,8 +65,8 @@ std::vector<float> random_vector(size_t d, uint64_t seed, float scale) {
 // Worker i's gradient at step t: N(0.3, 1) entries, different per worker (a
 // common drift, so momenta do not average out to nothing).
 void worker_grad(int64_t t, int i, std::span<float> g) {
-  fill_normal(RngStream(17, Purpose::kTest, static_cast<uint32_t>(i), static_cast<uint64_t>(t)),
-              g, 1.0f);
+  fill_normal(RngStream(17, Purpose::kTest, static_cast<uint32_t>(i), static_cast<uint64_t>(t)), g,
+              1.0f);
   for (float& v : g) v += 0.3f;
 }
 
@@ -103,7 +103,9 @@ std::string config_error_of(const std::function<void()>& f) {
   return "(no ConfigError)";
 }
 
-Experiment make(const Json& j) { return resolve_experiment(j, "t"); }
+Experiment make(const Json& j) {
+  return resolve_experiment(j, "t");
+}
 
 // Everything a Simulation run measures (wall time excluded) and its params.
 struct Trace {
@@ -156,18 +158,23 @@ TEST_SUITE("onebit_adam") {
       Json adam;
     };
     const std::vector<Case> cases = {
-        {"logistic", {{"name", "onebit_adam"}, {"lr", 0.05}, {"freeze_step", 30}},
+        {"logistic",
+         {{"name", "onebit_adam"}, {"lr", 0.05}, {"freeze_step", 30}},
          {{"name", "adam"}, {"lr", 0.05}, {"bias_correction", false}}},
         {"mlp",
          {{"name", "onebit_adam"}, {"lr", 0.01}, {"freeze_step", 30}, {"weight_decay", 0.01}},
          {{"name", "adam"}, {"lr", 0.01}, {"bias_correction", false}, {"weight_decay", 0.01}}},
         // wire fp16, and compression "none" with freeze_step >= steps.
         {"mlp",
-         {{"name", "onebit_adam"}, {"lr", 0.01}, {"freeze_step", 1000}, {"wire", "fp16"},
+         {{"name", "onebit_adam"},
+          {"lr", 0.01},
+          {"freeze_step", 1000},
+          {"wire", "fp16"},
           {"compression", "none"}},
          {{"name", "adam"}, {"lr", 0.01}, {"bias_correction", false}, {"wire", "fp16"}}},
         // The warm-up honours bias_correction.
-        {"logistic", {{"name", "onebit_adam"}, {"lr", 0.05}, {"bias_correction", true}},
+        {"logistic",
+         {{"name", "onebit_adam"}, {"lr", 0.05}, {"bias_correction", true}},
          {{"name", "adam"}, {"lr", 0.05}, {"bias_correction", true}}},
         // apmsqueeze whose variance never counts as stable: warm-up to the cap.
         {"logistic",
@@ -199,9 +206,8 @@ TEST_SUITE("onebit_adam") {
     // Tolerance: per step, m carries a few float roundings (≤ ~1e-7 relative
     // to max(|m|, |g|) ≈ 3); divided by sqrt(v*)+ε ≥ sqrt(0.001·T_w)·|g|-ish
     // this is ≲ 1e-5 in the update direction, times lr = 0.01, over 25 steps:
-    // ≲ 3e-6 in x, well inside 1e-5·max(1, |x|) (observed below 1e-7), while a
-    // wrong β, a v that keeps moving or bias correction in the compression
-    // stage each change x by > 1e-4.
+    // ≲ 3e-6 in x, inside 1e-5·max(1, |x|) (observed 5.6e-7), while a v that
+    // keeps moving after T_w changes x by more than 1e-3 (checked below).
     const size_t d = 300;
     const int n = 4, steps = 25, freeze = 8;
     const auto x0 = random_vector(d, 5, 1.0f);
@@ -219,30 +225,42 @@ TEST_SUITE("onebit_adam") {
     CHECK(opt.allreduce() == nullptr);
 
     const double b1 = 0.9, b2 = 0.999, eps = 1e-8, lr = 0.01, wd = 0.01;
-    std::vector<double> xd(x0.begin(), x0.end()), m(d, 0.0), v(d, 0.0), gbar(d);
-    std::vector<float> gi(d);
-    for (int t = 1; t <= steps; ++t) {
-      std::fill(gbar.begin(), gbar.end(), 0.0);
-      for (int i = 0; i < n; ++i) {
-        worker_grad(t, i, gi);
-        for (size_t k = 0; k < d; ++k) gbar[k] += gi[k] / static_cast<double>(n);
+    // keep_v: v keeps moving after T_w (the test must tell that apart).
+    auto reference = [&](bool keep_v, std::vector<double>* v_out) {
+      std::vector<double> xd(x0.begin(), x0.end()), m(d, 0.0), v(d, 0.0), gbar(d);
+      std::vector<float> gi(d);
+      for (int t = 1; t <= steps; ++t) {
+        std::fill(gbar.begin(), gbar.end(), 0.0);
+        for (int i = 0; i < n; ++i) {
+          worker_grad(t, i, gi);
+          for (size_t k = 0; k < d; ++k) gbar[k] += gi[k] / static_cast<double>(n);
+        }
+        for (size_t k = 0; k < d; ++k) {
+          m[k] = b1 * m[k] + (1 - b1) * gbar[k];
+          if (t <= freeze || keep_v) v[k] = b2 * v[k] + (1 - b2) * gbar[k] * gbar[k];
+          xd[k] -= lr * (m[k] / (std::sqrt(v[k]) + eps) + wd * xd[k]);
+        }
       }
-      for (size_t k = 0; k < d; ++k) {
-        m[k] = b1 * m[k] + (1 - b1) * gbar[k];
-        if (t <= freeze) v[k] = b2 * v[k] + (1 - b2) * gbar[k] * gbar[k];
-        xd[k] -= lr * (m[k] / (std::sqrt(v[k]) + eps) + wd * xd[k]);
-      }
-    }
-    double worst = 0.0;
+      if (v_out) *v_out = v;
+      return xd;
+    };
+    std::vector<double> v;
+    const auto xd = reference(false, &v);
+    const auto x_moving_v = reference(true, nullptr);
+    double worst = 0.0, moving = 0.0;
     for (size_t k = 0; k < d; ++k) {
       CAPTURE(k);
+      const double scale = std::max(1.0, std::abs(xd[k]));
       const double err = std::abs(static_cast<double>(x[k]) - xd[k]);
-      worst = std::max(worst, err / std::max(1.0, std::abs(xd[k])));
-      CHECK(err <= 1e-5 * std::max(1.0, std::abs(xd[k])));
+      worst = std::max(worst, err / scale);
+      moving = std::max(moving, std::abs(static_cast<double>(x[k]) - x_moving_v[k]) / scale);
+      CHECK(err <= 1e-5 * scale);
       CHECK(static_cast<double>(opt.v()[k]) ==
             doctest::Approx(v[k]).epsilon(1e-5));  // v frozen at v_{T_w}
     }
-    MESSAGE("compression none vs double reference: worst relative error in x " << worst);
+    CHECK(moving > 1e-3);  // the tolerance separates frozen from moving v
+    MESSAGE("compression none vs double reference: worst relative error in x "
+            << worst << " (a v that keeps moving: " << moving << ")");
     // Bytes: warm-up steps allreduce gradients, compression steps momenta;
     // both fp32 ring allreduces of d floats, one per step.
     REQUIRE(comm.log().size() == static_cast<size_t>(steps));
@@ -268,17 +286,16 @@ TEST_SUITE("onebit_adam") {
     OneBitAdam opt(o);
     Communicator comm(n);
     std::vector<float> v_at_switch;
-    const auto x = run(opt, problem, n, steps, worker_grad, &comm,
-                       [&](int64_t t, const Cluster&) {
-                         CHECK(std::string(opt.phase()) == (t <= freeze ? "warmup" : "compressed"));
-                         if (t == freeze) {
-                           v_at_switch.assign(opt.v().begin(), opt.v().end());
-                           // Errors are zero at the switch.
-                           for (int i = 0; i < n; ++i) {
-                             for (float e : opt.allreduce()->worker_error(i)) CHECK(e == 0.0f);
-                           }
-                         }
-                       });
+    const auto x = run(opt, problem, n, steps, worker_grad, &comm, [&](int64_t t, const Cluster&) {
+      CHECK(std::string(opt.phase()) == (t <= freeze ? "warmup" : "compressed"));
+      if (t == freeze) {
+        v_at_switch.assign(opt.v().begin(), opt.v().end());
+        // Errors are zero at the switch.
+        for (int i = 0; i < n; ++i) {
+          for (float e : opt.allreduce()->worker_error(i)) CHECK(e == 0.0f);
+        }
+      }
+    });
     CHECK(bit_equal(opt.v(), v_at_switch));
 
     const size_t stride = 1008;  // any stride: WorkerBuffers allow it
@@ -324,19 +341,19 @@ TEST_SUITE("onebit_adam") {
   }
 
   TEST_CASE("bytes: total relative to fp16 Adam is 1/(w + (1−w)·r)") {
-    // n = 16, T = 200, T_w = 30 (w = 0.15). Logistic with dim 1000: d = 1001
-    // parameters, D = 1024 (the reference pads to n·lcm(n, 8) = 256).
+    // n = 16, T = 200, T_w = 30 (w = 0.15). Logistic with dim 250: d = 251
+    // parameters, D = 256 (the reference pads to n·lcm(n, 8) = 256).
     const int n = 16;
     const int64_t steps = 200, freeze = 30;
     const double w = static_cast<double>(freeze) / static_cast<double>(steps);
-    const double d = 1001.0, D = 1024.0;
-    const double fp16_step = 2.0 * (n - 1) / n * 2.0 * d;              // ring, 2 bytes
+    const double d = 251.0, D = 256.0;
+    const double fp16_step = 2.0 * (n - 1) / n * 2.0 * d;                // ring, 2 bytes
     const double onebit_step = (n - 1) * D / (4.0 * n) + 8.0 * (n - 1);  // algorithms.md §1
     const double r = onebit_step / fp16_step;
     auto total_bytes = [&](const Json& opt) {
       Json j = {{"steps", steps},
                 {"grad_norm_every", 0},
-                {"problem", {{"name", "logistic"}, {"dim", 1000}}},
+                {"problem", {{"name", "logistic"}, {"dim", 250}}},
                 {"cluster", {{"workers", n}, {"batch_size", 4}}},
                 {"optimizer", opt}};
       Simulation sim(make(j));
@@ -355,8 +372,8 @@ TEST_SUITE("onebit_adam") {
       const double ob = total_bytes(
           {{"name", "onebit_adam"}, {"freeze_step", freeze}, {"wire", "fp16"}, {"lr", 0.01}});
       const double expected = 1.0 / (w + (1.0 - w) * r);
-      MESSAGE("r = " << r << ", adam fp16 / onebit_adam bytes = " << adam16 / ob
-                     << " (closed form " << expected << ")");
+      MESSAGE("r = " << r << ", adam fp16 / onebit_adam bytes = " << adam16 / ob << " (closed form "
+                     << expected << ")");
       CHECK(std::abs(adam16 / ob - expected) <= 1e-12 * expected);
     }
     SUBCASE("fp32 warm-up (the default): the warm-up costs twice an fp16 step") {
@@ -369,21 +386,33 @@ TEST_SUITE("onebit_adam") {
   }
 
   TEST_CASE("error feedback off ends measurably worse than on") {
-    // Logistic regression, n = 16, 300 steps, warm-up 45 (15 %). The full
-    // training loss after the run, with and without the error compensation.
-    auto loss = [](bool ef) {
-      Json j = {{"steps", 300},
+    // Logistic regression (dim 20), n = 16, batch 16, T = 200, warm-up 30
+    // (15 %), lr 0.003: the full training loss after the run with and without
+    // the error compensation, and exact Adam (no bias correction) for scale.
+    // Observed (seeds 0, 1, 2): on 0.3139-0.3142, off 0.3928-0.3932, adam
+    // 0.3131: error feedback recovers Adam's loss (the 1-bit Adam paper's
+    // claim) and without it the run is 0.079 behind. The gap is a convergence
+    // SPEED gap: it shrinks with a larger lr or a longer run (lr 0.005, T = 300:
+    // 0.019; dim 100, lr 0.01: 0.0045) and at lr 0.03 (dim 100), where every
+    // variant sits at its noise floor, off was 0.0016 better than on. Without
+    // the errors the synchronised momentum is c·sign(·) and a coordinate's sign
+    // only flips once (1−β1)·|ḡ| outweighs β1·c, so small coordinates lag.
+    auto loss = [](const Json& opt) {
+      Json j = {{"steps", 200},
                 {"grad_norm_every", 0},
-                {"problem", {{"name", "logistic"}, {"dim", 100}}},
+                {"problem", {{"name", "logistic"}, {"dim", 20}}},
                 {"cluster", {{"workers", 16}, {"batch_size", 16}}},
-                {"optimizer",
-                 {{"name", "onebit_adam"}, {"lr", 0.01}, {"freeze_step", 45},
-                  {"error_feedback", ef}}}};
+                {"optimizer", opt}};
       return final_eval(make(j), "train_loss_full");
     };
-    const double on = loss(true), off = loss(false);
-    MESSAGE("train_loss_full: error feedback on " << on << ", off " << off);
-    CHECK(on < off - 0.01);
+    const Json onebit = {{"name", "onebit_adam"}, {"lr", 0.003}, {"freeze_step", 30}};
+    Json no_ef = onebit;
+    no_ef["error_feedback"] = false;
+    const double on = loss(onebit), off = loss(no_ef);
+    const double adam = loss({{"name", "adam"}, {"lr", 0.003}, {"bias_correction", false}});
+    MESSAGE("train_loss_full: error feedback on " << on << ", off " << off << ", adam " << adam);
+    CHECK(on < off - 0.05);
+    CHECK(std::abs(on - adam) < 0.005);
   }
 
   TEST_CASE("phases, shared parameters, freeze_step 0") {
@@ -474,19 +503,19 @@ TEST_SUITE("onebit_adam") {
     for (size_t k = 0; k < d; k += 3) o.momentum_mask[k] = 0.0;
     OneBitAdam opt(o);
     std::vector<float> x_at_switch;
-    const auto x = run(opt, problem, n, steps, worker_grad, nullptr,
-                       [&](int64_t t, const Cluster& c) {
-                         if (t == freeze) x_at_switch.assign(c.params().begin(), c.params().end());
-                         if (t <= freeze) return;
-                         for (size_t k = 0; k < d; ++k) {
-                           CAPTURE(k);
-                           if (k % 3 == 0) {
-                             CHECK(opt.m()[k] == 0.0f);
-                           } else {
-                             CHECK(opt.m()[k] != 0.0f);
-                           }
-                         }
-                       });
+    const auto x =
+        run(opt, problem, n, steps, worker_grad, nullptr, [&](int64_t t, const Cluster& c) {
+          if (t == freeze) x_at_switch.assign(c.params().begin(), c.params().end());
+          if (t <= freeze) return;
+          for (size_t k = 0; k < d; ++k) {
+            CAPTURE(k);
+            if (k % 3 == 0) {
+              CHECK(opt.m()[k] == 0.0f);
+            } else {
+              CHECK(opt.m()[k] != 0.0f);
+            }
+          }
+        });
     // With wd = 0 the masked coordinates do not move after the switch.
     for (size_t k = 0; k < d; ++k) {
       CAPTURE(k);
@@ -568,12 +597,14 @@ TEST_SUITE("onebit_adam") {
     CHECK(err({{"var_threshold", 0}}) == "optimizer.var_threshold = 0: must be > 0");
     CHECK(err({{"min_warmup", 0}}) == "optimizer.min_warmup = 0: must be >= 1");
     CHECK(err({{"pad_multiple", -8}}) == "optimizer.pad_multiple = -8: must be >= 0");
-    CHECK(err({{"momentum_mask", {1, 0, 0.5}}}) == "optimizer.momentum_mask.2 = 0.5: must be 0 or 1");
+    CHECK(err({{"momentum_mask", {1, 0, 0.5}}}) ==
+          "optimizer.momentum_mask.2 = 0.5: must be 0 or 1");
     CHECK(err({{"momentum_mask", "all"}}) ==
           "optimizer.momentum_mask = \"all\": must be a list of numbers");
     CHECK(err({{"wire", "fp8"}}).find("optimizer.wire = \"fp8\": must be one of") == 0);
-    CHECK(err({{"freez_step", 3}}).find("optimizer.freez_step = 3: unknown key; did you mean "
-                                        "\"freeze_step\"?") == 0);
+    CHECK(err({{"freez_step", 3}})
+              .find("optimizer.freez_step = 3: unknown key; did you mean "
+                    "\"freeze_step\"?") == 0);
 
     // Checks that need the cluster, at setup (Simulation construction).
     const Json base = {{"steps", 3},

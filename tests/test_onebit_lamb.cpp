@@ -49,6 +49,8 @@ struct Trace {
   std::vector<double> values;
   std::vector<float> params;
   std::vector<std::string> phases;
+  std::vector<double> last_eval;  // the eval columns of the last eval step
+  std::vector<std::string> eval_columns;
   bool operator==(const Trace& o) const {
     return values.size() == o.values.size() &&
            std::memcmp(values.data(), o.values.data(), values.size() * sizeof(double)) == 0 &&
@@ -67,8 +69,10 @@ Trace trace(const Experiment& e, int threads = 0, bool with_bytes = true) {
     t.values.push_back(m.grad_norm);
     if (with_bytes) t.values.push_back(m.bytes_sent_cum);
     for (double v : m.eval) t.values.push_back(v);
+    if (!m.eval.empty()) t.last_eval = m.eval;
     t.phases.emplace_back(m.phase);
   }
+  t.eval_columns = sim.eval_columns();
   const auto x = sim.cluster().params();
   t.params.assign(x.begin(), x.end());
   omp_set_num_threads(saved);
@@ -373,11 +377,13 @@ TEST_SUITE("onebit_lamb") {
   }
 
   TEST_CASE("convergence sanity: the loss keeps decreasing after the switch (mlp, n = 8)") {
-    // Measured (seed 0, freeze_step 60, lr 0.01): mean train loss over steps
+    // Measured (seed 0, freeze_step 60, lr 0.01): mean batch loss over steps
     // 61-100 0.2117, 101-200 0.1821, 201-300 0.1719; LAMB over 201-300
-    // 0.1488 (final eval loss 1-bit LAMB 0.2035 vs LAMB 0.2263; with
-    // error_feedback off the train loss rises again, 0.2066 -> 0.2256).
-    // 1-bit LAMB should keep descending after the switch, near LAMB.
+    // 0.1488. After step 300, 1-bit LAMB vs LAMB: eval_loss 0.2035 vs 0.2263,
+    // eval_accuracy 0.9229 vs 0.9238, train_loss_full 0.1657 vs 0.1273. With
+    // error_feedback off the batch loss rises again after step 150 (0.2066 ->
+    // 0.2256 over steps 251-300). 1-bit LAMB should keep descending after the
+    // switch, near LAMB, at 23 % of LAMB's bytes.
     const std::string base = R"({"steps": 300, "problem": {"name": "mlp"},
         "cluster": {"workers": 8, "batch_size": 32},
         "optimizer": {"name": "onebit_lamb", "lr": 0.01, "freeze_step": 60}})";
@@ -394,8 +400,13 @@ TEST_SUITE("onebit_lamb") {
     double lamb_last = 0.0;
     for (int64_t k = 201; k <= 300; ++k) lamb_last += l.values[static_cast<size_t>(2 * (k - 1))];
     lamb_last /= 100.0;
+    std::string evals;
+    for (size_t c = 0; c < t.eval_columns.size(); ++c) {
+      evals += " " + t.eval_columns[c] + " " + std::to_string(t.last_eval[c]) + " (lamb " +
+               std::to_string(l.last_eval[c]) + ")";
+    }
     MESSAGE("onebit_lamb mean train loss: steps 61-100 ", w1, ", 101-200 ", w2, ", 201-300 ", w3,
-            "; lamb 201-300 ", lamb_last, "; final eval ", t.values.back());
+            "; lamb 201-300 ", lamb_last, "; after step 300:", evals);
     CHECK(t.phases[60] == "compressed");
     CHECK(w2 < w1);
     CHECK(w3 < w2);

@@ -353,6 +353,10 @@ TEST_SUITE("optimizers") {
     const auto x0 = random_vector(d, 5, 1.0f);
     FixedProblem problem(x0, {{"a", 0, 600}, {"b", 600, 400}});
     for (const auto& entry : optimizer_registry()) {
+      // BinSGDM binarizes each worker's z with its own random stream: n
+      // workers average n independent draws, equal to one worker's only in
+      // expectation (tests/test_binsgdm.cpp checks that), so it is skipped.
+      if (entry.name == "binsgdm") continue;
       CAPTURE(entry.name);
       Json raw = {{"name", entry.name}, {"weight_decay", 0.01}};
       const Json resolved = entry.resolve(raw, "optimizer");

@@ -68,13 +68,20 @@ bool bit_equal(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-std::vector<float> copy_of(std::span<const float> x) { return {x.begin(), x.end()}; }
+std::vector<float> copy_of(std::span<const float> x) {
+  return {x.begin(), x.end()};
+}
 
 // Drives an optimizer on a Cluster of FixedProblem with random_grad, calling
 // `after(t)` after every step.
 struct Driver {
   Driver(const Problem& problem, int workers)
-      : cluster(ClusterOptions{workers}, problem, /*seed=*/1), comm(workers) {}
+      : cluster(options(workers), problem, /*seed=*/1), comm(workers) {}
+  static ClusterOptions options(int workers) {
+    ClusterOptions co;
+    co.workers = workers;
+    return co;
+  }
   void run(Optimizer& opt, int64_t steps, const std::function<void(int64_t)>& after = nullptr) {
     opt.setup(cluster);
     for (int64_t t = 1; t <= steps; ++t) {
@@ -89,9 +96,13 @@ struct Driver {
   Communicator comm;
 };
 
-Experiment make(const std::string& text) { return resolve_experiment(Json::parse(text), "t"); }
+Experiment make(const std::string& text) {
+  return resolve_experiment(Json::parse(text), "t");
+}
 
-ZeroOneAdam& zero_one(Simulation& sim) { return dynamic_cast<ZeroOneAdam&>(sim.optimizer()); }
+ZeroOneAdam& zero_one(Simulation& sim) {
+  return dynamic_cast<ZeroOneAdam&>(sim.optimizer());
+}
 
 // ---------------------------------------------------------------------------
 
@@ -128,11 +139,11 @@ TEST_SUITE("zero_one_adam") {
         }
       }
     }
-    // And by hand: full steps 1..16, 18..48, 52..112, 120..240, 256..496 (16
-    // each), 528..976 (15); syncs: 1000 at interval 1, 500 at 2, 250 at 4,
-    // 125 at 8, then multiples of 16 in 5001..10000: 313.
-    CHECK(want_full == 95);
-    CHECK(want_onebit == 905);
+    // And by hand: full steps 1..16, 18..48, 52..112, 120..240, 256..496,
+    // 512..992 (16 each); syncs: 1000 at interval 1, 500 at 2, 250 at 4, 125
+    // at 8, then the multiples of 16 in 5001..10000: 313.
+    CHECK(want_full == 96);
+    CHECK(want_onebit == 904);
     CHECK(want_sync == 2188);
     CHECK(want_local == 6812);
 
@@ -174,7 +185,7 @@ TEST_SUITE("zero_one_adam") {
     REQUIRE(full_steps.size() >= first.size());
     CHECK(std::vector<int64_t>(full_steps.begin(), full_steps.begin() + 33) == first);
     CHECK(zero_one(sim).schedule().local_interval() == 16);
-    CHECK(zero_one(sim).schedule().var_interval() == 32);
+    CHECK(zero_one(sim).schedule().var_interval() == 64);
   }
 
   TEST_CASE("schedule: ZeroOneSchedule alone gives the optimizer's phases") {
@@ -220,12 +231,13 @@ TEST_SUITE("zero_one_adam") {
       ZeroOneAdamOptions zo;
       zo.lr = 0.01;
       zo.weight_decay = wd;
-      zo.var_freeze_step = steps;         // never leaves stage A
+      zo.var_freeze_step = steps;               // never leaves stage A
       zo.var_update_scaler = int64_t{1} << 40;  // the interval stays 1
       ZeroOneAdam zoa(zo);
       Driver z(problem, n);
       bool all_full = true;
-      z.run(zoa, steps, [&](int64_t) { all_full = all_full && zoa.last_phase() == ZeroOnePhase::kFull; });
+      z.run(zoa, steps,
+            [&](int64_t) { all_full = all_full && zoa.last_phase() == ZeroOnePhase::kFull; });
       CHECK(all_full);
       CHECK(bit_equal(z.cluster.params(), a.cluster.params()));
       CHECK(bit_equal(zoa.m(), adam.m()));
@@ -252,8 +264,13 @@ TEST_SUITE("zero_one_adam") {
     std::vector<float> x_sync = copy_of(cl.params());
     double lrs_want = 0.0;  // the same double sum the optimizer forms
     int syncs = 0, locals = 0, stage_a = 0, apart = 0;
+    std::vector<std::vector<float>> x_before(n), m_before(n);
     for (int64_t t = 1; t <= e.run.steps; ++t) {
       CAPTURE(t);
+      for (int i = 0; i < n; ++i) {
+        x_before[i] = copy_of(cl.params(i));
+        m_before[i] = copy_of(opt.m_local(i));
+      }
       const std::string phase = sim.step().phase;
       if (phase == "full" || phase == "onebit") {
         ++stage_a;
@@ -264,6 +281,17 @@ TEST_SUITE("zero_one_adam") {
       lrs_want += lr;
       if (phase == "local") {
         ++locals;
+        // The local step, element by element, from the state before it:
+        // m_i = β1 m_i + (1−β1) g_i ; x_i −= lr·(m_i ⊘ (sqrt(v)+ε) + wd·x_i).
+        for (int i = 0; i < n; ++i) {
+          std::vector<float> m_want = m_before[i], x_want = x_before[i];
+          for (size_t k = 0; k < cl.dim(); ++k) {
+            m_want[k] = 0.9f * m_want[k] + static_cast<float>(1.0 - 0.9) * cl.grad(i)[k];
+            x_want[k] -= 0.01f * (m_want[k] / opt.denom()[k] + 0.01f * x_want[k]);
+          }
+          CHECK(bit_equal(opt.m_local(i), m_want));
+          CHECK(bit_equal(cl.params(i), x_want));
+        }
         // The shared copy stays at the last synchronised value …
         CHECK(bit_equal(cl.params(), x_sync));
         // … and u_i = x_i − x_sync up to rounding (u accumulates −δ): a few
@@ -368,8 +396,8 @@ TEST_SUITE("zero_one_adam") {
       if (t == 13) CHECK_FALSE(errors_zero());  // the first sync compresses u
     });
     CHECK(phases == std::vector<std::string>{"full", "full", "onebit", "full", "onebit", "full",
-                                             "onebit", "full", "onebit", "onebit", "onebit",
-                                             "full", "sync"});
+                                             "onebit", "full", "onebit", "onebit", "onebit", "full",
+                                             "sync"});
   }
 
   TEST_CASE("lrs == 0 at a sync is a clear error") {
@@ -493,16 +521,18 @@ TEST_SUITE("zero_one_adam") {
   }
 
   TEST_CASE("converges on the quadratic through both stages") {
+    // (With lr 0.05 and 8 local steps the noise-free quadratic oscillates
+    // and grows: the momentum restarts from the 1-bit ū/lrs at each sync.)
     Simulation sim(make(R"({"steps": 600, "problem": {"name": "quadratic", "dim": 20},
         "cluster": {"workers": 4},
-        "optimizer": {"name": "zero_one_adam", "lr": 0.05, "var_freeze_step": 100,
+        "optimizer": {"name": "zero_one_adam", "lr": 0.01, "var_freeze_step": 100,
                       "local_step_scaler": 50, "local_step_clipper": 8}})"));
     const double start = sim.evaluate()[0];
     for (int s = 0; s < 600; ++s) sim.step();
     const double end = sim.evaluate()[0];
     MESSAGE("eval_loss " << start << " -> " << end);
     CHECK(std::isfinite(end));
-    CHECK(end < 1e-2 * start);
+    CHECK(end < 1e-4 * start);
   }
 
   TEST_CASE("options: defaults, registry, pad_multiple checked against 8n") {

@@ -1,0 +1,109 @@
+// BinSGDM (ICLR 2023 submission; algorithms.md §7, [verify]); see binsgdm.hpp.
+#include "optimizers/binsgdm.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "optimizers/common.hpp"
+#include "sim/compressors.hpp"
+
+namespace bitlab {
+
+Schema<BinSgdmOptions> BinSgdmOptions::schema() {
+  using O = BinSgdmOptions;
+  Schema<O> s;
+  s.field("lr", &O::lr, "learning rate (ū has entries in [−1, 1], like Adam's normalised step)",
+          {rules::greater(0.0)});
+  s.field("beta", &O::beta,
+          "decay rate β of both m and the denominator's EMA (the same β keeps |m| ≤ b)",
+          {rules::in_closed_open(0.0, 1.0)});
+  s.field("eps", &O::eps, "ε in z = m ⊘ (b + ε)", {rules::greater(0.0)});
+  s.field("weight_decay", &O::weight_decay, "decoupled weight decay: x −= lr·(ū + wd·x)",
+          {rules::at_least(0.0)});
+  s.field("denominator", &O::denominator,
+          "[verify] b: abs_ema = EMA of |g| (|m| ≤ b exactly) or sqrt_ema = sqrt(EMA of g²) "
+          "(Adam's)",
+          {rules::one_of({"abs_ema", "sqrt_ema"})});
+  s.field("amsgrad", &O::amsgrad,
+          "use b̂ = max over steps of b (AMSGrad's form; \"theory only\" in the paper)");
+  s.field("node_size", &O::node_size,
+          "0: flat allgather of every worker's bit-vector; > 1: workers per node — node mean, "
+          "re-binarized, one bit-vector per node across nodes; must divide the workers",
+          {rules::at_least<int64_t>(0)});
+  s.field("compress_seed", &O::compress_seed,
+          "extra seed of the binarization's random streams, mixed with the run seed, the step and the worker");
+  return s;
+}
+
+BinSgdm::BinSgdm(const BinSgdmOptions& opts)
+    : opts_(opts), sqrt_ema_(opts.denominator == "sqrt_ema") {}
+
+void BinSgdm::setup(Cluster& cluster) {
+  workers_ = cluster.workers();
+  dim_ = cluster.dim();
+  stride_ = cluster.stride();
+  if (opts_.node_size > 0 && workers_ % opts_.node_size != 0) {
+    config_fail("optimizer.node_size", Json(opts_.node_size),
+                "must divide the number of workers (" + std::to_string(workers_) + ")");
+  }
+  const size_t total = static_cast<size_t>(workers_) * stride_;
+  m_.assign(total, 0.0f);
+  b_.assign(total, 0.0f);
+  z_.assign(total, 0.0f);
+  if (opts_.amsgrad) {
+    bmax_.assign(total, 0.0f);
+  } else {
+    bmax_.clear();
+  }
+  u_.assign(dim_, 0.0f);
+  ag_ = std::make_unique<CompressedAllgatherMean>(
+      workers_, dim_, std::make_shared<BinarizeCompressor>(), static_cast<int>(opts_.node_size));
+}
+
+void BinSgdm::step(StepContext& ctx) {
+  const int n = workers_;
+  const float beta = static_cast<float>(opts_.beta);
+  const float one_minus_beta = static_cast<float>(1.0 - opts_.beta);
+  const float eps = static_cast<float>(opts_.eps);
+  const bool sqrt_ema = sqrt_ema_;
+  const bool amsgrad = opts_.amsgrad;
+  const int64_t d = static_cast<int64_t>(dim_);
+  const WorkerBuffers g = ctx.cluster.grads();
+  for (int i = 0; i < n; ++i) {
+    const size_t off = static_cast<size_t>(i) * stride_;
+    const float* gi = g[i].data();
+    float* m = m_.data() + off;
+    float* b = b_.data() + off;
+    float* bmax = amsgrad ? bmax_.data() + off : nullptr;
+    float* z = z_.data() + off;
+#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
+    for (int64_t k = 0; k < d; ++k) {
+      const float gk = gi[k];
+      m[k] = beta * m[k] + one_minus_beta * gk;  // m = β m + (1−β) g
+      float den;
+      if (sqrt_ema) {
+        b[k] = beta * b[k] + one_minus_beta * (gk * gk);  // v = β v + (1−β) g²
+        den = std::sqrt(b[k]);
+      } else {
+        b[k] = beta * b[k] + one_minus_beta * std::fabs(gk);  // b = β b + (1−β)|g|
+        den = b[k];
+      }
+      if (amsgrad) {
+        bmax[k] = std::max(bmax[k], den);  // b̂ = max(b̂, b)
+        den = bmax[k];
+      }
+      z[k] = m[k] / (den + eps);  // z = m ⊘ (b + ε)
+    }
+  }
+  // q_i = binarize(z_i); ū = mean_i q_i (flat or hierarchical).
+  ag_->run(ctx.comm, {z_.data(), stride_, dim_, n}, u_, splitmix64(ctx.cluster.seed() ^ splitmix64(opts_.compress_seed)), ctx.step);
+  // x = x − lr·(ū + wd·x)
+  const float lr = static_cast<float>(opts_.lr);
+  const float wd = static_cast<float>(opts_.weight_decay);
+  float* x = ctx.cluster.params().data();
+  const float* u = u_.data();
+#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
+  for (int64_t k = 0; k < d; ++k) x[k] -= lr * (u[k] + wd * x[k]);
+}
+
+}  // namespace bitlab

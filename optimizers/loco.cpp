@@ -1,0 +1,162 @@
+// LoCo (Xie et al. 2024; algorithms.md §6); see loco.hpp.
+#include "optimizers/loco.hpp"
+
+#include "optimizers/adam.hpp"
+#include "optimizers/common.hpp"
+#include "sim/compressors.hpp"
+
+namespace bitlab {
+
+Schema<LocoOptions> LocoOptions::schema() {
+  using O = LocoOptions;
+  Schema<O> s;
+  s.field("base", &O::base,
+          "the wrapped optimizer, run unchanged on the averaged quantized gradient: adam "
+          "(Adam/AdamW, algorithms.md §2) or momentum_sgd (torch.optim.SGD with momentum)",
+          {rules::one_of({"adam", "momentum_sgd"})});
+  s.field("lr", &O::lr, "learning rate of the base optimizer (the default suits adam)",
+          {rules::greater(0.0)});
+  s.field("beta1", &O::beta1, "adam: decay rate β1 of the first moment",
+          {rules::in_closed_open(0.0, 1.0)});
+  s.field("beta2", &O::beta2, "adam: decay rate β2 of the second moment",
+          {rules::in_closed_open(0.0, 1.0)});
+  s.field("eps", &O::eps, "adam: ε added to sqrt(v̂)", {rules::greater(0.0)});
+  s.field("weight_decay", &O::weight_decay,
+          "weight decay wd: decoupled (AdamW) for adam, coupled (added to ḡ) for momentum_sgd",
+          {rules::at_least(0.0)});
+  s.field("bias_correction", &O::bias_correction,
+          "adam: divide m, v by 1−β1^t, 1−β2^t (PyTorch's default; LoCo wraps a standard "
+          "optimizer)");
+  s.field("momentum", &O::momentum, "momentum_sgd: momentum factor μ (dampening 0)",
+          {rules::in_closed_open(0.0, 1.0)});
+  s.field("nesterov", &O::nesterov, "momentum_sgd: Nesterov momentum in PyTorch's form");
+  s.field("bits", &O::bits,
+          "bits b per element of the symmetric per-group quantizer Q_b (LoCo and ZeRO++: 4)",
+          {rules::in_closed<int64_t>(1, 8)});
+  s.field("group_size", &O::group_size,
+          "elements per quantization scale (fp32); also the group of the 8-bit error storage. "
+          "The reference uses max(rows, cols, world) groups per tensor (≈ min(rows, cols) "
+          "elements each)",
+          {rules::at_least<int64_t>(1)});
+  s.field("rounding", &O::rounding, "rounding of Q_b: nearest (LoCo) or stochastic",
+          {rules::one_of({"nearest", "stochastic"})});
+  s.field("err_beta", &O::err_beta,
+          "β of the error moving average e = β·e + (1−β)·(h − Q(h)) (LoCo: 0.8; 0 = classic "
+          "error feedback)",
+          {rules::in_closed_open(0.0, 1.0)});
+  s.field("reset_T", &O::reset_T,
+          "zero the errors after every reset_T steps (LoCo: 1024, counted per tensor call in "
+          "the reference, per step here); 0 = never",
+          {rules::at_least<int64_t>(0)});
+  s.field("error_storage_bits", &O::error_storage_bits,
+          "8: the error buffer is stored 8-bit quantized per group, as LoCo does; 32: exact fp32",
+          {Rule<int64_t>{[](const int64_t& v) { return v == 8 || v == 32; }, "must be 8 or 32"}});
+  s.field("gather", &O::gather,
+          "precision of the allgather of the averaged chunks after the quantized alltoall: "
+          "fp16 (default: ZeRO++ quantizes only the reduce-scatter and allgathers fp16), "
+          "quantized (re-quantized with b bits, no error buffer) or fp32; node_size = 0 only",
+          {rules::one_of({"quantized", "fp16", "fp32"})});
+  s.field("node_size", &O::node_size,
+          "0: flat quantized alltoall + allgather; > 0: workers per node of a hierarchical "
+          "allgather of b-bit images (node means re-quantized without an error buffer, a "
+          "departure from the reference); must divide the number of workers",
+          {rules::at_least<int64_t>(0)});
+  s.field("compress_seed", &O::compress_seed,
+          "extra seed of the compressors' random streams (stochastic rounding), mixed with the run "
+          "seed, the step and the worker");
+  return s;
+}
+
+QuantizeSpec LocoOptions::spec() const {
+  QuantizeSpec q;
+  q.bits = static_cast<int>(bits);
+  q.group_size = static_cast<size_t>(group_size);
+  q.stochastic = rounding == "stochastic";
+  q.fp16_scale = false;
+  return q;
+}
+
+Loco::Loco(const LocoOptions& opts) : opts_(opts), spec_(opts.spec()), adam_(opts.base == "adam") {}
+
+void Loco::setup(Cluster& cluster) {
+  workers_ = cluster.workers();
+  dim_ = cluster.dim();
+  stride_ = cluster.stride();
+  if (opts_.node_size > 0 && workers_ % opts_.node_size != 0) {
+    config_fail("optimizer.node_size", Json(opts_.node_size),
+                "must divide the number of workers (" + std::to_string(workers_) + ")");
+  }
+  h_.assign(static_cast<size_t>(workers_) * stride_, 0.0f);
+  g_mean_.assign(dim_, 0.0f);
+  m_.assign(dim_, 0.0f);
+  if (adam_) {
+    v_.assign(dim_, 0.0f);
+  } else {
+    v_.clear();
+  }
+  ErrorFeedbackOptions ef;
+  ef.kind = "ema";
+  ef.beta = opts_.err_beta;
+  ef.reset_every = opts_.reset_T;
+  ef.storage_bits = opts_.error_storage_bits;
+  ef.storage_group = opts_.group_size;
+  ef_ = std::make_unique<ErrorFeedback>(ef, workers_, dim_);
+  rs_.reset();
+  ag_.reset();
+  if (opts_.node_size == 0) {
+    rs_ = std::make_unique<QuantizedReduceScatter>(workers_, dim_, spec_, opts_.gather);
+  } else {
+    ag_ = std::make_unique<CompressedAllgatherMean>(
+        workers_, dim_, std::make_shared<NbitCompressor>(spec_), static_cast<int>(opts_.node_size));
+  }
+}
+
+std::span<const float> Loco::quantized(int worker) {
+  return rs_ ? rs_->quantized()[worker] : ag_->compressed()[worker];
+}
+
+void Loco::step(StepContext& ctx) {
+  const int n = workers_;
+  ef_->begin_step(ctx.step);  // periodic reset (reset_T)
+  const WorkerBuffers g = ctx.cluster.grads();
+  const WorkerBuffers h{h_.data(), stride_, dim_, n};
+  // h_i = g_i + e_i
+#pragma omp parallel for schedule(static) if (n > 1)
+  for (int i = 0; i < n; ++i) ef_->compensate(i, g[i], h[i]);
+  // ĥ_i = Q(h_i) inside the collective; ḡ = mean_i ĥ_i
+  if (rs_) {
+    rs_->run(ctx.comm, h, g_mean_, splitmix64(ctx.cluster.seed() ^ splitmix64(opts_.compress_seed)), ctx.step);
+  } else {
+    ag_->run(ctx.comm, h, g_mean_, splitmix64(ctx.cluster.seed() ^ splitmix64(opts_.compress_seed)), ctx.step);
+  }
+  // e_i = β e_i + (1−β)(h_i − ĥ_i) with the ĥ_i that were sent (then Q8 storage)
+  const WorkerBuffers sent = rs_ ? rs_->quantized() : ag_->compressed();
+#pragma omp parallel for schedule(static) if (n > 1)
+  for (int i = 0; i < n; ++i) ef_->update(i, h[i], sent[i]);
+
+  // The base optimizer on ḡ, unchanged.
+  if (adam_) {
+    const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
+                                          opts_.weight_decay, opts_.bias_correction, ctx.step);
+    adam_update_elements(ctx.cluster.params(), m_, v_, g_mean_, c);
+    return;
+  }
+  // momentum_sgd: the arithmetic of MomentumSgd::step (optimizers/momentum_sgd.cpp).
+  const float lr = static_cast<float>(opts_.lr);
+  const float mu = static_cast<float>(opts_.momentum);
+  const float wd = static_cast<float>(opts_.weight_decay);
+  const bool nesterov = opts_.nesterov;
+  float* x = ctx.cluster.params().data();
+  float* m = m_.data();
+  const float* gm = g_mean_.data();
+  const int64_t d = static_cast<int64_t>(dim_);
+#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
+  for (int64_t k = 0; k < d; ++k) {
+    float dk = gm[k] + wd * x[k];  // coupled weight decay
+    m[k] = mu * m[k] + dk;         // m = μ m + d
+    dk = nesterov ? dk + mu * m[k] : m[k];
+    x[k] -= lr * dk;  // x = x − lr·d
+  }
+}
+
+}  // namespace bitlab
