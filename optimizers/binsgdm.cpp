@@ -31,7 +31,8 @@ Schema<BinSgdmOptions> BinSgdmOptions::schema() {
           "re-binarized, one bit-vector per node across nodes; must divide the workers",
           {rules::at_least<int64_t>(0)});
   s.field("compress_seed", &O::compress_seed,
-          "extra seed of the binarization's random streams, mixed with the run seed, the step and the worker");
+          "extra seed of the binarization's random streams, mixed with the run seed, the step and "
+          "the worker");
   return s;
 }
 
@@ -96,7 +97,8 @@ void BinSgdm::step(StepContext& ctx) {
     }
   }
   // q_i = binarize(z_i); ū = mean_i q_i (flat or hierarchical).
-  ag_->run(ctx.comm, {z_.data(), stride_, dim_, n}, u_, splitmix64(ctx.cluster.seed() ^ splitmix64(opts_.compress_seed)), ctx.step);
+  ag_->run(ctx.comm, {z_.data(), stride_, dim_, n}, u_,
+           splitmix64(ctx.cluster.seed() ^ splitmix64(opts_.compress_seed)), ctx.step);
   // x = x − lr·(ū + wd·x)
   const float lr = static_cast<float>(opts_.lr);
   const float wd = static_cast<float>(opts_.weight_decay);

@@ -125,9 +125,11 @@ void Loco::step(StepContext& ctx) {
   for (int i = 0; i < n; ++i) ef_->compensate(i, g[i], h[i]);
   // ĥ_i = Q(h_i) inside the collective; ḡ = mean_i ĥ_i
   if (rs_) {
-    rs_->run(ctx.comm, h, g_mean_, splitmix64(ctx.cluster.seed() ^ splitmix64(opts_.compress_seed)), ctx.step);
+    rs_->run(ctx.comm, h, g_mean_, splitmix64(ctx.cluster.seed() ^ splitmix64(opts_.compress_seed)),
+             ctx.step);
   } else {
-    ag_->run(ctx.comm, h, g_mean_, splitmix64(ctx.cluster.seed() ^ splitmix64(opts_.compress_seed)), ctx.step);
+    ag_->run(ctx.comm, h, g_mean_, splitmix64(ctx.cluster.seed() ^ splitmix64(opts_.compress_seed)),
+             ctx.step);
   }
   // e_i = β e_i + (1−β)(h_i − ĥ_i) with the ĥ_i that were sent (then Q8 storage)
   const WorkerBuffers sent = rs_ ? rs_->quantized() : ag_->compressed();

@@ -23,8 +23,7 @@ Json JsonCodec<BatchSize>::write(const BatchSize& b) {
 
 Schema<ClusterOptions> ClusterOptions::schema() {
   Schema<ClusterOptions> s;
-  s.field("workers", &ClusterOptions::workers,
-          "number of emulated data-parallel workers n",
+  s.field("workers", &ClusterOptions::workers, "number of emulated data-parallel workers n",
           {rules::at_least<int64_t>(1), rules::at_most<int64_t>(1 << 20)});
   s.field("batch_size", &ClusterOptions::batch_size,
           "samples per worker per step, or \"full\" for the worker's whole shard "
@@ -181,8 +180,7 @@ Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t se
   samplers_.reserve(workers_);
   batches_.resize(workers_);
   for (int i = 0; i < workers_; ++i) {
-    samplers_.emplace_back(std::move(shards[i]), opts.batch_size, seed,
-                           static_cast<uint32_t>(i));
+    samplers_.emplace_back(std::move(shards[i]), opts.batch_size, seed, static_cast<uint32_t>(i));
     batches_[i].reserve(samplers_[i].batch_samples());
     workspaces_.push_back(problem.make_workspace());
   }

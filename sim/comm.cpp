@@ -23,7 +23,9 @@ WireCost ring_allgather_cost(int p, int64_t s) {
   return {static_cast<double>(p - 1) / p * static_cast<double>(s), static_cast<int64_t>(p - 1)};
 }
 
-WireCost pairwise_alltoall_cost(int p, int64_t s) { return ring_allgather_cost(p, s); }
+WireCost pairwise_alltoall_cost(int p, int64_t s) {
+  return ring_allgather_cost(p, s);
+}
 
 WireCost tree_broadcast_cost(int p, int64_t s) {
   if (p <= 1) return {0.0, 0};
@@ -99,9 +101,15 @@ void mean_impl(const WorkerBuffers& in, std::span<float> out) {
 
 void mean_over_workers(const WorkerBuffers& in, std::span<float> out, WireDtype wire) {
   switch (wire) {
-    case WireDtype::kFp32: mean_impl<WireDtype::kFp32>(in, out); break;
-    case WireDtype::kFp16: mean_impl<WireDtype::kFp16>(in, out); break;
-    case WireDtype::kBf16: mean_impl<WireDtype::kBf16>(in, out); break;
+    case WireDtype::kFp32:
+      mean_impl<WireDtype::kFp32>(in, out);
+      break;
+    case WireDtype::kFp16:
+      mean_impl<WireDtype::kFp16>(in, out);
+      break;
+    case WireDtype::kBf16:
+      mean_impl<WireDtype::kBf16>(in, out);
+      break;
   }
 }
 

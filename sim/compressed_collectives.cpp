@@ -8,8 +8,8 @@ namespace bitlab {
 
 namespace {
 
-CommRecord make_record(const char* op, const char* algorithm, const char* dtype,
-                       const char* scope, int ranks, int groups, int64_t payload, WireCost c) {
+CommRecord make_record(const char* op, const char* algorithm, const char* dtype, const char* scope,
+                       int ranks, int groups, int64_t payload, WireCost c) {
   CommRecord r;
   r.op = op;
   r.algorithm = algorithm;
@@ -25,8 +25,8 @@ CommRecord make_record(const char* op, const char* algorithm, const char* dtype,
 
 // CommRecord keeps `const char*`: intern the compressors' dtype names.
 const char* intern(const std::string& s) {
-  for (const char* known : {"fp32", "fp16", "bf16", "bits", "int1", "int2", "int3", "int4",
-                            "int5", "int6", "int7", "int8", "sparse", "values"}) {
+  for (const char* known : {"fp32", "fp16", "bf16", "bits", "int1", "int2", "int3", "int4", "int5",
+                            "int6", "int7", "int8", "sparse", "values"}) {
     if (s == known) return known;
   }
   return "compressed";
@@ -39,8 +39,11 @@ const char* intern(const std::string& s) {
 CompressedAllgatherMean::CompressedAllgatherMean(int workers, size_t dim,
                                                  std::shared_ptr<const Compressor> compressor,
                                                  int node_size)
-    : n_(workers), g_(node_size <= 0 ? workers : node_size), d_(dim),
-      stride_((dim + 15) / 16 * 16), c_(std::move(compressor)) {
+    : n_(workers),
+      g_(node_size <= 0 ? workers : node_size),
+      d_(dim),
+      stride_((dim + 15) / 16 * 16),
+      c_(std::move(compressor)) {
   if (n_ % g_ != 0) {
     throw std::invalid_argument("node size " + std::to_string(g_) + " does not divide " +
                                 std::to_string(n_) + " workers");
@@ -50,8 +53,8 @@ CompressedAllgatherMean::CompressedAllgatherMean(int workers, size_t dim,
   node_mean_.assign(stride_ * nodes_, 0.0f);
 }
 
-void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in,
-                                  std::span<float> out, uint64_t seed, int64_t step) {
+void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out,
+                                  uint64_t seed, int64_t step) {
   const int n = n_;
   const bool shared = c_->shared_randomness();
   const char* dtype = intern(c_->wire_dtype());
@@ -81,8 +84,8 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in,
   // Stage 2: each node's leader compresses the node mean; leaders allgather.
 #pragma omp parallel for schedule(dynamic, 1)
   for (int k = 0; k < nodes_; ++k) {
-    const RngStream rng(seed, Purpose::kCompress,
-                        shared ? 0u : static_cast<uint32_t>(n + k), static_cast<uint64_t>(step));
+    const RngStream rng(seed, Purpose::kCompress, shared ? 0u : static_cast<uint32_t>(n + k),
+                        static_cast<uint64_t>(step));
     c_->apply(node_means[k], node_means[k], rng);
   }
   comm.record(make_record("allgather", "ring", dtype, "inter", nodes_, 1, wire * nodes_,
@@ -111,14 +114,15 @@ QuantizedReduceScatter::QuantizedReduceScatter(int workers, size_t dim, const Qu
 double QuantizedReduceScatter::sent_bytes_per_call() const {
   const size_t chunk = D_ / n_;
   const double stage1 = static_cast<double>(quantize_wire_bytes(chunk, spec_));
-  const double stage2 = gather_ == "quantized" ? static_cast<double>(quantize_wire_bytes(chunk, spec_))
-                        : gather_ == "fp16"    ? 2.0 * chunk
-                                               : 4.0 * chunk;
+  const double stage2 = gather_ == "quantized"
+                            ? static_cast<double>(quantize_wire_bytes(chunk, spec_))
+                        : gather_ == "fp16" ? 2.0 * chunk
+                                            : 4.0 * chunk;
   return (n_ - 1) * (stage1 + stage2);
 }
 
-void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in,
-                                 std::span<float> out, uint64_t seed, int64_t step) {
+void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out,
+                                 uint64_t seed, int64_t step) {
   const int n = n_;
   const size_t D = D_, d = d_, chunk = D_ / n_;
   // Stage 1: every worker quantizes its zero-padded buffer (groups never

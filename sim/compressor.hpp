@@ -27,7 +27,8 @@ class Compressor {
   // out = C(x) = decode(encode(x)). `rng` feeds stochastic compressors
   // (stochastic rounding, random-k, binarization); deterministic ones ignore
   // it. out and x may alias.
-  virtual void apply(std::span<const float> x, std::span<float> out, const RngStream& rng) const = 0;
+  virtual void apply(std::span<const float> x, std::span<float> out,
+                     const RngStream& rng) const = 0;
   // The wire image (wire.size() == wire_bytes(x.size())).
   virtual void encode(std::span<const float> x, std::span<uint8_t> wire,
                       const RngStream& rng) const = 0;

@@ -70,7 +70,8 @@ Json load_json_file(const std::string& path) {
 void apply_set(Json& raw, const std::string& assignment) {
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
-    throw ConfigError("--set " + assignment + ": must have the form path=value (e.g. optimizer.lr=0.01)");
+    throw ConfigError("--set " + assignment +
+                      ": must have the form path=value (e.g. optimizer.lr=0.01)");
   }
   const std::string path = assignment.substr(0, eq);
   const std::string text = assignment.substr(eq + 1);
@@ -85,10 +86,13 @@ void apply_set(Json& raw, const std::string& assignment) {
   size_t start = 0;
   for (;;) {
     const auto dot = path.find('.', start);
-    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (key.empty()) throw ConfigError("--set " + assignment + ": empty key in path \"" + path + "\"");
+    const std::string key =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (key.empty())
+      throw ConfigError("--set " + assignment + ": empty key in path \"" + path + "\"");
     if (!node->is_object()) {
-      throw ConfigError("--set " + assignment + ": " + walked + " is not an object, so it has no key \"" + key + "\"");
+      throw ConfigError("--set " + assignment + ": " + walked +
+                        " is not an object, so it has no key \"" + key + "\"");
     }
     walked = join_path(walked, key);
     if (dot == std::string::npos) {
@@ -164,8 +168,7 @@ Experiment resolve_experiment(const Json& raw, const std::string& default_name,
     // Name the --set that caused an error at (or under) its path.
     for (const auto& s : sets) {
       const std::string path = s.substr(0, s.find('='));
-      if (!err.path().empty() &&
-          (err.path() == path || err.path().rfind(path + ".", 0) == 0)) {
+      if (!err.path().empty() && (err.path() == path || err.path().rfind(path + ".", 0) == 0)) {
         throw ConfigError("--set " + s + ": " + err.what(), err.path());
       }
     }

@@ -6,9 +6,12 @@ namespace bitlab {
 
 const char* wire_dtype_name(WireDtype t) {
   switch (t) {
-    case WireDtype::kFp32: return "fp32";
-    case WireDtype::kFp16: return "fp16";
-    case WireDtype::kBf16: return "bf16";
+    case WireDtype::kFp32:
+      return "fp32";
+    case WireDtype::kFp16:
+      return "fp16";
+    case WireDtype::kBf16:
+      return "bf16";
   }
   return "?";
 }

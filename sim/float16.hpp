@@ -63,15 +63,23 @@ inline uint16_t float_to_bf16_bits(float f) {
   return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
 }
 
-inline float bf16_bits_to_float(uint16_t b) { return std::bit_cast<float>(uint32_t{b} << 16); }
+inline float bf16_bits_to_float(uint16_t b) {
+  return std::bit_cast<float>(uint32_t{b} << 16);
+}
 
-inline float round_to_half(float f) { return half_bits_to_float(float_to_half_bits(f)); }
-inline float round_to_bf16(float f) { return bf16_bits_to_float(float_to_bf16_bits(f)); }
+inline float round_to_half(float f) {
+  return half_bits_to_float(float_to_half_bits(f));
+}
+inline float round_to_bf16(float f) {
+  return bf16_bits_to_float(float_to_bf16_bits(f));
+}
 
 // Element type on the wire of an uncompressed collective.
 enum class WireDtype { kFp32, kFp16, kBf16 };
 
-inline int wire_dtype_bytes(WireDtype t) { return t == WireDtype::kFp32 ? 4 : 2; }
+inline int wire_dtype_bytes(WireDtype t) {
+  return t == WireDtype::kFp32 ? 4 : 2;
+}
 const char* wire_dtype_name(WireDtype t);
 WireDtype parse_wire_dtype(const std::string& s);  // throws std::invalid_argument
 

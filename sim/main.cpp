@@ -12,8 +12,8 @@
 #include "optimizers/optimizer.hpp"
 #include "problems/problem.hpp"
 #include "sim/compressor.hpp"
-#include "sim/error_feedback.hpp"
 #include "sim/config.hpp"
+#include "sim/error_feedback.hpp"
 #include "sim/run.hpp"
 
 using namespace bitlab;
@@ -106,11 +106,12 @@ int cmd_list(bool as_json) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bitlab: a simulator and convergence lab for communication-compressed "
-               "distributed optimizers"};
+  CLI::App app{
+      "bitlab: a simulator and convergence lab for communication-compressed "
+      "distributed optimizers"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("bitlab ") + bitlab_version() + " (" +
-                                        bitlab_git_revision() + ")");
+  app.set_version_flag(
+      "--version", std::string("bitlab ") + bitlab_version() + " (" + bitlab_git_revision() + ")");
 
   std::string file;
   std::vector<std::string> sets;

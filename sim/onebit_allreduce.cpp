@@ -91,14 +91,26 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
   const size_t D = D_, d = d_, chunk = D_ / n_, chunk_bytes = chunk / 8;
   if (!error_feedback_) reset_errors();
 
-  // ---- worker side: u = pad(b_i) + e_i ; a_i = ‖u‖/√D ; e_i = u − a_i sign(u)
+    // ---- worker side: u = pad(b_i) + e_i ; a_i = ‖u‖/√D ; e_i = u − a_i sign(u)
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < n; ++i) {
     float* e = e_.data() + static_cast<size_t>(i) * D;
     const float* b = in[i].data();
+    // One pass: e becomes u = b + e (padding: b = 0) and ‖u‖² is summed over
+    // the same fixed blocks of 4096 as block_sum_squares, while each block is
+    // still in cache.
+    double ss = 0.0;
+    for (size_t lo = 0; lo < D; lo += 4096) {
+      const size_t hi = std::min(D, lo + 4096);
+      const size_t hb = std::min(hi, std::max(lo, d));
 #pragma omp simd
-    for (size_t k = 0; k < d; ++k) e[k] += b[k];  // e now holds u (padding: b = 0)
-    const float a = static_cast<float>(std::sqrt(block_sum_squares(e, D) / static_cast<double>(D)));
+      for (size_t k = lo; k < hb; ++k) e[k] += b[k];
+      double part = 0.0;
+#pragma omp simd reduction(+ : part)
+      for (size_t k = lo; k < hi; ++k) part += static_cast<double>(e[k]) * e[k];
+      ss += part;
+    }
+    const float a = static_cast<float>(std::sqrt(ss / static_cast<double>(D)));
     a_[i] = a;
     uint8_t* bits = bits_.data() + static_cast<size_t>(i) * (D / 8);
     pack_and_subtract(e, D, a, bits);
@@ -129,7 +141,8 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
   // Each worker's sign byte expands through a 256-entry table to its 8 values
   // ±a_i (branch-free, 8 floats at a time); the sums still run over workers
   // in order 0..n−1 from 0, as a plain per-element loop would.
-  for (int i = 0; i < n; ++i) fill_expand_table(a_[i], expand_.data() + static_cast<size_t>(i) * 2048);
+  for (int i = 0; i < n; ++i)
+    fill_expand_table(a_[i], expand_.data() + static_cast<size_t>(i) * 2048);
 #pragma omp parallel for schedule(static)
   for (int srv = 0; srv < n; ++srv) {
     float* s = s_.data() + static_cast<size_t>(srv) * chunk;
@@ -182,11 +195,13 @@ void OneBitAllreduce::decode_for(int /*worker*/, std::span<float> out) const {
   const int64_t full_bytes = static_cast<int64_t>(d_ / 8);
   thread_local std::vector<float> tables;
   tables.resize(static_cast<size_t>(n_) * 2048);
-  for (int r = 0; r < n_; ++r) fill_expand_table(c_[r], tables.data() + static_cast<size_t>(r) * 2048);
+  for (int r = 0; r < n_; ++r)
+    fill_expand_table(c_[r], tables.data() + static_cast<size_t>(r) * 2048);
   const float* tab = tables.data();
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < full_bytes; ++j) {
-    const float* v = tab + (static_cast<size_t>(j) / chunk_bytes) * 2048 + 8 * size_t{server_bits_[j]};
+    const float* v =
+        tab + (static_cast<size_t>(j) / chunk_bytes) * 2048 + 8 * size_t{server_bits_[j]};
     std::copy(v, v + 8, out.data() + 8 * j);
   }
   for (size_t k = static_cast<size_t>(full_bytes) * 8; k < d_; ++k) {

@@ -76,13 +76,13 @@ class OneBitAllreduce {
   int n_;
   size_t d_, D_;
   bool error_feedback_ = true;
-  std::vector<float> e_;             // n × D worker errors
-  std::vector<float> s_;             // n × D/n server errors (= D)
-  std::vector<uint8_t> bits_;        // n × D/8 packed signs of u
-  std::vector<uint8_t> server_bits_; // D/8: chunk r at r·D/(8n)
-  std::vector<float> a_, c_;         // worker and server scales
-  std::vector<float> acc_;           // D: the servers' sums over workers
-  std::vector<float> expand_;        // n × 256 × 8: sign byte -> 8 values ±a_i
+  std::vector<float> e_;              // n × D worker errors
+  std::vector<float> s_;              // n × D/n server errors (= D)
+  std::vector<uint8_t> bits_;         // n × D/8 packed signs of u
+  std::vector<uint8_t> server_bits_;  // D/8: chunk r at r·D/(8n)
+  std::vector<float> a_, c_;          // worker and server scales
+  std::vector<float> acc_;            // D: the servers' sums over workers
+  std::vector<float> expand_;         // n × 256 × 8: sign byte -> 8 values ±a_i
 };
 
 }  // namespace bitlab

@@ -22,4 +22,6 @@ bool all_finite(std::span<const float> x);
 }  // namespace bitlab
 
 #include <cmath>
-inline double bitlab::norm2(std::span<const float> x) { return std::sqrt(sum_squares(x)); }
+inline double bitlab::norm2(std::span<const float> x) {
+  return std::sqrt(sum_squares(x));
+}

@@ -16,8 +16,7 @@ void fill_normal(const RngStream& rng, std::span<float> out, float scale, uint64
     const float t0 = kTwoPi * u32_to_unit_open0(b[1]);
     const float r1 = std::sqrt(-2.0f * std::log(u32_to_unit_open0(b[2])));
     const float t1 = kTwoPi * u32_to_unit_open0(b[3]);
-    const float z[4] = {r0 * std::cos(t0), r0 * std::sin(t0), r1 * std::cos(t1),
-                        r1 * std::sin(t1)};
+    const float z[4] = {r0 * std::cos(t0), r0 * std::sin(t0), r1 * std::cos(t1), r1 * std::sin(t1)};
     for (uint64_t lane = g % 4; lane < 4 && k < n; ++lane, ++k) out[k] = scale * z[lane];
   }
 }

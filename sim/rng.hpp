@@ -74,8 +74,8 @@ class RngStream {
   }
 
   PhiloxBlock block(uint64_t i) const {
-    return philox4x32_10(
-        {static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), worker_, step_}, key_);
+    return philox4x32_10({static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), worker_, step_},
+                         key_);
   }
 
   // Sequential interface.

@@ -123,7 +123,9 @@ void write_json(const fs::path& p, const Json& j) {
   fs::rename(tmp, p);
 }
 
-Json finite_or_null(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }
+Json finite_or_null(double v) {
+  return std::isfinite(v) ? Json(v) : Json(nullptr);
+}
 
 class Progress {
  public:
@@ -164,7 +166,9 @@ class Progress {
   Clock::time_point start_, last_;
 };
 
-extern "C" void on_sigint(int) { g_interrupted.store(true); }
+extern "C" void on_sigint(int) {
+  g_interrupted.store(true);
+}
 
 }  // namespace
 
@@ -270,8 +274,8 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
       divergence = {{"step", m.step},
                     {"what", bad_loss ? "train_loss is " + fmt(m.train_loss)
                                       : "grad_norm is " + fmt(m.grad_norm)},
-                    {"hint", "the optimizer diverged; try a smaller optimizer.lr (now " +
-                                 fmt(lr) + "), a longer warm-up, or check the problem's scale"}};
+                    {"hint", "the optimizer diverged; try a smaller optimizer.lr (now " + fmt(lr) +
+                                 "), a longer warm-up, or check the problem's scale"}};
       break;
     }
     if (g_interrupted.load()) {
@@ -326,8 +330,8 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
     for (size_t k = 0; k < eval_cols.size(); ++k) {
       std::fprintf(stderr, "  %s %.6g", eval_cols[k].c_str(), last_eval[k]);
     }
-    std::fprintf(stderr, "\n  sent %.6g bytes per worker in %zu collectives\n",
-                 last.bytes_sent_cum, sim.comm().log().size());
+    std::fprintf(stderr, "\n  sent %.6g bytes per worker in %zu collectives\n", last.bytes_sent_cum,
+                 sim.comm().log().size());
     if (status == "diverged") {
       std::fprintf(stderr, "  diverged at step %lld: %s\n", static_cast<long long>(last.step),
                    divergence["hint"].get<std::string>().c_str());

@@ -29,14 +29,14 @@ const char* bitlab_git_revision();
 struct StepMetrics {
   int64_t step = 0;
   const char* phase = "";
-  double train_loss = 0.0;     // tree mean of the workers' batch losses
-  double grad_norm = 0.0;      // ‖mean_i g_i‖ (NaN when not measured)
-  std::vector<double> eval;    // problem's eval columns; empty when not an eval step
-  double bytes_sent = 0.0;     // per worker, this step
-  double bytes_sent_cum = 0.0; // per worker, since step 1
-  int64_t messages = 0;        // message rounds per worker, this step
+  double train_loss = 0.0;      // tree mean of the workers' batch losses
+  double grad_norm = 0.0;       // ‖mean_i g_i‖ (NaN when not measured)
+  std::vector<double> eval;     // problem's eval columns; empty when not an eval step
+  double bytes_sent = 0.0;      // per worker, this step
+  double bytes_sent_cum = 0.0;  // per worker, since step 1
+  int64_t messages = 0;         // message rounds per worker, this step
   int64_t messages_cum = 0;
-  double wall_s = 0.0;         // wall time since the run started (not deterministic)
+  double wall_s = 0.0;  // wall time since the run started (not deterministic)
 };
 
 class Simulation {
@@ -69,11 +69,11 @@ class Simulation {
 };
 
 struct RunCliOptions {
-  std::string out_dir;         // "" : results/<name>/<optimizer>-seed<seed>[-k]
+  std::string out_dir;  // "" : results/<name>/<optimizer>-seed<seed>[-k]
   std::string results_root = "results";
   bool quiet = false;
-  int threads = 0;             // 0: OpenMP's default
-  std::string command_line;    // recorded in manifest.json
+  int threads = 0;           // 0: OpenMP's default
+  std::string command_line;  // recorded in manifest.json
 };
 
 // Set by SIGINT; the loop stops after the current step.

@@ -165,16 +165,16 @@ Rule<V> at_most(V hi) {
 // lo <= v < hi
 template <class V>
 Rule<V> in_closed_open(V lo, V hi) {
-  return {[lo, hi](const V& v) { return v >= lo && v < hi; },
-          "must be in [" + num(static_cast<double>(lo)) + ", " + num(static_cast<double>(hi)) +
-              ")"};
+  return {
+      [lo, hi](const V& v) { return v >= lo && v < hi; },
+      "must be in [" + num(static_cast<double>(lo)) + ", " + num(static_cast<double>(hi)) + ")"};
 }
 // lo <= v <= hi
 template <class V>
 Rule<V> in_closed(V lo, V hi) {
-  return {[lo, hi](const V& v) { return v >= lo && v <= hi; },
-          "must be in [" + num(static_cast<double>(lo)) + ", " + num(static_cast<double>(hi)) +
-              "]"};
+  return {
+      [lo, hi](const V& v) { return v >= lo && v <= hi; },
+      "must be in [" + num(static_cast<double>(lo)) + ", " + num(static_cast<double>(hi)) + "]"};
 }
 Rule<std::string> one_of(std::vector<std::string> choices);
 }  // namespace rules

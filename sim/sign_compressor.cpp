@@ -13,9 +13,8 @@ void pack_signs(std::span<const float> x, std::span<uint8_t> bits) {
   for (size_t j = 0; j < full; ++j, p += 8) {
     // MSB first: element 8j is bit 7. (x >= 0) makes sign(0) = +1, as the
     // reference packs it.
-    bits[j] = static_cast<uint8_t>((p[0] >= 0.0f) << 7 | (p[1] >= 0.0f) << 6 |
-                                   (p[2] >= 0.0f) << 5 | (p[3] >= 0.0f) << 4 |
-                                   (p[4] >= 0.0f) << 3 | (p[5] >= 0.0f) << 2 |
+    bits[j] = static_cast<uint8_t>((p[0] >= 0.0f) << 7 | (p[1] >= 0.0f) << 6 | (p[2] >= 0.0f) << 5 |
+                                   (p[3] >= 0.0f) << 4 | (p[4] >= 0.0f) << 3 | (p[5] >= 0.0f) << 2 |
                                    (p[6] >= 0.0f) << 1 | (p[7] >= 0.0f));
   }
   if (n % 8) {
@@ -42,8 +41,7 @@ float SignCompressor::scale_of(std::span<const float> x) const {
   return static_cast<float>(s / static_cast<double>(x.size()));
 }
 
-void SignCompressor::apply(std::span<const float> x, std::span<float> out,
-                           const RngStream&) const {
+void SignCompressor::apply(std::span<const float> x, std::span<float> out, const RngStream&) const {
   const float a = scale_of(x);
   for (size_t k = 0; k < x.size(); ++k) out[k] = x[k] >= 0.0f ? a : -a;
 }

@@ -33,7 +33,8 @@ class ToyProblem : public Problem {
     for (uint32_t j : batch) mean_t += j;
     mean_t = batch.empty() ? 0.0 : mean_t / batch.size();
     double loss = 0;
-    for (uint32_t j : batch) loss += 0.5 * (x[0] - static_cast<double>(j)) * (x[0] - static_cast<double>(j));
+    for (uint32_t j : batch)
+      loss += 0.5 * (x[0] - static_cast<double>(j)) * (x[0] - static_cast<double>(j));
     loss = batch.empty() ? 0.0 : loss / batch.size();
     g[0] = static_cast<float>(x[0] - mean_t);
     for (size_t k = 1; k < dim_; ++k) {

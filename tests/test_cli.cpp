@@ -70,8 +70,8 @@ TEST_SUITE("cli") {
     Result r = run_bitlab(d, "run " + file + " --out " + out + " --quiet");
     REQUIRE(r.status == 0);
     CHECK(r.out == out + "\n");  // stdout: the folder, for scripts
-    for (const char* f : {"config.json", "manifest.json", "metrics.csv", "comm_log.csv",
-                          "summary.json"}) {
+    for (const char* f :
+         {"config.json", "manifest.json", "metrics.csv", "comm_log.csv", "summary.json"}) {
       CHECK(fs::exists(fs::path(out) / f));
     }
     const Json summary = Json::parse(slurp(fs::path(out) / "summary.json"));
@@ -132,7 +132,8 @@ TEST_SUITE("cli") {
          "optimizer.name = \"adamw2\": must be one of"},
         {R"({"problem": {"name": "quadratc"}, "optimizer": {"name": "adam"}})", "",
          "did you mean \"quadratic\"?"},
-        {kGood, "--set optimizer.betaa=0.5", "--set optimizer.betaa=0.5: optimizer.betaa = 0.5: unknown key"},
+        {kGood, "--set optimizer.betaa=0.5",
+         "--set optimizer.betaa=0.5: optimizer.betaa = 0.5: unknown key"},
         {kGood, "--set cluster.workers=100000",
          "cluster.workers = 100000: must be <= the problem's 256 training samples"},
         {kGood, "--threads 0", "--threads"},

@@ -152,7 +152,8 @@ TEST_SUITE("collectives") {
             expect[k] += qi[k];
           }
         }
-        for (size_t k = 0; k < d; ++k) CHECK(out[k] == doctest::Approx(expect[k] / n).epsilon(1e-6));
+        for (size_t k = 0; k < d; ++k)
+          CHECK(out[k] == doctest::Approx(expect[k] / n).epsilon(1e-6));
         // codes: chunk·4 bits + one fp32 scale per group of 32, both ways
         const double wire1 = chunk * 4 / 8.0 + 4.0 * (chunk / 32);
         CHECK(total_sent(comm) == (n - 1) * (wire1 + 4.0 * chunk));

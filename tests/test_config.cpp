@@ -64,8 +64,7 @@ TEST_SUITE("config") {
     CHECK(with("steps", "ten") == "steps = \"ten\": must be an integer");
     CHECK(with("steps", 0) == "steps = 0: must be >= 1");
     CHECK(with("optimizer.lr", -1) == "optimizer.lr = -1: must be > 0");
-    CHECK(with("optimizer.name", "adma").find(
-              "optimizer.name = \"adma\": must be one of") == 0);
+    CHECK(with("optimizer.name", "adma").find("optimizer.name = \"adma\": must be one of") == 0);
     CHECK(with("optimizer.name", "adma").find("did you mean \"adam\"?") != std::string::npos);
     CHECK(with("problem.name", "logistc").find("did you mean \"logistic\"?") != std::string::npos);
     CHECK(with("cluster.workers", 0) == "cluster.workers = 0: must be >= 1");

@@ -47,8 +47,8 @@ double final_loss(const std::string& file, double lr) {
 }
 
 Best sweep(const std::string& problem, const std::string& optimizer) {
-  const std::string file = std::string(BITLAB_SOURCE_DIR) + "/experiments/convergence/" +
-                           problem + "_" + optimizer + ".json";
+  const std::string file = std::string(BITLAB_SOURCE_DIR) + "/experiments/convergence/" + problem +
+                           "_" + optimizer + ".json";
   Best best;
   for (double lr : kLrGrid) {
     const double loss = final_loss(file, lr);
@@ -66,7 +66,9 @@ struct KnownGap {
   const char* optimizer;  // "onebit_adam_no_ef" stands for the EF ablation
 };
 constexpr KnownGap kKnownGaps[] = {
-    {"mlp", "onebit_adam"},    {"mlp", "apmsqueeze"}, {"mlp", "zero_one_adam"},
+    {"mlp", "onebit_adam"},
+    {"mlp", "apmsqueeze"},
+    {"mlp", "zero_one_adam"},
     {"mlp", "binsgdm"},
     // Convex and at its noise floor after 400 steps: EF on or off end level.
     {"logistic", "onebit_adam_no_ef"},
@@ -94,15 +96,16 @@ void check_problem(const std::string& problem) {
   const Best lamb = sweep(problem, "lamb");
   std::printf("  %-18s lr %-6g loss %.6f  (%+.2f%% vs adam; baseline, not checked)\n", "lamb",
               lamb.lr, lamb.loss, 100 * (lamb.loss / adam.loss - 1.0));
-  for (const char* opt : {"onebit_adam", "apmsqueeze", "onebit_lamb", "zero_one_adam", "loco",
-                          "binsgdm"}) {
+  for (const char* opt :
+       {"onebit_adam", "apmsqueeze", "onebit_lamb", "zero_one_adam", "loco", "binsgdm"}) {
     const Best b = sweep(problem, opt);
     const double rel = b.loss / adam.loss - 1.0;
     const bool gap = known_gap(problem, opt);
-    std::printf("  %-18s lr %-6g loss %.6f  (%+.2f%% vs adam, %+.2f%% vs adam without bias "
-                "correction)%s\n",
-                opt, b.lr, b.loss, 100 * rel, 100 * (b.loss / adam_nbc.loss - 1.0),
-                gap ? "  known gap" : "");
+    std::printf(
+        "  %-18s lr %-6g loss %.6f  (%+.2f%% vs adam, %+.2f%% vs adam without bias "
+        "correction)%s\n",
+        opt, b.lr, b.loss, 100 * rel, 100 * (b.loss / adam_nbc.loss - 1.0),
+        gap ? "  known gap" : "");
     std::fflush(stdout);
     CAPTURE(opt);
     CAPTURE(b.loss);
@@ -119,9 +122,8 @@ void check_problem(const std::string& problem) {
   const Best ef = sweep(problem, "onebit_adam");
   const Best no_ef = sweep(problem, "onebit_adam_no_ef");
   const bool gap = known_gap(problem, "onebit_adam_no_ef");
-  std::printf("  %-18s lr %-6g loss %.6f  (%+.2f%% vs 1-bit Adam with EF)%s\n",
-              "onebit_adam no EF", no_ef.lr, no_ef.loss, 100 * (no_ef.loss / ef.loss - 1.0),
-              gap ? "  known gap" : "");
+  std::printf("  %-18s lr %-6g loss %.6f  (%+.2f%% vs 1-bit Adam with EF)%s\n", "onebit_adam no EF",
+              no_ef.lr, no_ef.loss, 100 * (no_ef.loss / ef.loss - 1.0), gap ? "  known gap" : "");
   if (gap) {
     WARN_MESSAGE(no_ef.loss > ef.loss * 1.02, "known gap: EF off is not worse here");
   } else {
@@ -135,5 +137,7 @@ TEST_SUITE("convergence") {
   TEST_CASE("logistic regression, n = 16: each optimizer within 2% of Adam; EF off worse") {
     check_problem("logistic");
   }
-  TEST_CASE("MLP, n = 16: each optimizer within 2% of Adam; EF off worse") { check_problem("mlp"); }
+  TEST_CASE("MLP, n = 16: each optimizer within 2% of Adam; EF off worse") {
+    check_problem("mlp");
+  }
 }

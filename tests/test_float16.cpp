@@ -20,9 +20,9 @@ TEST_SUITE("float16") {
   TEST_CASE("known values and round-to-nearest-even") {
     CHECK(float_to_half_bits(1.0f) == 0x3C00);
     CHECK(float_to_half_bits(-2.0f) == 0xC000);
-    CHECK(float_to_half_bits(65504.0f) == 0x7BFF);       // largest half
-    CHECK(float_to_half_bits(65519.99f) == 0x7BFF);      // still rounds down
-    CHECK(float_to_half_bits(65520.0f) == 0x7C00);       // tie to even -> inf
+    CHECK(float_to_half_bits(65504.0f) == 0x7BFF);               // largest half
+    CHECK(float_to_half_bits(65519.99f) == 0x7BFF);              // still rounds down
+    CHECK(float_to_half_bits(65520.0f) == 0x7C00);               // tie to even -> inf
     CHECK(float_to_half_bits(std::ldexp(1.0f, -24)) == 0x0001);  // smallest subnormal
     CHECK(float_to_half_bits(std::ldexp(1.0f, -25)) == 0x0000);  // tie to even -> 0
     CHECK(float_to_half_bits(std::ldexp(1.5f, -25)) == 0x0001);

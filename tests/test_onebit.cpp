@@ -37,7 +37,8 @@ struct Reference {
   size_t d, D;
   std::vector<std::vector<float>> e;  // worker errors
   std::vector<float> s;               // server errors, global index
-  Reference(int n_, size_t d_, size_t D_) : n(n_), d(d_), D(D_), e(n_, std::vector<float>(D_)), s(D_) {}
+  Reference(int n_, size_t d_, size_t D_)
+      : n(n_), d(d_), D(D_), e(n_, std::vector<float>(D_)), s(D_) {}
   static double ss(const float* p, size_t len) {
     double total = 0;
     for (size_t lo = 0; lo < len; lo += 4096) {
@@ -159,7 +160,8 @@ TEST_SUITE("onebit") {
     }
   }
 
-  TEST_CASE("telescoping: sum_t out_t = sum_t mean_i b_it - mean_i e_iT[:d] - s_T[:d] over 1000 calls") {
+  TEST_CASE(
+      "telescoping: sum_t out_t = sum_t mean_i b_it - mean_i e_iT[:d] - s_T[:d] over 1000 calls") {
     const int n = 4;
     const size_t d = 1000;
     OneBitAllreduce ob(n, d);
@@ -208,9 +210,11 @@ TEST_SUITE("onebit") {
     ob.run(comm, in.view, out);
     for (int r = 0; r < n; ++r) {
       double ss = 0;
-      for (size_t k = 0; k < ob.chunk(); ++k) ss += double{out[r * ob.chunk() + k]} * out[r * ob.chunk() + k];
+      for (size_t k = 0; k < ob.chunk(); ++k)
+        ss += double{out[r * ob.chunk() + k]} * out[r * ob.chunk() + k];
       // every entry is exactly ±c_r, so this is exact up to the double sum
-      CHECK(std::sqrt(ss) == doctest::Approx(ob.server_scale(r) * std::sqrt(double(ob.chunk()))).epsilon(1e-12));
+      CHECK(std::sqrt(ss) ==
+            doctest::Approx(ob.server_scale(r) * std::sqrt(double(ob.chunk()))).epsilon(1e-12));
     }
   }
 

@@ -9,7 +9,9 @@
 using namespace bitlab;
 
 namespace {
-Experiment make(const std::string& text) { return resolve_experiment(Json::parse(text), "t"); }
+Experiment make(const std::string& text) {
+  return resolve_experiment(Json::parse(text), "t");
+}
 
 // Everything a run measures, for bit-for-bit comparison (wall time excluded).
 struct Trace {

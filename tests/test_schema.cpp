@@ -17,7 +17,8 @@ struct Opts {
     s.field("flag", &Opts::flag, "a flag");
     s.field("mode", &Opts::mode, "mode", {rules::one_of({"alpha", "beta"})});
     s.check([](const Opts& o, const std::string& path) {
-      if (o.flag && o.steps == 0) config_fail(join_path(path, "steps"), Json(o.steps), "must be > 0 when flag is true");
+      if (o.flag && o.steps == 0)
+        config_fail(join_path(path, "steps"), Json(o.steps), "must be > 0 when flag is true");
     });
     return s;
   }
@@ -61,7 +62,8 @@ TEST_SUITE("schema") {
   TEST_CASE("integers: whole floats accepted, range checked") {
     CHECK(Opts::schema().read(Json::parse(R"({"steps": 1e3})"), "").steps == 1000);
     CHECK(error_of(Json::parse(R"({"steps": -1})")) == "opt.steps = -1: must be >= 0");
-    CHECK(error_of(Json::parse(R"({"steps": 1e300})")) == "opt.steps = 1e+300: must be a whole number");
+    CHECK(error_of(Json::parse(R"({"steps": 1e300})")) ==
+          "opt.steps = 1e+300: must be a whole number");
   }
 
   TEST_CASE("closest_match") {

@@ -28,9 +28,12 @@ using namespace bitlab::bench;
 int main(int argc, char** argv) {
   int n = 16, log2_dim = 22, repeats = 11;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--workers")) n = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--log2-dim")) log2_dim = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--repeats")) repeats = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--workers"))
+      n = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--log2-dim"))
+      log2_dim = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--repeats"))
+      repeats = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: bench_onebit [--workers N] [--log2-dim K] [--repeats R]\n");
       return 2;
@@ -39,13 +42,13 @@ int main(int argc, char** argv) {
   const size_t d = size_t{1} << log2_dim;
   OneBitAllreduce ob(n, d);
   const double D = static_cast<double>(ob.padded_dim());
-  const double bytes = n * (4.0 * d + 8.0 * D + D / 8) + (n * D / 8 + 8.0 * D + D / 8) +
-                       (D / 8 + 4.0 * d);
+  const double bytes =
+      n * (4.0 * d + 8.0 * D + D / 8) + (n * D / 8 + 8.0 * D + D / 8) + (D / 8 + 4.0 * d);
 
   std::printf("bench_onebit: two-stage 1-bit compressed allreduce, n = %d, d = 2^%d (D = %.0f)\n",
               n, log2_dim, D);
-  std::printf("threads: %d   bytes necessarily touched per call: %.1f MB\n",
-              omp_get_max_threads(), bytes / 1e6);
+  std::printf("threads: %d   bytes necessarily touched per call: %.1f MB\n", omp_get_max_threads(),
+              bytes / 1e6);
   const double triad = triad_gbps(size_t{1} << 26, repeats);
   std::printf("STREAM triad (3 x 256 MiB arrays, median of %d): %.2f GB/s\n", repeats, triad);
 
@@ -63,14 +66,16 @@ int main(int argc, char** argv) {
   }
   const double med = median(t);
   const double gbps = bytes / med / 1e9;
-  std::printf("compressed allreduce: median %.2f ms (min %.2f, max %.2f) per call, %.2f GB/s = "
-              "%.0f%% of triad\n",
-              med * 1e3, *std::min_element(t.begin(), t.end()) * 1e3,
-              *std::max_element(t.begin(), t.end()) * 1e3, gbps, 100.0 * gbps / triad);
-  std::printf("  wire: %lld bytes sent per worker per call (fp16 ring allreduce: %.0f, ratio "
-              "1/%.1f)\n",
-              static_cast<long long>(ob.sent_bytes_per_call()), 2.0 * (n - 1) / n * 2.0 * d,
-              2.0 * (n - 1) / n * 2.0 * d / ob.sent_bytes_per_call());
+  std::printf(
+      "compressed allreduce: median %.2f ms (min %.2f, max %.2f) per call, %.2f GB/s = "
+      "%.0f%% of triad\n",
+      med * 1e3, *std::min_element(t.begin(), t.end()) * 1e3,
+      *std::max_element(t.begin(), t.end()) * 1e3, gbps, 100.0 * gbps / triad);
+  std::printf(
+      "  wire: %lld bytes sent per worker per call (fp16 ring allreduce: %.0f, ratio "
+      "1/%.1f)\n",
+      static_cast<long long>(ob.sent_bytes_per_call()), 2.0 * (n - 1) / n * 2.0 * d,
+      2.0 * (n - 1) / n * 2.0 * d / ob.sent_bytes_per_call());
 
   // Sign packing alone, one thread per slice of the buffer (as the worker
   // side uses it), GB/s of float input.

@@ -36,14 +36,15 @@ struct StepTiming {
 
 StepTiming time_steps(int workers, int log2_dim, int64_t grad_norm_every, int repeats,
                       const char* wire) {
-  const std::string text = std::string(R"({"name": "bench", "steps": 1000000,
-      "grad_norm_every": )") + std::to_string(grad_norm_every) +
-                           R"(, "problem": {"name": "quadratic", "dim": )" +
-                           std::to_string(int64_t{1} << log2_dim) +
-                           R"(, "condition_number": 10},
-      "cluster": {"workers": )" + std::to_string(workers) +
-                           R"(}, "optimizer": {"name": "adam", "lr": 0.001, "wire": ")" + wire +
-                           R"("}})";
+  const std::string text =
+      std::string(R"({"name": "bench", "steps": 1000000,
+      "grad_norm_every": )") +
+      std::to_string(grad_norm_every) + R"(, "problem": {"name": "quadratic", "dim": )" +
+      std::to_string(int64_t{1} << log2_dim) +
+      R"(, "condition_number": 10},
+      "cluster": {"workers": )" +
+      std::to_string(workers) + R"(}, "optimizer": {"name": "adam", "lr": 0.001, "wire": ")" +
+      wire + R"("}})";
   Simulation sim(resolve_experiment(Json::parse(text), "bench"));
   for (int w = 0; w < 2; ++w) sim.step();  // first touches, page faults
   std::vector<double> t;
@@ -60,9 +61,12 @@ StepTiming time_steps(int workers, int log2_dim, int64_t grad_norm_every, int re
 int main(int argc, char** argv) {
   int workers = 16, log2_dim = 22, repeats = 11;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--workers")) workers = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--log2-dim")) log2_dim = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--repeats")) repeats = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--workers"))
+      workers = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--log2-dim"))
+      log2_dim = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--repeats"))
+      repeats = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: bench_step [--workers N] [--log2-dim K] [--repeats R]\n");
       return 2;
@@ -86,15 +90,16 @@ int main(int argc, char** argv) {
     int64_t grad_norm_every;
     const char* wire;
   };
-  for (const Case c : {Case{"adam fp32 (headline)", 0, "fp32"},
-                       Case{"adam fp32 + grad_norm metric", 1, "fp32"},
-                       Case{"adam fp16 wire", 0, "fp16"}}) {
+  for (const Case c :
+       {Case{"adam fp32 (headline)", 0, "fp32"}, Case{"adam fp32 + grad_norm metric", 1, "fp32"},
+        Case{"adam fp16 wire", 0, "fp16"}}) {
     const StepTiming t = time_steps(workers, log2_dim, c.grad_norm_every, repeats, c.wire);
     const double gbps = bytes / t.median_s / 1e9;
     std::printf("%-34s %10.2f %10.2f %10.2f %10.2f %8.0f%%\n", c.label, t.median_s * 1e3,
                 t.min_s * 1e3, t.max_s * 1e3, gbps, 100.0 * gbps / triad);
   }
-  std::printf("(GB/s = the bytes above / median step time; the grad_norm row reads the N "
-              "gradients once more and the fp16 row rounds on the fly, neither counted)\n");
+  std::printf(
+      "(GB/s = the bytes above / median step time; the grad_norm row reads the N "
+      "gradients once more and the fp16 row rounds on the fly, neither counted)\n");
   return 0;
 }
