@@ -1,6 +1,7 @@
 // Small problems for tests whose expected results are worked out by hand.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -55,6 +56,34 @@ class ToyProblem : public Problem {
   int classes_;
   std::vector<TensorInfo> tensors_;
   std::vector<int32_t> labels_;
+};
+
+// Initial parameters x0 and no data: tests write every worker's gradient
+// straight into cluster.grads(), so expected trajectories depend only on
+// numbers written in the test. Its own loss_grad returns zeros.
+class FixedProblem : public Problem {
+ public:
+  explicit FixedProblem(std::vector<float> x0, std::vector<TensorInfo> tensors = {})
+      : x0_(std::move(x0)), tensors_(std::move(tensors)) {
+    if (tensors_.empty()) tensors_.push_back({"w", 0, x0_.size()});
+  }
+  size_t dim() const override { return x0_.size(); }
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+  size_t num_train() const override { return 0; }
+  void init_params(std::span<float> x, uint64_t) const override {
+    std::copy(x0_.begin(), x0_.end(), x.begin());
+  }
+  double loss_grad(std::span<const float>, std::span<const uint32_t>, std::span<float> g,
+                   const RngStream&, Workspace&) const override {
+    std::fill(g.begin(), g.end(), 0.0f);
+    return 0.0;
+  }
+  std::vector<std::string> eval_columns() const override { return {}; }
+  void evaluate(std::span<const float>, std::span<double>) const override {}
+
+ private:
+  std::vector<float> x0_;
+  std::vector<TensorInfo> tensors_;
 };
 
 }  // namespace bitlab::testing

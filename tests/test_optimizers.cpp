@@ -22,38 +22,12 @@
 #include "sim/float16.hpp"
 #include "sim/rng.hpp"
 #include "sim/schema.hpp"
+#include "tests/fixtures.hpp"
 
 namespace bitlab {
 namespace {
 
-// A problem with given initial parameters and tensor boundaries and no data.
-// Its own gradient is never used: the tests write each worker's gradient
-// straight into cluster.grads(), so the expected trajectories only depend on
-// numbers written in the test.
-class FixedProblem : public Problem {
- public:
-  FixedProblem(std::vector<float> x0, std::vector<TensorInfo> tensors)
-      : x0_(std::move(x0)), tensors_(std::move(tensors)) {
-    if (tensors_.empty()) tensors_.push_back({"w", 0, x0_.size()});
-  }
-  size_t dim() const override { return x0_.size(); }
-  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
-  size_t num_train() const override { return 0; }
-  void init_params(std::span<float> x, uint64_t) const override {
-    std::copy(x0_.begin(), x0_.end(), x.begin());
-  }
-  double loss_grad(std::span<const float>, std::span<const uint32_t>, std::span<float> g,
-                   const RngStream&, Workspace&) const override {
-    std::fill(g.begin(), g.end(), 0.0f);
-    return 0.0;
-  }
-  std::vector<std::string> eval_columns() const override { return {}; }
-  void evaluate(std::span<const float>, std::span<double>) const override {}
-
- private:
-  std::vector<float> x0_;
-  std::vector<TensorInfo> tensors_;
-};
+using testing::FixedProblem;
 
 // Writes worker `worker`'s gradient for (1-based) step `step`.
 using GradFn = std::function<void(int64_t step, int worker, std::span<float> g)>;

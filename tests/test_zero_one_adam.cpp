@@ -22,35 +22,12 @@
 #include "sim/rng.hpp"
 #include "sim/run.hpp"
 #include "sim/schema.hpp"
+#include "tests/fixtures.hpp"
 
 namespace bitlab {
 namespace {
 
-// A problem with given initial parameters and no data; the tests write each
-// worker's gradient straight into cluster.grads().
-class FixedProblem : public Problem {
- public:
-  explicit FixedProblem(std::vector<float> x0) : x0_(std::move(x0)) {
-    tensors_.push_back({"w", 0, x0_.size()});
-  }
-  size_t dim() const override { return x0_.size(); }
-  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
-  size_t num_train() const override { return 0; }
-  void init_params(std::span<float> x, uint64_t) const override {
-    std::copy(x0_.begin(), x0_.end(), x.begin());
-  }
-  double loss_grad(std::span<const float>, std::span<const uint32_t>, std::span<float> g,
-                   const RngStream&, Workspace&) const override {
-    std::fill(g.begin(), g.end(), 0.0f);
-    return 0.0;
-  }
-  std::vector<std::string> eval_columns() const override { return {}; }
-  void evaluate(std::span<const float>, std::span<double>) const override {}
-
- private:
-  std::vector<float> x0_;
-  std::vector<TensorInfo> tensors_;
-};
+using testing::FixedProblem;
 
 std::vector<float> random_vector(size_t d, uint64_t seed, float scale) {
   std::vector<float> x(d);
