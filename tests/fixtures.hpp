@@ -3,9 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <vector>
 
+#include "optimizers/optimizer.hpp"
 #include "problems/problem.hpp"
+#include "sim/cluster.hpp"
+#include "sim/comm.hpp"
 
 namespace bitlab::testing {
 
@@ -85,5 +89,34 @@ class FixedProblem : public Problem {
   std::vector<float> x0_;
   std::vector<TensorInfo> tensors_;
 };
+
+// Writes worker `worker`'s gradient for (1-based) step `step`.
+using GradFn = std::function<void(int64_t step, int worker, std::span<float> g)>;
+// Called after each step, to read the optimizer's state.
+using AfterStepFn = std::function<void(int64_t step, const Cluster& cluster, Optimizer& opt)>;
+
+// Runs `steps` steps of `opt` on `workers` workers whose gradients `grads`
+// writes, and returns the final shared parameters. `comm_out`, when given,
+// receives the communicator (and its log).
+inline std::vector<float> run_with_gradients(Optimizer& opt, const Problem& problem, int workers,
+                                             int steps, const GradFn& grads,
+                                             Communicator* comm_out = nullptr,
+                                             const AfterStepFn& after = nullptr) {
+  ClusterOptions co;
+  co.workers = workers;
+  Cluster cluster(co, problem, /*seed=*/1);
+  Communicator comm(workers);
+  opt.setup(cluster);
+  for (int64_t t = 1; t <= steps; ++t) {
+    for (int i = 0; i < workers; ++i) grads(t, i, cluster.grad(i));
+    comm.begin_step(t);
+    StepContext ctx{t, cluster, comm};
+    opt.step(ctx);
+    if (after) after(t, cluster, opt);
+  }
+  if (comm_out) *comm_out = comm;
+  auto x = cluster.params();
+  return {x.begin(), x.end()};
+}
 
 }  // namespace bitlab::testing

@@ -29,28 +29,16 @@ namespace {
 
 using testing::FixedProblem;
 
-using GradFn = std::function<void(int64_t step, int worker, std::span<float> g)>;
+using testing::GradFn;
 // Called after each step with the optimizer (to read its state).
 using AfterStep = std::function<void(int64_t step, Optimizer& opt)>;
 
 std::vector<float> run(Optimizer& opt, const Problem& problem, int workers, int steps,
                        const GradFn& grads, Communicator* comm_out = nullptr,
                        const AfterStep& after = nullptr) {
-  ClusterOptions co;
-  co.workers = workers;
-  Cluster cluster(co, problem, /*seed=*/1);
-  Communicator comm(workers);
-  opt.setup(cluster);
-  for (int64_t t = 1; t <= steps; ++t) {
-    for (int i = 0; i < workers; ++i) grads(t, i, cluster.grad(i));
-    comm.begin_step(t);
-    StepContext ctx{t, cluster, comm};
-    opt.step(ctx);
-    if (after) after(t, opt);
-  }
-  if (comm_out) *comm_out = comm;
-  auto x = cluster.params();
-  return {x.begin(), x.end()};
+  testing::AfterStepFn each = nullptr;
+  if (after) each = [&](int64_t t, const Cluster&, Optimizer&) { after(t, opt); };
+  return testing::run_with_gradients(opt, problem, workers, steps, grads, comm_out, each);
 }
 
 GradFn random_grads() {

@@ -22,37 +22,14 @@
 #include "sim/rng.hpp"
 #include "sim/run.hpp"
 #include "sim/schema.hpp"
+#include "tests/fixtures.hpp"
 
 namespace bitlab {
 namespace {
 
-// A problem with given initial parameters and no data: the tests write each
-// worker's gradient straight into cluster.grads().
-class GivenProblem : public Problem {
- public:
-  explicit GivenProblem(std::vector<float> x0) : x0_(std::move(x0)) {
-    tensors_.push_back({"w", 0, x0_.size()});
-  }
-  size_t dim() const override { return x0_.size(); }
-  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
-  size_t num_train() const override { return 0; }
-  void init_params(std::span<float> x, uint64_t) const override {
-    std::copy(x0_.begin(), x0_.end(), x.begin());
-  }
-  double loss_grad(std::span<const float>, std::span<const uint32_t>, std::span<float> g,
-                   const RngStream&, Workspace&) const override {
-    std::fill(g.begin(), g.end(), 0.0f);
-    return 0.0;
-  }
-  std::vector<std::string> eval_columns() const override { return {}; }
-  void evaluate(std::span<const float>, std::span<double>) const override {}
+using GivenProblem = testing::FixedProblem;
 
- private:
-  std::vector<float> x0_;
-  std::vector<TensorInfo> tensors_;
-};
-
-using GradFn = std::function<void(int64_t step, int worker, std::span<float> g)>;
+using testing::GradFn;
 // Called after every step with the optimizer (for per-step observations).
 using AfterStep = std::function<void(int64_t step, const Cluster& cluster)>;
 
@@ -73,21 +50,9 @@ void worker_grad(int64_t t, int i, std::span<float> g) {
 std::vector<float> run(Optimizer& opt, const Problem& problem, int workers, int steps,
                        const GradFn& grads, Communicator* comm_out = nullptr,
                        const AfterStep& after = nullptr) {
-  ClusterOptions co;
-  co.workers = workers;
-  Cluster cluster(co, problem, /*seed=*/1);
-  Communicator comm(workers);
-  opt.setup(cluster);
-  for (int64_t t = 1; t <= steps; ++t) {
-    for (int i = 0; i < workers; ++i) grads(t, i, cluster.grad(i));
-    comm.begin_step(t);
-    StepContext ctx{t, cluster, comm};
-    opt.step(ctx);
-    if (after) after(t, cluster);
-  }
-  if (comm_out) *comm_out = comm;
-  auto x = cluster.params();
-  return {x.begin(), x.end()};
+  testing::AfterStepFn each = nullptr;
+  if (after) each = [&](int64_t t, const Cluster& cluster, Optimizer&) { after(t, cluster); };
+  return testing::run_with_gradients(opt, problem, workers, steps, grads, comm_out, each);
 }
 
 bool bit_equal(std::span<const float> a, std::span<const float> b) {

@@ -29,27 +29,13 @@ namespace {
 
 using testing::FixedProblem;
 
-// Writes worker `worker`'s gradient for (1-based) step `step`.
-using GradFn = std::function<void(int64_t step, int worker, std::span<float> g)>;
+using testing::GradFn;
 
 // Runs `steps` steps of `opt` on `workers` workers and returns the final
 // parameters. `comm_out`, when given, receives the communicator.
 std::vector<float> run(Optimizer& opt, const Problem& problem, int workers, int steps,
                        const GradFn& grads, Communicator* comm_out = nullptr) {
-  ClusterOptions co;
-  co.workers = workers;
-  Cluster cluster(co, problem, /*seed=*/1);
-  Communicator comm(workers);
-  opt.setup(cluster);
-  for (int64_t t = 1; t <= steps; ++t) {
-    for (int i = 0; i < workers; ++i) grads(t, i, cluster.grad(i));
-    comm.begin_step(t);
-    StepContext ctx{t, cluster, comm};
-    opt.step(ctx);
-  }
-  if (comm_out) *comm_out = comm;
-  auto x = cluster.params();
-  return {x.begin(), x.end()};
+  return testing::run_with_gradients(opt, problem, workers, steps, grads, comm_out);
 }
 
 // Every worker gets the same gradient table[t-1] (a list per step).
