@@ -51,7 +51,8 @@ case "$MODE" in
     install_missing
     build
     echo "setup: running experiments/quickstart.json" >&2
-    "$BUILD_DIR/bitlab" run experiments/quickstart.json
+    # stdout repeats the results folder for scripts; the summary on stderr already names it
+    "$BUILD_DIR/bitlab" run experiments/quickstart.json >/dev/null
     ;;
   test)
     install_missing
