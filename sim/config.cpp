@@ -26,7 +26,11 @@ Schema<RunSettings> RunSettings::schema() {
           "measure the norm of the workers' mean gradient every k steps (0: never); a "
           "measurement, not communication: no bytes are counted",
           {rules::at_least<int64_t>(0)});
-  s.allow_key("problem").allow_key("cluster").allow_key("optimizer");
+  s.allow_key("problem")
+      .allow_key("cluster")
+      .allow_key("optimizer")
+      .allow_key("network")
+      .allow_key("compute");
   return s;
 }
 
@@ -151,10 +155,24 @@ Experiment resolve_inner(const Json& raw, const std::string& default_name) {
   const auto cluster_schema = ClusterOptions::schema();
   e.cluster = cluster_schema.read(cluster_raw, "cluster");
 
+  const auto network_schema = NetworkOptions::schema();
+  const auto compute_schema = ComputeOptions::schema();
+  e.network =
+      network_schema.read(raw.contains("network") ? raw.at("network") : Json::object(), "network");
+  e.compute =
+      compute_schema.read(raw.contains("compute") ? raw.at("compute") : Json::object(), "compute");
+  if (e.network.preset != "none") make_topology(e.network, e.cluster.workers);  // validates
+  if (e.compute.straggler_worker >= e.cluster.workers) {
+    config_fail("compute.straggler_worker", Json(e.compute.straggler_worker),
+                "must be < cluster.workers (" + std::to_string(e.cluster.workers) + ") or -1");
+  }
+
   Json& r = e.resolved = RunSettings::schema().write(e.run);
   r["problem"] = e.problem;
   r["cluster"] = cluster_schema.write(e.cluster);
   r["optimizer"] = e.optimizer;
+  r["network"] = network_schema.write(e.network);
+  r["compute"] = compute_schema.write(e.compute);
   return e;
 }
 

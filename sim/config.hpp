@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "sim/cluster.hpp"
+#include "sim/network.hpp"
 #include "sim/schema.hpp"
 
 namespace bitlab {
@@ -26,9 +27,11 @@ struct RunSettings {
 struct Experiment {
   RunSettings run;
   ClusterOptions cluster;
-  Json problem;    // resolved: {"name": ..., every option}
-  Json optimizer;  // resolved
-  Json resolved;   // the whole resolved experiment
+  Json problem;            // resolved: {"name": ..., every option}
+  Json optimizer;          // resolved
+  NetworkOptions network;  // preset "none": no time model
+  ComputeOptions compute;
+  Json resolved;  // the whole resolved experiment
 };
 
 // Parses JSON text; a syntax error becomes a ConfigError

@@ -11,9 +11,11 @@
 
 #include "optimizers/optimizer.hpp"
 #include "problems/problem.hpp"
+#include "sim/commands.hpp"
 #include "sim/compressor.hpp"
 #include "sim/config.hpp"
 #include "sim/error_feedback.hpp"
+#include "sim/network.hpp"
 #include "sim/run.hpp"
 
 using namespace bitlab;
@@ -72,6 +74,16 @@ int cmd_list(bool as_json) {
       j["compressors"][e.name] = {{"summary", e.summary}, {"options", fields_json(e.fields)}};
     }
     j["error_feedback"] = fields_json(ErrorFeedbackOptions::schema().describe());
+    j["network"] = fields_json(NetworkOptions::schema().describe());
+    j["compute"] = fields_json(ComputeOptions::schema().describe());
+    for (const auto& p : network_presets()) {
+      j["network_presets"][p.name] = {{"gpus_per_node", p.gpus_per_node},
+                                      {"intra_latency_us", p.intra_latency_us},
+                                      {"intra_bandwidth_gbps", p.intra_bandwidth_gbps},
+                                      {"inter_latency_us", p.inter_latency_us},
+                                      {"inter_bandwidth_gbps", p.inter_bandwidth_gbps},
+                                      {"source", p.source}};
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -100,6 +112,16 @@ int cmd_list(bool as_json) {
   }
   std::printf("\nERROR FEEDBACK (per-worker error buffers of a compressed exchange)\n");
   print_fields<void>(ErrorFeedbackOptions::schema().describe());
+  std::printf("\nNETWORK (\"network\": {...}; the time model)\n");
+  print_fields<void>(NetworkOptions::schema().describe());
+  std::printf("  presets (latency us / bandwidth Gbit/s, intra | inter-node NIC):\n");
+  for (const auto& p : network_presets()) {
+    std::printf("    %-22s %d GPUs/node  intra %g us %g Gbps | inter %g us %g Gbps\n      %s\n",
+                p.name.c_str(), p.gpus_per_node, p.intra_latency_us, p.intra_bandwidth_gbps,
+                p.inter_latency_us, p.inter_bandwidth_gbps, p.source.c_str());
+  }
+  std::printf("\nCOMPUTE (\"compute\": {...}; compute time per step for the time model)\n");
+  print_fields<void>(ComputeOptions::schema().describe());
   return 0;
 }
 
@@ -136,6 +158,8 @@ int main(int argc, char** argv) {
   auto* list = app.add_subcommand("list", "every problem and optimizer with its options");
   list->add_flag("--json", list_json, "machine-readable output");
 
+  const std::vector<Subcommand> extra = {add_cost_command(app), add_recost_command(app)};
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -145,6 +169,9 @@ int main(int argc, char** argv) {
 
   try {
     if (*list) return cmd_list(list_json);
+    for (const auto& sub : extra) {
+      if (*sub.app) return sub.run();
+    }
     Experiment exp = load_experiment(file, sets);
     if (*validate) {
       // Build the problem and cluster too: shard rules depend on the data.

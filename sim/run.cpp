@@ -37,6 +37,20 @@ Simulation::Simulation(const Experiment& experiment)
   optimizer_ = oe->make(experiment.optimizer);
   optimizer_->setup(*cluster_);
   mean_grad_.assign(cluster_->dim(), 0.0f);
+  timed_ = experiment.network.preset != "none";
+  if (timed_) {
+    topology_ = make_topology(experiment.network, experiment.cluster.workers);
+    // Each worker's compute scales with its batch (problems without data
+    // count one sample).
+    compute_base_s_.resize(cluster_->workers());
+    compute_s_.resize(cluster_->workers());
+    for (int i = 0; i < cluster_->workers(); ++i) {
+      const double samples = std::max<double>(1.0, static_cast<double>(cluster_->batch_samples(i)));
+      compute_base_s_[i] =
+          base_compute_s(experiment.compute, static_cast<double>(cluster_->dim()), samples);
+    }
+    step_records_.reserve(16);
+  }
 }
 
 std::vector<double> Simulation::evaluate() const {
@@ -76,6 +90,19 @@ const StepMetrics& Simulation::step() {
   for (size_t k = log_before; k < recs.size(); ++k) {
     m.bytes_sent += recs[k].sent_bytes;
     m.messages += recs[k].messages;
+  }
+  if (timed_) {
+    step_records_.assign(recs.begin() + static_cast<ptrdiff_t>(log_before), recs.end());
+    worker_compute_s(experiment_.compute, 1.0, run.seed, step_, compute_s_);
+    for (size_t i = 0; i < compute_s_.size(); ++i) compute_s_[i] *= compute_base_s_[i];
+    const StepTime st = price_step(step_records_, topology_, compute_s_, experiment_.compute);
+    m.compute_s = st.compute_s;
+    m.comm_s = st.comm_s;
+    m.step_s = st.step_s;
+    sim_time_s_ += st.step_s;
+    m.sim_time_s = sim_time_s_;
+  } else {
+    m.compute_s = m.comm_s = m.step_s = m.sim_time_s = std::numeric_limits<double>::quiet_NaN();
   }
   bytes_cum_ += m.bytes_sent;
   messages_cum_ += m.messages;
@@ -222,7 +249,10 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   const auto eval_cols = sim.eval_columns();
   metrics << "step,phase,train_loss,grad_norm";
   for (const auto& c : eval_cols) metrics << ',' << c;
-  metrics << ",bytes_sent,bytes_sent_cum,messages,messages_cum,wall_s\n";
+  const bool timed = sim.topology() != nullptr;
+  metrics << ",bytes_sent,bytes_sent_cum,messages,messages_cum";
+  if (timed) metrics << ",compute_s,comm_s,step_s,sim_time_s";
+  metrics << ",wall_s\n";
   std::ofstream comm_log(d / "comm_log.csv");
   comm_log << "step,op,algorithm,dtype,scope,ranks,groups,payload_bytes,sent_bytes,messages\n";
 
@@ -236,7 +266,11 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   StepMetrics last;
   std::vector<double> last_eval(eval_cols.size(), std::numeric_limits<double>::quiet_NaN());
   int64_t last_eval_step = 0;
-  std::map<std::string, std::pair<int64_t, double>> phases;  // steps, bytes per worker
+  struct PhaseTotals {
+    int64_t steps = 0;
+    double bytes = 0, compute_s = 0, comm_s = 0;
+  };
+  std::map<std::string, PhaseTotals> phases;
   size_t logged = 0;
 
   for (int64_t t = 1; t <= e.run.steps; ++t) {
@@ -248,7 +282,12 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
       metrics << ',' << (m.eval.empty() ? std::string() : fmt(m.eval[k]));
     }
     metrics << ',' << fmt(m.bytes_sent) << ',' << fmt(m.bytes_sent_cum) << ',' << m.messages << ','
-            << m.messages_cum << ',' << fmt(m.wall_s) << '\n';
+            << m.messages_cum;
+    if (timed) {
+      metrics << ',' << fmt(m.compute_s) << ',' << fmt(m.comm_s) << ',' << fmt(m.step_s) << ','
+              << fmt(m.sim_time_s);
+    }
+    metrics << ',' << fmt(m.wall_s) << '\n';
     const auto& recs = sim.comm().log().records();
     for (; logged < recs.size(); ++logged) {
       const auto& r = recs[logged];
@@ -257,8 +296,12 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
                << fmt(r.sent_bytes) << ',' << r.messages << '\n';
     }
     auto& ph = phases[m.phase];
-    ph.first += 1;
-    ph.second += m.bytes_sent;
+    ph.steps += 1;
+    ph.bytes += m.bytes_sent;
+    if (timed) {
+      ph.compute_s += m.compute_s;
+      ph.comm_s += m.comm_s;
+    }
     if (!m.eval.empty()) {
       last_eval = m.eval;
       last_eval_step = m.step;
@@ -312,9 +355,39 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
                        {"collectives", sim.comm().log().size()}};
   Json ph = Json::object();
   for (const auto& [name, v] : phases) {
-    ph[name] = {{"steps", v.first}, {"bytes_sent_per_worker", v.second}};
+    ph[name] = {{"steps", v.steps}, {"bytes_sent_per_worker", v.bytes}};
+    if (timed) {
+      ph[name]["compute_s"] = v.compute_s;
+      ph[name]["comm_s"] = v.comm_s;
+      ph[name]["step_s_mean"] = v.steps ? (v.compute_s + v.comm_s) / v.steps : 0.0;
+    }
   }
   summary["phases"] = ph;
+  summary["dim"] = sim.cluster().dim();
+  if (timed) {
+    const Topology& t = *sim.topology();
+    double samples = 0;
+    for (int i = 0; i < sim.cluster().workers(); ++i) {
+      samples += std::max<double>(1.0, static_cast<double>(sim.cluster().batch_samples(i)));
+    }
+    summary["time"] = {
+        {"network", t.name},
+        {"nodes", t.nodes},
+        {"gpus_per_node", t.gpus_per_node},
+        {"sim_time_s", last.sim_time_s},
+        {"samples_per_s", last.sim_time_s > 0 ? samples * last.step / last.sim_time_s : 0.0},
+        {"compute_s",
+         [&] {
+           double c = 0;
+           for (const auto& [n, v] : phases) c += v.compute_s;
+           return c;
+         }()},
+        {"comm_s", [&] {
+           double c = 0;
+           for (const auto& [n, v] : phases) c += v.comm_s;
+           return c;
+         }()}};
+  }
   summary["wall_s"] = wall;
   summary["steps_per_s"] = wall > 0 ? last.step / wall : 0.0;
   summary["bitlab_version"] = bitlab_version();

@@ -36,6 +36,8 @@ struct StepMetrics {
   double bytes_sent_cum = 0.0;  // per worker, since step 1
   int64_t messages = 0;         // message rounds per worker, this step
   int64_t messages_cum = 0;
+  // Simulated time (network model; NaN without one).
+  double compute_s = 0.0, comm_s = 0.0, step_s = 0.0, sim_time_s = 0.0;
   double wall_s = 0.0;  // wall time since the run started (not deterministic)
 };
 
@@ -54,6 +56,8 @@ class Simulation {
   std::vector<std::string> eval_columns() const { return problem_->eval_columns(); }
   // Evaluates the synchronised parameters now.
   std::vector<double> evaluate() const;
+  // The network model's topology, or nullptr without one.
+  const Topology* topology() const { return timed_ ? &topology_ : nullptr; }
 
  private:
   Experiment experiment_;
@@ -62,6 +66,11 @@ class Simulation {
   Communicator comm_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<float> mean_grad_;
+  bool timed_ = false;
+  Topology topology_;
+  std::vector<double> compute_base_s_, compute_s_;
+  std::vector<CommRecord> step_records_;
+  double sim_time_s_ = 0.0;
   int64_t step_ = 0;
   double bytes_cum_ = 0.0;
   int64_t messages_cum_ = 0;

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 #include <omp.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -79,5 +80,64 @@ TEST_SUITE("run") {
         "cluster": {"workers": 4}, "optimizer": {"name": "adam", "lr": 0.05}})"));
     for (int s = 0; s < 400; ++s) sim.step();
     CHECK(sim.evaluate()[0] < 1e-3);  // eval_loss = f(x) - f*, started at ~10
+  }
+}
+
+TEST_SUITE("run") {
+  TEST_CASE(
+      "time model: metrics carry compute/comm/step time; stragglers add exactly their excess") {
+    // 4 workers on one node of a custom network: α = 10 us, B = 8 Gbit/s =
+    // 1e9 B/s; quadratic d = 1000, adam fp32: one ring allreduce of S = 4000 B:
+    // 2(p-1)α + 2(p-1)/p·S/B = 60 us + 6 us = 66 us per step.
+    const std::string base = R"({"steps": 5, "problem": {"name": "quadratic", "dim": 1000},
+        "cluster": {"workers": 4}, "optimizer": {"name": "adam"},
+        "network": {"preset": "custom", "gpus_per_node": 4, "intra_latency_us": 10,
+                    "intra_bandwidth_gbps": 8, "inter_latency_us": 10, "inter_bandwidth_gbps": 8},
+        "compute": {"step_ms": 10}})";
+    Simulation plain(make(base));
+    Json j = Json::parse(base);
+    j["compute"]["straggler_worker"] = 2;
+    j["compute"]["straggler_factor"] = 1.5;
+    Simulation slow(resolve_experiment(j, "t"));
+    double sum = 0;
+    for (int s = 0; s < 5; ++s) {
+      const StepMetrics a = plain.step();
+      const StepMetrics b = slow.step();
+      CHECK(a.compute_s == 0.010);
+      CHECK(a.comm_s == doctest::Approx(66e-6).epsilon(1e-12));
+      CHECK(a.step_s == a.compute_s + a.comm_s);
+      // the step waits for the slowest worker: exactly its excess, 5 ms
+      CHECK(b.step_s - a.step_s == doctest::Approx(0.005).epsilon(1e-12));
+      sum += a.step_s;
+      CHECK(a.sim_time_s == doctest::Approx(sum).epsilon(1e-15));
+    }
+  }
+
+  TEST_CASE("time model with jitter: bit-identical for 1 and 2 threads; no network: no time") {
+    const Experiment e = make(R"({"steps": 6, "problem": {"name": "logistic"},
+        "cluster": {"workers": 8, "batch_size": 8}, "optimizer": {"name": "onebit_adam",
+        "freeze_step": 3}, "network": {"preset": "ethernet_40g_v100x4"},
+        "compute": {"device_tflops": 10, "model_params": 1e8, "jitter": 0.1,
+                    "memory_bandwidth_gbs": 900}})");
+    auto times = [&](int threads) {
+      omp_set_num_threads(threads);
+      Simulation sim(e);
+      std::vector<double> out;
+      for (int s = 0; s < 6; ++s) {
+        const auto& m = sim.step();
+        out.push_back(m.step_s);
+        out.push_back(m.comm_s);
+      }
+      return out;
+    };
+    const auto one = times(1), two = times(2);
+    omp_set_num_threads(2);
+    CHECK(std::memcmp(one.data(), two.data(), one.size() * 8) == 0);
+    // 8 workers on 4-GPU nodes: 2 nodes; compressed steps cost more than 0
+    CHECK(one[7] > 0.0);
+    Simulation none(make(R"({"steps": 1, "problem": {"name": "logistic"},
+        "optimizer": {"name": "adam"}})"));
+    CHECK(std::isnan(none.step().step_s));
+    CHECK(none.topology() == nullptr);
   }
 }

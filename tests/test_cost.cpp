@@ -1,0 +1,275 @@
+// `bitlab cost`: the analytical communication plan against what a real
+// Simulation logs, phase counts, a hand-computable price, and spec errors.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "optimizers/optimizer.hpp"
+#include "sim/cost.hpp"
+#include "sim/run.hpp"
+
+using namespace bitlab;
+
+namespace {
+
+std::string record_text(const CommRecord& r) {
+  return std::string(r.op) + " " + r.algorithm + " " + r.dtype + " " + r.scope + " p" +
+         std::to_string(r.ranks) + " g" + std::to_string(r.groups) + " S" +
+         std::to_string(r.payload_bytes) + " sent" + std::to_string(r.sent_bytes) + " m" +
+         std::to_string(r.messages);
+}
+
+bool same_record(const CommRecord& a, const CommRecord& b) {
+  return std::strcmp(a.op, b.op) == 0 && std::strcmp(a.algorithm, b.algorithm) == 0 &&
+         std::strcmp(a.dtype, b.dtype) == 0 && std::strcmp(a.scope, b.scope) == 0 &&
+         a.ranks == b.ranks && a.groups == b.groups && a.payload_bytes == b.payload_bytes &&
+         a.sent_bytes == b.sent_bytes && a.messages == b.messages;
+}
+
+// Runs `steps` steps of the optimizer on a small quadratic and checks that
+// every step logs exactly the plan's records of its phase, and that each
+// phase holds the plan's number of steps (`exact_counts`), or at most it.
+void check_plan_matches_run(const Json& optimizer, int workers, int64_t dim, int64_t steps,
+                            bool exact_counts = true) {
+  const Json raw = {{"steps", steps},
+                    {"problem", {{"name", "quadratic"}, {"dim", dim}}},
+                    {"cluster", {{"workers", workers}}},
+                    {"optimizer", optimizer}};
+  const Experiment e = resolve_experiment(raw, "t");
+  Simulation sim(e);
+  std::map<std::string, int64_t> counts;
+  for (int64_t t = 1; t <= steps; ++t) {
+    const size_t before = sim.comm().log().size();
+    const StepMetrics& m = sim.step();
+    const std::string phase = m.phase;
+    ++counts[phase];
+    const auto& recs = sim.comm().log().records();
+    const std::vector<CommRecord> logged(recs.begin() + static_cast<ptrdiff_t>(before), recs.end());
+    const CommPlan plan = plan_communication(e.optimizer, dim, workers, steps);
+    const PhasePlan* p = nullptr;
+    for (const auto& q : plan.phases) {
+      if (q.name == phase) p = &q;
+    }
+    INFO("optimizer ", optimizer.dump(), ", step ", t, ", phase ", phase);
+    REQUIRE(p != nullptr);
+    REQUIRE(logged.size() == p->records.size());
+    for (size_t k = 0; k < logged.size(); ++k) {
+      INFO("logged  ", record_text(logged[k]));
+      INFO("planned ", record_text(p->records[k]));
+      CHECK(same_record(logged[k], p->records[k]));
+    }
+  }
+  const CommPlan plan = plan_communication(e.optimizer, dim, workers, steps);
+  int64_t total = 0;
+  for (const auto& q : plan.phases) {
+    INFO("optimizer ", optimizer.dump(), ", phase ", q.name);
+    total += q.steps;
+    if (exact_counts) {
+      CHECK(counts[q.name] == q.steps);
+    } else {
+      CHECK(counts[q.name] <= q.steps + (q.name == "compressed" ? steps : 0));
+    }
+  }
+  CHECK(total == steps);
+}
+
+Json base_spec() {
+  return Json::parse(R"({
+    "params": 1000000, "workers": 2, "steps": 100,
+    "network": {"preset": "custom", "gpus_per_node": 2,
+                "intra_latency_us": 10, "intra_bandwidth_gbps": 8,
+                "inter_latency_us": 10, "inter_bandwidth_gbps": 8},
+    "compute": {"step_ms": 10},
+    "optimizer": {"name": "adam"}
+  })");
+}
+
+std::string error_path(const Json& raw,
+                       const std::vector<std::pair<std::string, std::string>>& labels = {},
+                       std::string* message = nullptr) {
+  try {
+    resolve_cost_spec(raw, labels);
+  } catch (const ConfigError& e) {
+    if (message) *message = e.what();
+    return e.path();
+  }
+  return "<no error>";
+}
+
+}  // namespace
+
+TEST_SUITE("cost") {
+  TEST_CASE("the plan equals what a real run logs, for every optimizer") {
+    const int n = 4;
+    const int64_t d = 203;  // not a multiple of any padding
+    std::set<std::string> covered;
+    auto check = [&](const char* text, bool exact = true, int64_t steps = 24, int workers = 4) {
+      const Json opt = Json::parse(text);
+      covered.insert(opt.at("name").get<std::string>());
+      check_plan_matches_run(opt, workers, d, steps, exact);
+    };
+    check(R"({"name": "sgd"})");
+    check(R"({"name": "momentum_sgd", "wire": "bf16"})");
+    check(R"({"name": "adam", "wire": "fp16"})");
+    check(R"({"name": "lamb"})");
+    check(R"({"name": "onebit_adam", "freeze_step": 5, "wire": "fp16"})");
+    check(R"({"name": "onebit_adam", "freeze_step": 5, "compression": "none"})");
+    check(R"({"name": "onebit_adam", "freeze_step": 40})");  // never compresses
+    check(R"({"name": "apmsqueeze", "freeze_step": 5, "switch": "fixed_step"})");
+    // variance_stable: the plan's warm-up is an upper bound of the real one.
+    check(R"({"name": "apmsqueeze", "freeze_step": 20, "min_warmup": 2, "var_threshold": 0.5})",
+          false);
+    check(R"({"name": "onebit_lamb", "freeze_step": 6})");
+    check(R"({"name": "onebit_lamb", "freeze_step": 6, "pad_multiple": 64})");
+    check(R"({"name": "zero_one_adam", "var_freeze_step": 10, "var_update_scaler": 2,
+              "local_step_scaler": 3, "local_step_clipper": 4, "lr": 0.01})",
+          true, 40);
+    check(R"({"name": "zero_one_adam", "var_freeze_step": 6, "pad_multiple": 96,
+              "wire": "fp16"})");
+    check(R"({"name": "loco"})");
+    check(R"({"name": "loco", "gather": "quantized", "bits": 2, "group_size": 64})");
+    check(R"({"name": "loco", "gather": "fp32"})");
+    check(R"({"name": "loco", "node_size": 2})");
+    check(R"({"name": "loco", "node_size": 1})");
+    check(R"({"name": "binsgdm"})");
+    check(R"({"name": "binsgdm", "node_size": 2})");
+    check(R"({"name": "binsgdm", "node_size": 2})", true, 10, 6);        // 3 nodes
+    check(R"({"name": "onebit_adam", "freeze_step": 3})", true, 10, 3);  // n not a power of two
+    // A new optimizer needs a plan (sim/cost.cpp) and a case here.
+    for (const auto& e : optimizer_registry()) {
+      INFO("optimizer ", e.name);
+      CHECK(covered.count(e.name) == 1);
+    }
+  }
+
+  TEST_CASE("phase counts over a run") {
+    const auto* zo = find_entry(optimizer_registry(), "zero_one_adam");
+    const Json opt = zo->resolve(Json::parse(R"({"name": "zero_one_adam", "var_freeze_step": 1000,
+        "var_update_scaler": 16, "local_step_scaler": 1000, "local_step_clipper": 16})"),
+                                 "optimizer");
+    const CommPlan plan = plan_communication(opt, 340000000, 64, 10000);
+    std::map<std::string, int64_t> c;
+    for (const auto& p : plan.phases) c[p.name] = p.steps;
+    CHECK(c["full"] == 96);
+    CHECK(c["onebit"] == 904);
+    CHECK(c["sync"] == 2188);
+    CHECK(c["local"] == 6812);
+
+    const auto* ob = find_entry(optimizer_registry(), "onebit_adam");
+    const CommPlan p1 = plan_communication(
+        ob->resolve(Json{{"name", "onebit_adam"}, {"freeze_step", 1500}}, "optimizer"), 340000000,
+        64, 10000);
+    REQUIRE(p1.phases.size() == 2);
+    CHECK(p1.phases[0].name == "warmup");
+    CHECK(p1.phases[0].steps == 1500);
+    CHECK(p1.phases[1].steps == 8500);
+    // 340 M parameters, 64 workers: D = 340 M padded to 64·lcm(64, 8) = 4096.
+    const int64_t D = (340000000 + 4095) / 4096 * 4096;
+    CHECK(p1.phases[1].records[0].payload_bytes == D / 8);
+    CHECK(p1.notes.empty());
+
+    const auto* ap = find_entry(optimizer_registry(), "apmsqueeze");
+    const CommPlan p2 = plan_communication(
+        ap->resolve(Json{{"name", "apmsqueeze"}, {"freeze_step", 20000}}, "optimizer"), 1000, 8,
+        10000);
+    CHECK(p2.phases[0].steps == 10000);  // capped at the run
+    CHECK(p2.phases[1].steps == 0);
+    CHECK(p2.notes.size() == 1);
+  }
+
+  TEST_CASE("a hand-computable price: 2 workers on one node, adam fp32") {
+    const CostReport r = estimate_cost(resolve_cost_spec(base_spec()));
+    CHECK(r.topology.nodes == 1);
+    CHECK(r.topology.gpus_per_node == 2);
+    // α = 10 us, B = 8 Gbit/s = 1e9 B/s, S = 4e6 bytes: 2α + S/B = 4.02 ms.
+    const double step_s = 0.010 + 2 * 10e-6 + 4e6 / 1e9;
+    REQUIRE(r.job.phases.size() == 1);
+    CHECK(r.job.phases[0].time.step_s == doctest::Approx(step_s).epsilon(1e-12));
+    CHECK(r.job.total_s == doctest::Approx(100 * step_s).epsilon(1e-12));
+    CHECK(r.job.total_sent_bytes == doctest::Approx(100 * 4e6).epsilon(1e-12));
+    CHECK(r.adam_fp16.total_s == doctest::Approx(100 * (0.010 + 2 * 10e-6 + 2e-3)).epsilon(1e-12));
+    // The same job as the fp32 baseline: speed-up exactly 1.
+    const Json j = cost_report_json(r);
+    CHECK(j["speedup"]["vs_adam_fp32"].get<double>() == 1.0);
+    CHECK(j["volume_ratio"]["adam_fp32_over_this"].get<double>() == 1.0);
+    CHECK(j["speedup"]["vs_adam_fp16"].get<double>() < 1.0);
+
+    Json fp16 = base_spec();
+    fp16["optimizer"]["wire"] = "fp16";
+    const CostReport r16 = estimate_cost(resolve_cost_spec(fp16));
+    CHECK(r16.adam_fp16.total_s / r16.job.total_s == 1.0);
+    CHECK(!format_cost_report(r16).empty());
+  }
+
+  TEST_CASE("1-bit Adam on a slow network: the compression stage is faster") {
+    Json raw = base_spec();
+    raw["params"] = 340e6;
+    raw["workers"] = 64;
+    raw["steps"] = 1000;
+    raw["network"] = {{"preset", "ethernet_40g_v100x4"}};
+    raw["optimizer"] = {{"name", "onebit_adam"}, {"freeze_step", 150}, {"wire", "fp16"}};
+    const CostReport r = estimate_cost(resolve_cost_spec(raw));
+    CHECK(r.topology.nodes == 16);
+    REQUIRE(r.job.phases.size() == 2);
+    // The warm-up step is Adam fp16's step.
+    CHECK(r.job.phases[0].time.step_s == r.adam_fp16.phases[0].time.step_s);
+    CHECK(r.job.phases[1].time.step_s < r.job.phases[0].time.step_s / 3);
+    // Volume: 1-bit sends ≈ 1/16 of fp16 in the compression stage.
+    const double v = r.adam_fp16.phases[0].sent_bytes / r.job.phases[1].sent_bytes;
+    CHECK(v == doctest::Approx(16.0).epsilon(0.01));
+  }
+
+  TEST_CASE("bad spec values give ConfigErrors naming the field") {
+    Json raw = base_spec();
+    raw["params"] = -3;
+    CHECK(error_path(raw) == "params");
+    raw = base_spec();
+    raw.erase("workers");
+    CHECK(error_path(raw) == "workers");
+    raw = base_spec();
+    raw["network"]["preset"] = "ethernet_4g";
+    CHECK(error_path(raw) == "network.preset");
+    raw = base_spec();
+    raw["network"] = {{"preset", "none"}};
+    CHECK(error_path(raw) == "network.preset");
+    raw = base_spec();
+    raw.erase("network");
+    CHECK(error_path(raw) == "network");
+    raw = base_spec();
+    raw["network"]["intra_bandwidth_gbps"] = 0;
+    CHECK(error_path(raw) == "network.intra_bandwidth_gbps");
+    raw = base_spec();
+    raw["workers"] = 6;
+    raw["network"] = {{"preset", "ethernet_40g_v100x4"}};
+    CHECK(error_path(raw) == "network.gpus_per_node");
+    raw = base_spec();
+    raw["compute"]["overlap"] = 2;
+    CHECK(error_path(raw) == "compute.overlap");
+    raw = base_spec();
+    raw["optimizer"] = {{"name", "onebit_adam"}, {"freeze_step", -3}};
+    CHECK(error_path(raw) == "optimizer.freeze_step");
+    raw = base_spec();
+    raw["optimizer"] = {{"name", "onebit_adam"}, {"pad_multiple", 12}};
+    CHECK(error_path(raw) == "optimizer.pad_multiple");
+    raw = base_spec();
+    raw["optimizer"] = {{"name", "binsgdm"}, {"node_size", 3}};
+    CHECK(error_path(raw) == "optimizer.node_size");
+    raw = base_spec();
+    raw["optimizer"] = {{"name", "adamm"}};
+    std::string msg;
+    CHECK(error_path(raw, {}, &msg) == "optimizer.name");
+    CHECK(msg.find("did you mean \"adam\"") != std::string::npos);
+    raw = base_spec();
+    raw["stpes"] = 3;
+    CHECK(error_path(raw) == "stpes");
+    // An override names itself.
+    raw = base_spec();
+    raw["workers"] = 0;
+    CHECK(error_path(raw, {{"workers=0", "--workers 0"}}, &msg) == "workers");
+    CHECK(msg.rfind("--workers 0: workers = 0: must be >= 1", 0) == 0);
+  }
+}
