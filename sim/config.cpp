@@ -184,7 +184,9 @@ Experiment resolve_experiment(const Json& raw, const std::string& default_name,
     return resolve_inner(raw, default_name);
   } catch (const ConfigError& err) {
     // Name the --set that caused an error at (or under) its path.
-    for (const auto& s : sets) {
+    // The last --set of a path is the one in effect.
+    for (auto it = sets.rbegin(); it != sets.rend(); ++it) {
+      const std::string& s = *it;
       const std::string path = s.substr(0, s.find('='));
       if (!err.path().empty() && (err.path() == path || err.path().rfind(path + ".", 0) == 0)) {
         throw ConfigError("--set " + s + ": " + err.what(), err.path());

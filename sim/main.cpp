@@ -141,6 +141,8 @@ int main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "run an experiment file; prints its results folder");
   run->add_option("file", file, "experiment JSON file")->required();
   run->add_option("--set", sets, "override a setting: path=value (e.g. optimizer.lr=0.01)")
+      ->expected(1)
+      ->allow_extra_args(false)
       ->take_all();
   run->add_option("--out", run_opts.out_dir,
                   "results folder (default: results/<name>/<optimizer>-seed<seed>)");
@@ -151,7 +153,10 @@ int main(int argc, char** argv) {
   bool print_resolved = false;
   auto* validate = app.add_subcommand("validate", "check an experiment file without running it");
   validate->add_option("file", file, "experiment JSON file")->required();
-  validate->add_option("--set", sets, "override a setting: path=value")->take_all();
+  validate->add_option("--set", sets, "override a setting: path=value")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->take_all();
   validate->add_flag("--print", print_resolved, "print the resolved experiment (all defaults)");
 
   bool list_json = false;

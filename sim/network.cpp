@@ -122,6 +122,11 @@ Topology make_topology(const NetworkOptions& o, int64_t workers) {
     if (preset) return from_preset;
     config_fail(std::string("network.") + field, Json(given), "must be > 0 for a custom network");
   };
+  if (!preset && o.preset != "custom") {
+    std::vector<std::string> names = {"custom"};
+    for (const auto& p : network_presets()) names.push_back(p.name);
+    config_fail("network.preset", Json(o.preset), one_of_message(o.preset, names));
+  }
   const int g = static_cast<int>(o.gpus_per_node > 0 ? o.gpus_per_node
                                                      : (preset ? preset->gpus_per_node : 0));
   if (g <= 0)
@@ -272,7 +277,9 @@ StepTime price_step(const std::vector<CommRecord>& records, const Topology& t,
   // gradient allreduce. The 1-bit family compresses inside the optimizer
   // step, so its collectives are never hidden.
   const double hidden = std::min(overlappable, c.overlap * (2.0 / 3.0) * st.compute_s);
-  st.comm_s = exposed + overlappable - hidden + st.compression_s;
+  // (overlappable − hidden) first: exposed + 0 stays exactly `exposed`, so a
+  // faster link is never priced slower by a rounding step.
+  st.comm_s = exposed + (overlappable - hidden) + st.compression_s;
   st.step_s = st.compute_s + st.comm_s;
   return st;
 }

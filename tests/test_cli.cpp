@@ -215,6 +215,20 @@ TEST_SUITE("cli") {
     CHECK(rows == s["steps_completed"].get<int64_t>());
   }
 
+  TEST_CASE("--set may come before the file; the last --set of a path wins") {
+    TempDir d;
+    const auto file = d.file("exp.json", kGood);
+    const auto out = (d.path / "run").string();
+    Result r = run_bitlab(d, "run --set optimizer.lr=0.5 --set optimizer.lr=0.02 " + file +
+                                 " --out " + out + " --quiet");
+    REQUIRE(r.status == 0);
+    const Json config = Json::parse(slurp(fs::path(out) / "config.json"));
+    CHECK(config["optimizer"]["lr"] == 0.02);
+    r = run_bitlab(d, "validate --set steps=0 --set steps=-1 " + file);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--set steps=-1: steps = -1") != std::string::npos);
+  }
+
   TEST_CASE("list shows every optimizer, problem and option") {
     TempDir d;
     Result r = run_bitlab(d, "list");

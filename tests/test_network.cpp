@@ -213,12 +213,11 @@ TEST_SUITE("network") {
     CHECK(checked > 4000);
   }
 
-  // price_step() computes `exposed + overlappable - hidden + compression`
-  // (sim/network.cpp:266). When the allreduce is fully hidden (hidden ==
-  // overlappable), (exposed + o) − o is not exactly `exposed`, and a faster
-  // link can come out one ulp slower. `exposed + (overlappable - hidden)`
-  // is exactly monotone. Skipped until that line changes.
-  TEST_CASE("price_step is exactly monotone in the links" * doctest::skip()) {
+  // price_step() once computed `exposed + overlappable - hidden`; when the
+  // allreduce was fully hidden, (exposed + o) − o is not exactly `exposed`
+  // and a faster link could come out one ulp slower. It now adds
+  // (overlappable − hidden) first, which is exactly monotone.
+  TEST_CASE("price_step is exactly monotone in the links") {
     std::mt19937_64 gen(7);
     std::uniform_real_distribution<double> lat(1e-7, 1e-4), bw(1e8, 1e12), u(0.0, 1.0);
     for (int trial = 0; trial < 2000; ++trial) {
@@ -500,11 +499,9 @@ TEST_SUITE("network") {
           }) == "compute.overlap");
   }
 
-  // make_topology() documents "Throws ConfigError naming network.<field> for an
-  // unknown preset", but it treats any name it does not know as "custom":
-  // with every value given it succeeds, and without them it names
-  // network.gpus_per_node. Skipped until sim/network.cpp checks the name.
-  TEST_CASE("make_topology rejects an unknown preset by name" * doctest::skip()) {
+  // make_topology() must name network.preset for a name it does not know
+  // (it once treated any unknown name as "custom").
+  TEST_CASE("make_topology rejects an unknown preset by name") {
     NetworkOptions o = custom_network(4, 2, 80, 8, 8);
     o.preset = "infiniband_qdr";
     CHECK(config_error_path([&] { make_topology(o, 8); }) == "network.preset");
