@@ -13,7 +13,8 @@ JOBS="$(nproc 2>/dev/null || echo 2)"
 
 # Debian packages the build and tests need (bookworm names).
 PACKAGES=(build-essential cmake ninja-build git libeigen3-dev libomp-dev libcli11-dev
-          nlohmann-json3-dev doctest-dev)
+          nlohmann-json3-dev doctest-dev
+          python3-matplotlib)  # bitlab plot (notebooks/plot.py, run with /usr/bin/python3)
 
 install_missing() {
   local missing=()

@@ -18,5 +18,9 @@ struct Subcommand {
 Subcommand add_cost_command(CLI::App& app);
 // `bitlab recost RUN_DIR --network ...`: re-price a finished run (sim/recost_command.cpp).
 Subcommand add_recost_command(CLI::App& app);
+// `bitlab sweep FILE.json [--jobs N] [--resume]`: a grid of runs (sim/sweep_command.cpp).
+Subcommand add_sweep_command(CLI::App& app);
+// `bitlab plot RUN_OR_SWEEP_DIR...`: figures via notebooks/plot.py (sim/plot_command.cpp).
+Subcommand add_plot_command(CLI::App& app);
 
 }  // namespace bitlab

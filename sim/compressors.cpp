@@ -66,28 +66,6 @@ std::span<const uint32_t> topk_indices(std::span<const float> x, size_t k) {
   return {idx, k};
 }
 
-// round_to_half(f) (fp16 round-to-nearest-even, back to float) without
-// branches, so the cast loop vectorises (float_to_half_bits branches per
-// element and runs ~10× slower). Same result bit for bit, NaN included
-// (sign | 0x7FC00000, as the fp16 round trip gives); the equivalence is
-// checked over sampled and boundary inputs in tests/test_compress.cpp.
-inline float round_to_half_fast(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const uint32_t sign = x & 0x80000000u;
-  const uint32_t a = x & 0x7FFFFFFFu;
-  // Normal fp16 range: round the float mantissa to 10 bits (ties to even);
-  // a carry into the exponent is the correct result.
-  const uint32_t normal = (a + 0xFFFu + ((a >> 13) & 1u)) & ~0x1FFFu;
-  // Below 2^-14 fp16 is fixed point with quantum 2^-24: adding 0.75 (whose
-  // ulp is 2^-24) rounds there, subtracting it again is exact.
-  const float sub_f = (std::bit_cast<float>(a) + 0.75f) - 0.75f;
-  const uint32_t sub = std::bit_cast<uint32_t>(sub_f);
-  uint32_t r = a < 0x38800000u ? sub : normal;
-  r = a >= 0x477FF000u ? 0x7F800000u : r;  // rounds to >= 65520: inf
-  r = a > 0x7F800000u ? 0x7FC00000u : r;   // NaN
-  return std::bit_cast<float>(sign | r);
-}
-
 }  // namespace
 
 // ---- identity ---------------------------------------------------------------
@@ -113,7 +91,7 @@ void IdentityCompressor::decode(std::span<const uint8_t> wire, std::span<float> 
 void CastCompressor::apply(std::span<const float> x, std::span<float> out, const RngStream&) const {
   const size_t n = x.size();
   if (type_ == Type::kFp16) {
-    for (size_t k = 0; k < n; ++k) out[k] = round_to_half_fast(x[k]);
+    for (size_t k = 0; k < n; ++k) out[k] = round_to_half(x[k]);
   } else {
     for (size_t k = 0; k < n; ++k) out[k] = round_to_bf16(x[k]);
   }

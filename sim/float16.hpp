@@ -67,8 +67,24 @@ inline float bf16_bits_to_float(uint16_t b) {
   return std::bit_cast<float>(uint32_t{b} << 16);
 }
 
+// round_to_half(f) == half_bits_to_float(float_to_half_bits(f)) bit for bit
+// (NaN included: sign | 0x7FC00000), without branches so loops vectorise.
+// Needs IEEE arithmetic with subnormals (never build with -ffast-math).
 inline float round_to_half(float f) {
-  return half_bits_to_float(float_to_half_bits(f));
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = x & 0x80000000u;
+  const uint32_t a = x & 0x7FFFFFFFu;
+  // Normal fp16 range: round the float mantissa to 10 bits (ties to even);
+  // a carry into the exponent is the correct result.
+  const uint32_t normal = (a + 0xFFFu + ((a >> 13) & 1u)) & ~0x1FFFu;
+  // Below 2^-14 fp16 is fixed point with quantum 2^-24: adding 0.75 (whose
+  // ulp is 2^-24) rounds there; subtracting it again is exact.
+  const float sub_f = (std::bit_cast<float>(a) + 0.75f) - 0.75f;
+  const uint32_t sub = std::bit_cast<uint32_t>(sub_f);
+  uint32_t r = a < 0x38800000u ? sub : normal;
+  r = a >= 0x477FF000u ? 0x7F800000u : r;  // rounds to >= 65520: inf
+  r = a > 0x7F800000u ? 0x7FC00000u : r;   // NaN
+  return std::bit_cast<float>(sign | r);
 }
 inline float round_to_bf16(float f) {
   return bf16_bits_to_float(float_to_bf16_bits(f));

@@ -1,0 +1,192 @@
+// `bitlab plot` and notebooks/plot.py, end to end. The error paths need only
+// /usr/bin/python3 (plot.py checks its input before importing matplotlib);
+// a real figure is drawn only where python3-matplotlib is installed, and the
+// test says so when it skips.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int status;
+  std::string out, err;
+};
+
+// A scratch folder per test case, removed at the end.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/bitlab-plot-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name, const std::string& content) const {
+    std::ofstream(path / name) << content;
+    return (path / name).string();
+  }
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs a shell command line with stdout and stderr captured in `dir`.
+Result run_shell(const TempDir& dir, const std::string& command) {
+  const std::string out = (dir.path / "stdout.txt").string();
+  const std::string err = (dir.path / "stderr.txt").string();
+  const std::string cmd = command + " >" + out + " 2>" + err;
+  const int raw = std::system(cmd.c_str());
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
+}
+
+Result run_bitlab(const TempDir& dir, const std::string& args, const std::string& env = "") {
+  return run_shell(dir, env + (env.empty() ? "" : " ") + BITLAB_BINARY + " " + args);
+}
+
+bool have_python() {
+  return access("/usr/bin/python3", X_OK) == 0;
+}
+
+bool have_matplotlib() {
+  return have_python() &&
+         std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0;
+}
+
+// A tiny run (40 steps, priced by a network preset so sim_time_s exists).
+std::string make_run(const TempDir& d, const std::string& name, double lr, int seed) {
+  const std::string exp = d.file("exp.json", R"({
+    "name": "plottest", "steps": 40, "eval_every": 10,
+    "problem": {"name": "logistic", "dim": 5, "samples": 256},
+    "cluster": {"workers": 4, "batch_size": 8},
+    "optimizer": {"name": "adam", "lr": 0.05},
+    "network": {"preset": "ethernet_10g_a100x8"}
+  })");
+  const std::string out = (d.path / "runs" / name).string();
+  const Result r = run_bitlab(d, "run " + exp + " --out " + out + " --quiet --set optimizer.lr=" +
+                                     std::to_string(lr) + " --set seed=" + std::to_string(seed));
+  REQUIRE(r.status == 0);
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE("plot") {
+  TEST_CASE("a folder with no runs is bad input, without matplotlib") {
+    TempDir d;
+    fs::create_directories(d.path / "empty");
+    const Result r = run_bitlab(d, "plot " + (d.path / "empty").string());
+    CHECK(r.status == 2);
+    if (!have_python()) {
+      CHECK(r.err.find("python3") != std::string::npos);
+      return;
+    }
+    CHECK(r.err.find("no runs found") != std::string::npos);
+    CHECK(r.out.empty());
+  }
+
+  TEST_CASE("an unknown metric lists the available ones") {
+    if (!have_python()) {
+      MESSAGE("skipped: /usr/bin/python3 is missing (Debian package python3)");
+      return;
+    }
+    TempDir d;
+    const std::string run = make_run(d, "a", 0.05, 1);
+    Result r = run_bitlab(d, "plot " + run + " --metric nope");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("'nope'") != std::string::npos);
+    CHECK(r.err.find("available: ") != std::string::npos);
+    CHECK(r.err.find("eval_loss") != std::string::npos);
+    r = run_bitlab(d, "plot " + run + " --x nope");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("x column 'nope'") != std::string::npos);
+    CHECK_FALSE(fs::exists(fs::path(run) / "plot.png"));
+  }
+
+  TEST_CASE("without matplotlib: a message naming the Debian package, exit 2") {
+    if (!have_python()) {
+      MESSAGE("skipped: /usr/bin/python3 is missing (Debian package python3)");
+      return;
+    }
+    TempDir d;
+    const std::string run = make_run(d, "a", 0.05, 1);
+    // -S leaves out site, hence Debian's dist-packages: matplotlib cannot be imported.
+    const Result r = run_shell(
+        d, std::string("/usr/bin/python3 -S ") + BITLAB_SOURCE_DIR + "/notebooks/plot.py " + run);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("matplotlib is not installed for /usr/bin/python3: install the Debian "
+                     "package python3-matplotlib (apt-get install python3-matplotlib)") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("a missing script names the path tried") {
+    TempDir d;
+    const Result r = run_bitlab(d, "plot " + d.path.string(), "BITLAB_NOTEBOOKS=/nonexistent-nb");
+    CHECK(r.status == 2);
+    if (have_python()) {
+      CHECK(r.err.find("/nonexistent-nb/plot.py") != std::string::npos);
+      CHECK(r.err.find("BITLAB_NOTEBOOKS") != std::string::npos);
+    }
+  }
+
+  TEST_CASE("two learning rates by two seeds: PNG and SVG, grouped by seed") {
+    if (!have_matplotlib()) {
+      MESSAGE(
+          "skipped: matplotlib is not importable by /usr/bin/python3 (Debian package "
+          "python3-matplotlib)");
+      return;
+    }
+    TempDir d;
+    for (double lr : {0.05, 0.01}) {
+      for (int seed : {1, 2}) {
+        make_run(d, "lr" + std::to_string(lr) + "-s" + std::to_string(seed), lr, seed);
+      }
+    }
+    const std::string runs = (d.path / "runs").string();
+    const std::string prefix = (d.path / "fig").string();
+    Result r = run_bitlab(d, "plot " + runs + " --out " + prefix + " --logy --title T");
+    REQUIRE(r.status == 0);
+    CHECK(r.out == prefix + ".png\n" + prefix + ".svg\n");
+    CHECK(r.err.find("4 runs in 2 curves") != std::string::npos);
+    const std::string png = slurp(prefix + ".png");
+    const std::string svg = slurp(prefix + ".svg");
+    REQUIRE(png.size() > 1000);
+    CHECK(png.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+    CHECK(svg.find("<svg") != std::string::npos);
+    CHECK(svg.find("lr=0.01 (2 seeds)") != std::string::npos);  // the legend's labels
+
+    // An eval metric (sparse rows), the default output name, one x axis.
+    r = run_bitlab(d, "plot " + runs + " --metric eval_loss --x bytes_sent_cum");
+    REQUIRE(r.status == 0);
+    CHECK(fs::file_size(fs::path(runs) / "plot-eval_loss.png") > 0);
+    CHECK(fs::file_size(fs::path(runs) / "plot-eval_loss.svg") > 0);
+
+    // A sweep folder: sweep.csv's dir column, relative or absolute; a run not yet written is
+    // left out with a note.
+    fs::create_directories(d.path / "sweep");
+    fs::rename(fs::path(runs) / "lr0.050000-s1", d.path / "sweep" / "r0");
+    d.file("sweep/sweep.csv",
+           "run,optimizer.lr,seed,status,dir\n"
+           "0,0.05,1,completed,r0\n"
+           "1,0.01,1,completed," +
+               (fs::path(runs) / "lr0.010000-s1").string() +
+               "\n"
+               "2,0.01,2,pending,r2\n");
+    r = run_bitlab(d, "plot " + (d.path / "sweep").string());
+    REQUIRE(r.status == 0);
+    CHECK(r.err.find("2 runs in 2 curves") != std::string::npos);
+    CHECK(r.err.find("left out") != std::string::npos);
+    CHECK(fs::file_size(d.path / "sweep" / "plot.png") > 0);
+  }
+}

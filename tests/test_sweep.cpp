@@ -1,0 +1,336 @@
+// Sweeps (sim/sweep.hpp): resolution of grid × zip × seeds, validation before
+// anything is created, parallel runs equal to serial ones and to `bitlab run`,
+// divergence and failure that do not stop the sweep, --resume, Ctrl-C.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "sim/config.hpp"
+#include "sim/sweep.hpp"
+
+namespace fs = std::filesystem;
+using bitlab::Json;
+
+namespace {
+
+struct Result {
+  int status;
+  std::string out, err;
+};
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/bitlab-sweep-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name, const std::string& content) const {
+    std::ofstream(path / name) << content;
+    return (path / name).string();
+  }
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Result run_bitlab(const TempDir& dir, const std::string& args) {
+  const std::string out = (dir.path / "stdout.txt").string();
+  const std::string err = (dir.path / "stderr.txt").string();
+  const std::string cmd = std::string(BITLAB_BINARY) + " " + args + " >" + out + " 2>" + err;
+  const int raw = std::system(cmd.c_str());
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
+}
+
+// The csv's lines, with the columns named in `drop` removed.
+std::vector<std::string> csv_without(const std::string& text,
+                                     const std::vector<std::string>& drop) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::string cell;
+    std::istringstream ls(line);
+    while (std::getline(ls, cell, ',')) cells.push_back(cell);
+    if (!line.empty() && line.back() == ',') cells.emplace_back();
+    rows.push_back(cells);
+  }
+  std::vector<std::string> out;
+  if (rows.empty()) return out;
+  std::vector<bool> keep;
+  for (const auto& h : rows[0])
+    keep.push_back(std::find(drop.begin(), drop.end(), h) == drop.end());
+  for (const auto& r : rows) {
+    std::string s;
+    for (size_t k = 0; k < r.size(); ++k) {
+      if (k < keep.size() && keep[k]) s += r[k] + ",";
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+const char* kBase = R"({
+  "name": "base", "steps": 40, "eval_every": 20, "seed": 3,
+  "problem": {"name": "logistic", "dim": 5, "samples": 256},
+  "cluster": {"workers": 4, "batch_size": 8},
+  "optimizer": {"name": "adam", "lr": 0.05}
+})";
+
+// 2 (grid) × 2 (zip) × 2 (seeds) = 8 small runs.
+const char* kSweep = R"({
+  "name": "t", "base": "base.json",
+  "grid": {"optimizer.lr": [0.01, 0.05]},
+  "zip": {"optimizer.name": ["adam", "onebit_adam"], "optimizer.bias_correction": [true, false]},
+  "seeds": [1, 2]
+})";
+
+bool no_tmp_left(const fs::path& dir) {
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.path().extension() == ".tmp") return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_SUITE("sweep") {
+  TEST_CASE("grid x zip x seeds: count, order, labels and folder names") {
+    TempDir d;
+    d.file("base.json", kBase);
+    const auto spec = bitlab::load_sweep(d.file("s.json", kSweep));
+    CHECK(spec.name == "t");
+    REQUIRE(spec.runs.size() == 8);
+    CHECK(spec.swept == std::vector<std::string>{"optimizer.lr", "optimizer.name",
+                                                 "optimizer.bias_correction", "seed"});
+    // Grid slowest, then zip tuples, seeds fastest.
+    CHECK(spec.runs[0].label ==
+          "optimizer.lr=0.01, optimizer.name=adam, optimizer.bias_correction=true, seed=1");
+    CHECK(spec.runs[1].label ==
+          "optimizer.lr=0.01, optimizer.name=adam, optimizer.bias_correction=true, seed=2");
+    CHECK(spec.runs[2].label ==
+          "optimizer.lr=0.01, optimizer.name=onebit_adam, optimizer.bias_correction=false, seed=1");
+    CHECK(spec.runs[7].dir_name ==
+          "run-008_optimizer.lr=0.05_optimizer.name=onebit_adam_optimizer.bias_correction=false_"
+          "seed=2");
+    CHECK(spec.runs[7].config["optimizer"]["name"] == "onebit_adam");
+    CHECK(spec.runs[7].config["optimizer"]["lr"] == 0.05);
+    CHECK(spec.runs[7].config["seed"] == 2);
+    CHECK(spec.runs[7].config["steps"] == 40);  // the base's
+    // An inline base and no lists: one run of the base.
+    const auto one = bitlab::resolve_sweep(Json::parse(std::string(R"({"base": )") + kBase + "}"),
+                                           d.path.string(), "solo");
+    CHECK(one.name == "solo");
+    REQUIRE(one.runs.size() == 1);
+    CHECK(one.runs[0].dir_name == "run-001");
+  }
+
+  TEST_CASE("a bad sweep exits 2, names the path or the run, and creates no folder") {
+    TempDir d;
+    d.file("base.json", kBase);
+    struct Case {
+      const char* sweep;
+      const char* message;
+    };
+    const Case cases[] = {
+        {R"({"base": "base.json", "grdi": {}})", "grdi = {}: unknown key; did you mean \"grid\"?"},
+        {R"({"base": "base.json", "grid": {"optimizer.lr": 0.1}})",
+         "grid.optimizer.lr = 0.1: must be a non-empty list of values"},
+        {R"({"base": "base.json", "zip": {"optimizer.lr": [0.1, 0.2], "seed": [1]}})",
+         "zip.seed = [1]: every zip list must have the same length"},
+        {R"({"base": "base.json", "seeds": [1, -2]})", "seeds[1] = -2: must be an integer >= 0"},
+        {R"({"base": "missing.json"})", "base = \"missing.json\""},
+        {R"({"grid": {"optimizer.lr": [1]}})", "base = null: is required"},
+        {R"({"base": "base.json", "grid": {"optimizer.lr": [0.1, -1]}, "seeds": [1, 2]})",
+         "run 3 (optimizer.lr=-1, seed=1): optimizer.lr = -1: must be > 0"},
+        {R"({"base": "base.json", "grid": {"optimizer.lrr": [0.1]}})",
+         "run 1 (optimizer.lrr=0.1): optimizer.lrr = 0.1: unknown key"},
+    };
+    for (const auto& c : cases) {
+      CAPTURE(c.sweep);
+      const auto file = d.file("bad.json", c.sweep);
+      const auto out = d.path / "out";
+      Result r = run_bitlab(d, "sweep " + file + " --out " + out.string());
+      CHECK(r.status == 2);
+      CHECK_MESSAGE(r.err.find(c.message) != std::string::npos, r.err);
+      CHECK(!fs::exists(out));
+    }
+    // The default folder (results/<name>) is not created either.
+    const auto file = d.file("bad.json", R"({"name": "x", "base": "base.json",
+      "grid": {"optimizer.lr": [-1]}})");
+    Result r = run_bitlab(d, "sweep " + file + " --quiet");
+    CHECK(r.status == 2);
+    CHECK(!fs::exists("results/x"));
+  }
+
+  TEST_CASE("--jobs 2 gives the runs of --jobs 1, and each equals bitlab run") {
+    TempDir d;
+    d.file("base.json", kBase);
+    const auto file = d.file("s.json", kSweep);
+    const auto a = d.path / "a", b = d.path / "b";
+    Result ra = run_bitlab(d, "sweep " + file + " --out " + a.string() + " --jobs 1");
+    REQUIRE(ra.status == 0);
+    CHECK(ra.out == a.string() + "\n");
+    CHECK(ra.err.find("8 completed") != std::string::npos);
+    Result rb = run_bitlab(d, "sweep " + file + " --out " + b.string() + " --jobs 2 --quiet");
+    REQUIRE(rb.status == 0);
+    CHECK(rb.err.empty());
+    const auto csv_a = csv_without(slurp(a / "sweep.csv"), {"wall_s"});
+    CHECK(csv_a.size() == 9);
+    CHECK(csv_a[0] ==
+          "run,optimizer.lr,optimizer.name,optimizer.bias_correction,seed,status,steps_completed,"
+          "train_loss,eval_loss,eval_accuracy,train_loss_full,suboptimality,bytes_sent_per_worker,"
+          "messages_per_worker,dir,");
+    CHECK(csv_a == csv_without(slurp(b / "sweep.csv"), {"wall_s"}));
+    CHECK(no_tmp_left(a));
+    CHECK(no_tmp_left(b));
+    const Json sj = Json::parse(slurp(a / "sweep.json"));
+    CHECK(sj["runs"].size() == 8);
+    CHECK(sj["runs"][4]["assignments"]["optimizer.name"] == "adam");
+
+    // Run 5 (lr 0.05, adam, seed 1) by hand.
+    const auto base = (d.path / "base.json").string();
+    const auto solo = d.path / "solo";
+    Result rs = run_bitlab(d, "run " + base +
+                                  " --set optimizer.lr=0.05 --set optimizer.name=adam "
+                                  "--set optimizer.bias_correction=true --set seed=1 --quiet "
+                                  "--threads 1 --out " +
+                                  solo.string());
+    REQUIRE(rs.status == 0);
+    const auto run5 =
+        a / "run-005_optimizer.lr=0.05_optimizer.name=adam_optimizer.bias_correction=true_seed=1";
+    REQUIRE(fs::exists(run5 / "metrics.csv"));
+    const auto m_sweep = csv_without(slurp(run5 / "metrics.csv"), {"wall_s"});
+    CHECK(m_sweep.size() == 41);
+    CHECK(m_sweep == csv_without(slurp(solo / "metrics.csv"), {"wall_s"}));
+    CHECK(slurp(run5 / "comm_log.csv") == slurp(solo / "comm_log.csv"));
+
+    // Without --resume, a folder holding a sweep is refused and left as it was.
+    const auto before = slurp(a / "sweep.csv");
+    Result again = run_bitlab(d, "sweep " + file + " --out " + a.string());
+    CHECK(again.status == 2);
+    CHECK(again.err.find("already holds a sweep") != std::string::npos);
+    CHECK(slurp(a / "sweep.csv") == before);
+  }
+
+  TEST_CASE("a diverging run does not stop the sweep and is listed; exit 3") {
+    TempDir d;
+    const auto file = d.file("div.json", R"({"name": "div",
+      "base": {"steps": 200, "problem": {"name": "quadratic", "dim": 10, "condition_number": 100},
+               "cluster": {"workers": 2}, "optimizer": {"name": "sgd", "lr": 0.001}},
+      "grid": {"optimizer.lr": [0.001, 10.0, 0.002]}})");
+    const auto out = d.path / "out";
+    Result r = run_bitlab(d, "sweep " + file + " --out " + out.string() + " --jobs 2");
+    CHECK(r.status == 3);
+    CHECK(r.err.find("2 completed, 1 diverged") != std::string::npos);
+    CHECK(r.err.find("diverged: run 2 (optimizer.lr=10.0)") != std::string::npos);
+    const auto csv = csv_without(slurp(out / "sweep.csv"), {});
+    REQUIRE(csv.size() == 4);
+    CHECK(csv[1].find(",completed,200,") != std::string::npos);
+    CHECK(csv[2].find(",diverged,") != std::string::npos);
+    CHECK(csv[3].find(",completed,200,") != std::string::npos);
+  }
+
+  TEST_CASE("a run that fails is recorded as failed with its stderr (the binary is a parameter)") {
+    TempDir d;
+    const auto spec = bitlab::resolve_sweep(
+        Json::parse(R"({"name": "f", "base": {"steps": 5, "problem": {"name": "quadratic",
+          "dim": 4}, "optimizer": {"name": "sgd", "lr": 0.1}}, "seeds": [1, 2]})"),
+        d.path.string(), "f");
+    bitlab::SweepOptions o;
+    o.out_dir = (d.path / "out").string();
+    o.binary = "/bin/false";
+    o.quiet = true;
+    o.jobs = 2;
+    CHECK(bitlab::run_sweep(spec, o) == 3);
+    const auto csv = csv_without(slurp(d.path / "out" / "sweep.csv"), {});
+    REQUIRE(csv.size() == 3);
+    CHECK(csv[1].find("1,1,failed,") == 0);
+    CHECK(csv[2].find("2,2,failed,") == 0);
+    CHECK(fs::exists(d.path / "out" / "run-001_seed=1" / "stderr.txt"));
+    // With the real binary, --resume re-runs the failed runs.
+    o.binary = BITLAB_BINARY;
+    o.resume = true;
+    CHECK(bitlab::run_sweep(spec, o) == 0);
+    CHECK(slurp(d.path / "out" / "sweep.csv").find("failed") == std::string::npos);
+  }
+
+  TEST_CASE("--resume re-runs only the runs without a finished summary") {
+    TempDir d;
+    d.file("base.json", kBase);
+    const auto file = d.file("s.json", R"({"base": "base.json", "seeds": [1, 2, 3]})");
+    const auto out = d.path / "out";
+    REQUIRE(run_bitlab(d, "sweep " + file + " --out " + out.string() + " --quiet").status == 0);
+    const auto csv_before = csv_without(slurp(out / "sweep.csv"), {"wall_s"});
+    // A marker in every run folder; run 2 loses its summary (as if killed).
+    for (const char* r : {"run-001_seed=1", "run-002_seed=2", "run-003_seed=3"}) {
+      std::ofstream(out / r / "marker") << "x";
+    }
+    fs::remove(out / "run-002_seed=2" / "summary.json");
+    Result r = run_bitlab(d, "sweep " + file + " --out " + out.string() + " --resume");
+    CHECK(r.status == 0);
+    CHECK(r.err.find("2 finished before, skipped") != std::string::npos);
+    CHECK(fs::exists(out / "run-001_seed=1" / "marker"));
+    CHECK(fs::exists(out / "run-003_seed=3" / "marker"));
+    CHECK(!fs::exists(out / "run-002_seed=2" / "marker"));  // removed and re-run
+    CHECK(fs::exists(out / "run-002_seed=2" / "summary.json"));
+    CHECK(csv_without(slurp(out / "sweep.csv"), {"wall_s"}) == csv_before);
+    CHECK(no_tmp_left(out));
+    // A different sweep in the same folder is refused, even with --resume.
+    const auto other = d.file("o.json", R"({"base": "base.json", "seeds": [4]})");
+    Result ro = run_bitlab(d, "sweep " + other + " --out " + out.string() + " --resume");
+    CHECK(ro.status == 2);
+    CHECK(ro.err.find("different sweep") != std::string::npos);
+  }
+
+  TEST_CASE("Ctrl-C stops the sweep: exit 130, the csv lists what finished") {
+    TempDir d;
+    const auto file = d.file("long.json", R"({"name": "long",
+      "base": {"steps": 100000000, "problem": {"name": "quadratic", "dim": 1000},
+               "cluster": {"workers": 2}, "optimizer": {"name": "sgd", "lr": 0.01}},
+      "seeds": [1, 2, 3, 4]})");
+    const auto out = d.path / "out";
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      freopen("/dev/null", "w", stdout);
+      freopen("/dev/null", "w", stderr);
+      execl(BITLAB_BINARY, BITLAB_BINARY, "sweep", file.c_str(), "--out", out.c_str(), "--jobs",
+            "2", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const auto m1 = out / "run-001_seed=1" / "metrics.csv";
+    const auto m2 = out / "run-002_seed=2" / "metrics.csv";
+    while (std::chrono::steady_clock::now() < deadline &&
+           (!fs::exists(m1) || fs::file_size(m1) < 5000 || !fs::exists(m2) ||
+            fs::file_size(m2) < 5000)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    kill(pid, SIGINT);  // the sweep alone: it forwards to its children
+    int raw = 0;
+    waitpid(pid, &raw, 0);
+    REQUIRE(WIFEXITED(raw));
+    CHECK(WEXITSTATUS(raw) == 130);
+    const auto csv = csv_without(slurp(out / "sweep.csv"), {});
+    REQUIRE(csv.size() == 3);  // the two runs under way; runs 3 and 4 never started
+    CHECK(csv[1].find(",interrupted,") != std::string::npos);
+    CHECK(csv[2].find(",interrupted,") != std::string::npos);
+    CHECK(!fs::exists(out / "run-003_seed=3"));
+    const Json s = Json::parse(slurp(out / "run-001_seed=1" / "summary.json"));
+    CHECK(s["status"] == "interrupted");
+  }
+}
