@@ -526,6 +526,23 @@ SweepSpec resolve_sweep(const Json& raw, const std::string& base_dir,
         config_fail("zip." + path, Json(values), "is also in grid: sweep a path in one of them");
     }
   }
+  // A swept path inside another swept path ("optimizer" and "optimizer.lr")
+  // would be silently overwritten by the whole object, depending on order.
+  {
+    std::vector<std::pair<std::string, std::string>> all;  // path, where
+    for (const auto& [path, values] : grid) all.emplace_back(path, "grid." + path);
+    for (const auto& [path, values] : zip) all.emplace_back(path, "zip." + path);
+    for (const auto& [a, where_a] : all) {
+      for (const auto& [b, where_b] : all) {
+        if (b.size() > a.size() && b.compare(0, a.size() + 1, a + ".") == 0) {
+          config_fail(where_b, Json(nullptr),
+                      "lies inside the also swept " + where_a +
+                          ": the whole object would overwrite it; sweep the inner value inside "
+                          "the object's list instead");
+        }
+      }
+    }
+  }
   std::vector<Json> seeds;
   if (raw.contains("seeds")) {
     const Json& s = raw["seeds"];

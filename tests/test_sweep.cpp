@@ -334,3 +334,20 @@ TEST_SUITE("sweep") {
     CHECK(s["status"] == "interrupted");
   }
 }
+
+TEST_SUITE("sweep") {
+  TEST_CASE("a swept path inside another swept path is refused") {
+    const Json raw = Json::parse(R"({"base": {"steps": 2, "problem": {"name": "quadratic"},
+        "optimizer": {"name": "adam"}},
+        "grid": {"optimizer.lr": [0.1, 0.2]},
+        "zip": {"optimizer": [{"name": "adam"}, {"name": "sgd"}]}})");
+    std::string msg;
+    try {
+      bitlab::resolve_sweep(raw, ".", "nested", false);
+    } catch (const bitlab::ConfigError& e) {
+      msg = e.what();
+    }
+    CHECK(msg.find("grid.optimizer.lr") == 0);
+    CHECK(msg.find("lies inside the also swept zip.optimizer") != std::string::npos);
+  }
+}
