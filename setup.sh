@@ -14,7 +14,8 @@ JOBS="$(nproc 2>/dev/null || echo 2)"
 # Debian packages the build and tests need (bookworm names).
 PACKAGES=(build-essential cmake ninja-build git libeigen3-dev libomp-dev libcli11-dev
           nlohmann-json3-dev doctest-dev
-          python3-matplotlib)  # bitlab plot (notebooks/plot.py, run with /usr/bin/python3)
+          # bitlab plot and the notebooks (run with Debian's /usr/bin/python3)
+          python3-matplotlib python3-pandas jupyter-nbconvert python3-ipykernel)
 
 install_missing() {
   local missing=()

@@ -1,0 +1,83 @@
+#!/bin/bash
+# Executes the notebooks headless, as CI does, and prints each one's wall time.
+#
+#   notebooks/run_notebooks.sh [NOTEBOOK.ipynb ...]     (default: all three)
+#
+# Environment:
+#   BITLAB_BINARY     the bitlab executable (default: <repo>/build/bitlab, found by the notebooks)
+#   BITLAB_JOBS       runs at once inside the notebooks' sweeps (default: the machine's cores)
+#   NOTEBOOKS_OUT     keep the executed notebooks and the sweeps' results in this folder;
+#                     default: a temporary folder, removed at exit. Nothing is written into the
+#                     repository either way.
+#   NOTEBOOK_TIMEOUT  per-cell timeout in seconds (default 300)
+#
+# Uses Debian's Jupyter (/usr/bin/jupyter, kernel "python3" = /usr/bin/python3), never the
+# python3 on PATH. Exit status: 0 every notebook ran; 1 one or more failed (the tail of its log
+# is printed); 2 Jupyter/nbconvert or a notebook is missing.
+set -u
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+jupyter=/usr/bin/jupyter
+timeout="${NOTEBOOK_TIMEOUT:-300}"
+
+if [ ! -x "$jupyter" ] || ! /usr/bin/python3 -c "import nbconvert, ipykernel, pandas, matplotlib" 2>/dev/null; then
+  echo "run_notebooks.sh: needs Debian's Jupyter for /usr/bin/python3:" \
+       "apt-get install jupyter-nbconvert python3-ipykernel python3-pandas python3-matplotlib" >&2
+  exit 2
+fi
+
+if [ $# -gt 0 ]; then
+  notebooks=("$@")
+else
+  notebooks=(warmup_sweep.ipynb compression_sweep.ipynb speedup_vs_bandwidth.ipynb)
+fi
+
+if [ -n "${NOTEBOOKS_OUT:-}" ]; then
+  out="$NOTEBOOKS_OUT"
+  mkdir -p "$out"
+else
+  out="$(mktemp -d "${TMPDIR:-/tmp}/bitlab-notebooks.XXXXXX")"
+  trap 'rm -rf "$out"' EXIT
+fi
+export BITLAB_RESULTS="$out/results"
+export PYDEVD_DISABLE_FILE_VALIDATION=1   # quiets ipykernel's debugger note about frozen modules
+
+seconds_since() {  # seconds since a `date +%s%N` stamp, to 0.1 s
+  local ms=$(( ($(date +%s%N) - $1) / 1000000 ))
+  printf '%d.%d' $((ms / 1000)) $(((ms % 1000) / 100))
+}
+
+failed=()
+total_start=$(date +%s%N)
+for nb in "${notebooks[@]}"; do
+  path="$nb"
+  [ -f "$path" ] || path="$here/$nb"
+  if [ ! -f "$path" ]; then
+    echo "run_notebooks.sh: no notebook $nb" >&2
+    exit 2
+  fi
+  name="$(basename "$path" .ipynb)"
+  log="$out/$name.log"
+  start=$(date +%s%N)
+  # nbconvert runs the kernel in the notebook's own folder, so the notebooks find the repo.
+  "$jupyter" nbconvert --to notebook --execute \
+      --ExecutePreprocessor.timeout="$timeout" --ExecutePreprocessor.kernel_name=python3 \
+      --output-dir "$out" "$path" >"$log" 2>&1
+  rc=$?
+  secs=$(seconds_since "$start")
+  if [ $rc -eq 0 ]; then
+    printf '%-28s ok      %6.1f s\n' "$name" "$secs"
+  else
+    printf '%-28s FAILED  %6.1f s (exit %d)\n' "$name" "$secs" "$rc"
+    tail -n 40 "$log" | sed -e 's/\x1b\[[0-9;]*m//g' -e 's/^/    /'
+    failed+=("$name")
+  fi
+done
+printf '%-28s         %6.1f s\n' "total" "$(seconds_since "$total_start")"
+[ -n "${NOTEBOOKS_OUT:-}" ] && echo "executed notebooks and results: $out"
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "failed: ${failed[*]}" >&2
+  exit 1
+fi
+exit 0
