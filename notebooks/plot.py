@@ -210,11 +210,18 @@ def varying_paths(runs):
             if p not in all_paths and p not in IGNORED_PATHS:
                 all_paths.append(p)
     common = [p for p in all_paths if all(p in r.config for r in runs)]
-    differ = [p for p in common if len({json.dumps(r.config[p]) for r in runs}) > 1]
-    if differ:
-        return differ
-    return [p for p in all_paths
-            if len({json.dumps(r.config.get(p)) for r in runs}) > 1]
+    differ_all = [p for p in all_paths
+                  if len({json.dumps(r.config.get(p)) for r in runs}) > 1]
+    paths = [p for p in differ_all if p in common]
+    # Add a path only some runs have (0/1 Adam's local_step_clipper among Adam runs)
+    # wherever it still tells runs apart: runs with different configs never share a curve.
+    target = partition(runs, differ_all)
+    for p in differ_all:
+        if partition(runs, paths) == target:
+            break
+        if p not in paths and partition(runs, paths + [p]) != partition(runs, paths):
+            paths.append(p)
+    return paths
 
 
 def short_names(paths):
