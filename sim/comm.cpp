@@ -35,6 +35,30 @@ WireCost tree_broadcast_cost(int p, int64_t s) {
   return {static_cast<double>(p - 1) / p * static_cast<double>(s), log2p};
 }
 
+CommRecord make_comm_record(const char* op, const char* algorithm, const char* dtype,
+                            const char* scope, int ranks, int groups, int64_t payload_bytes,
+                            WireCost cost) {
+  CommRecord r;
+  r.op = op;
+  r.algorithm = algorithm;
+  r.dtype = dtype;
+  r.scope = scope;
+  r.ranks = ranks;
+  r.groups = groups;
+  r.payload_bytes = payload_bytes;
+  r.sent_bytes = cost.sent_bytes;
+  r.messages = cost.messages;
+  return r;
+}
+
+const char* intern_dtype_name(const std::string& dtype) {
+  for (const char* known : {"fp32", "fp16", "bf16", "bits", "int1", "int2", "int3", "int4", "int5",
+                            "int6", "int7", "int8", "sparse", "values"}) {
+    if (dtype == known) return known;
+  }
+  return "compressed";
+}
+
 namespace {
 
 constexpr size_t kChunk = 2048;  // elements per reduction chunk (fits L1 with scratch)

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "sim/float16.hpp"
@@ -61,6 +62,14 @@ WireCost tree_allreduce_cost(int p, int64_t payload_bytes);  // halving-doubling
 WireCost ring_allgather_cost(int p, int64_t payload_bytes);  // also reduce-scatter
 WireCost pairwise_alltoall_cost(int p, int64_t payload_bytes);
 WireCost tree_broadcast_cost(int p, int64_t payload_bytes);
+
+// A record with every field but the step (Communicator::record sets it).
+CommRecord make_comm_record(const char* op, const char* algorithm, const char* dtype,
+                            const char* scope, int ranks, int groups, int64_t payload_bytes,
+                            WireCost cost);
+// CommRecord keeps `const char*`: the static name of a wire dtype ("fp32",
+// "bits", "int4", ...), or "compressed" for one it does not know.
+const char* intern_dtype_name(const std::string& dtype);
 
 // out[k] = (sum_i w(in_i[k])) / n where w() rounds to the wire type, the sum
 // runs over workers as a fixed pairwise tree (so n identical buffers, n a power

@@ -6,34 +6,6 @@
 
 namespace bitlab {
 
-namespace {
-
-CommRecord make_record(const char* op, const char* algorithm, const char* dtype, const char* scope,
-                       int ranks, int groups, int64_t payload, WireCost c) {
-  CommRecord r;
-  r.op = op;
-  r.algorithm = algorithm;
-  r.dtype = dtype;
-  r.scope = scope;
-  r.ranks = ranks;
-  r.groups = groups;
-  r.payload_bytes = payload;
-  r.sent_bytes = c.sent_bytes;
-  r.messages = c.messages;
-  return r;
-}
-
-// CommRecord keeps `const char*`: intern the compressors' dtype names.
-const char* intern(const std::string& s) {
-  for (const char* known : {"fp32", "fp16", "bf16", "bits", "int1", "int2", "int3", "int4", "int5",
-                            "int6", "int7", "int8", "sparse", "values"}) {
-    if (s == known) return known;
-  }
-  return "compressed";
-}
-
-}  // namespace
-
 // ---------------------------------------------------------------------------
 
 CompressedAllgatherMean::CompressedAllgatherMean(int workers, size_t dim,
@@ -57,7 +29,7 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
                                   uint64_t seed, int64_t step) {
   const int n = n_;
   const bool shared = c_->shared_randomness();
-  const char* dtype = intern(c_->wire_dtype());
+  const char* dtype = intern_dtype_name(c_->wire_dtype());
   const int64_t wire = c_->wire_bytes(d_);
   WorkerBuffers comp = compressed();
 #pragma omp parallel for schedule(dynamic, 1)
@@ -68,8 +40,8 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
   }
   if (!hierarchical()) {
     mean_over_workers(comp, out, WireDtype::kFp32);
-    comm.record(make_record("allgather", "ring", dtype, "all", n, 1, wire * n,
-                            ring_allgather_cost(n, wire * n)));
+    comm.record(make_comm_record("allgather", "ring", dtype, "all", n, 1, wire * n,
+                                 ring_allgather_cost(n, wire * n)));
     return;
   }
   // Stage 1, inside each node: allgather of the g images, node mean.
@@ -79,8 +51,8 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
                                 d_, g_};
     mean_over_workers(members, node_means[k], WireDtype::kFp32);
   }
-  comm.record(make_record("allgather", "ring", dtype, "intra", g_, nodes_, wire * g_,
-                          ring_allgather_cost(g_, wire * g_)));
+  comm.record(make_comm_record("allgather", "ring", dtype, "intra", g_, nodes_, wire * g_,
+                               ring_allgather_cost(g_, wire * g_)));
   // Stage 2: each node's leader compresses the node mean; leaders allgather.
 #pragma omp parallel for schedule(dynamic, 1)
   for (int k = 0; k < nodes_; ++k) {
@@ -88,11 +60,11 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
                         static_cast<uint64_t>(step));
     c_->apply(node_means[k], node_means[k], rng);
   }
-  comm.record(make_record("allgather", "ring", dtype, "inter", nodes_, 1, wire * nodes_,
-                          ring_allgather_cost(nodes_, wire * nodes_)));
+  comm.record(make_comm_record("allgather", "ring", dtype, "inter", nodes_, 1, wire * nodes_,
+                               ring_allgather_cost(nodes_, wire * nodes_)));
   // Stage 3: each leader broadcasts the gathered images inside its node.
-  comm.record(make_record("broadcast", "tree", dtype, "intra", g_, nodes_, wire * nodes_,
-                          tree_broadcast_cost(g_, wire * nodes_)));
+  comm.record(make_comm_record("broadcast", "tree", dtype, "intra", g_, nodes_, wire * nodes_,
+                               tree_broadcast_cost(g_, wire * nodes_)));
   mean_over_workers(node_means, out, WireDtype::kFp32);
 }
 
@@ -140,8 +112,8 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
   static const char* kInt[] = {"", "int1", "int2", "int3", "int4", "int5", "int6", "int7", "int8"};
   const int64_t wire1 = quantize_wire_bytes(chunk, spec_);
   // alltoall: chunk r of each worker's codes (and its groups' scales) to worker r.
-  comm.record(make_record("alltoall", "pairwise", kInt[bits], "all", n, 1, wire1 * n,
-                          pairwise_alltoall_cost(n, wire1 * n)));
+  comm.record(make_comm_record("alltoall", "pairwise", kInt[bits], "all", n, 1, wire1 * n,
+                               pairwise_alltoall_cost(n, wire1 * n)));
   // Worker r averages the dequantized chunks (the fixed tree over workers).
   mean_over_workers({quantized_.data(), D, D, n}, mean_, WireDtype::kFp32);
   // Stage 2: the averaged chunks go back to everyone.
@@ -166,8 +138,8 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
   } else {
     wire2 = static_cast<int64_t>(4 * chunk);
   }
-  comm.record(make_record("allgather", "ring", dtype2, "all", n, 1, wire2 * n,
-                          ring_allgather_cost(n, wire2 * n)));
+  comm.record(make_comm_record("allgather", "ring", dtype2, "all", n, 1, wire2 * n,
+                               ring_allgather_cost(n, wire2 * n)));
   std::copy(mean_.begin(), mean_.begin() + static_cast<ptrdiff_t>(d), out.begin());
 }
 

@@ -129,35 +129,11 @@ CostSpec resolve_cost_spec(const Json& raw,
 
 namespace {
 
-CommRecord make_record(const char* op, const char* algorithm, const char* dtype, const char* scope,
-                       int ranks, int groups, int64_t payload, WireCost c) {
-  CommRecord r;
-  r.op = op;
-  r.algorithm = algorithm;
-  r.dtype = dtype;
-  r.scope = scope;
-  r.ranks = ranks;
-  r.groups = groups;
-  r.payload_bytes = payload;
-  r.sent_bytes = c.sent_bytes;
-  r.messages = c.messages;
-  return r;
-}
-
-// CommRecord keeps `const char*`: static names for the dtypes a plan uses.
-const char* intern_dtype(const std::string& s) {
-  for (const char* known : {"fp32", "fp16", "bf16", "bits", "int1", "int2", "int3", "int4", "int5",
-                            "int6", "int7", "int8", "sparse", "values"}) {
-    if (s == known) return known;
-  }
-  return "compressed";
-}
-
 // Communicator::allreduce_mean(..., "ring").
 CommRecord ring_allreduce(int n, int64_t d, const std::string& wire) {
   const int64_t s = d * wire_dtype_bytes(parse_wire_dtype(wire));
-  return make_record("allreduce", "ring", intern_dtype(wire), "all", n, 1, s,
-                     ring_allreduce_cost(n, s));
+  return make_comm_record("allreduce", "ring", intern_dtype_name(wire), "all", n, 1, s,
+                          ring_allreduce_cost(n, s));
 }
 
 // OneBitAllreduce::run: the four collectives of algorithms.md §1.
@@ -167,11 +143,14 @@ std::vector<CommRecord> onebit_allreduce(int n, int64_t d, int64_t pad_multiple)
   const auto bits = static_cast<int64_t>(D / 8);
   const int64_t scales = 4 * static_cast<int64_t>(n);
   return {
-      make_record("alltoall", "pairwise", "bits", "all", n, 1, bits,
-                  pairwise_alltoall_cost(n, bits)),
-      make_record("allgather", "ring", "fp32", "all", n, 1, scales, ring_allgather_cost(n, scales)),
-      make_record("allgather", "ring", "bits", "all", n, 1, bits, ring_allgather_cost(n, bits)),
-      make_record("allgather", "ring", "fp32", "all", n, 1, scales, ring_allgather_cost(n, scales)),
+      make_comm_record("alltoall", "pairwise", "bits", "all", n, 1, bits,
+                       pairwise_alltoall_cost(n, bits)),
+      make_comm_record("allgather", "ring", "fp32", "all", n, 1, scales,
+                       ring_allgather_cost(n, scales)),
+      make_comm_record("allgather", "ring", "bits", "all", n, 1, bits,
+                       ring_allgather_cost(n, bits)),
+      make_comm_record("allgather", "ring", "fp32", "all", n, 1, scales,
+                       ring_allgather_cost(n, scales)),
   };
 }
 
@@ -180,16 +159,16 @@ std::vector<CommRecord> allgather_mean(int n, int64_t node_size, int64_t wire, c
   const int g = node_size <= 0 ? n : static_cast<int>(node_size);
   const int nodes = n / g;
   if (!(nodes > 1 && g > 1)) {
-    return {make_record("allgather", "ring", dtype, "all", n, 1, wire * n,
-                        ring_allgather_cost(n, wire * n))};
+    return {make_comm_record("allgather", "ring", dtype, "all", n, 1, wire * n,
+                             ring_allgather_cost(n, wire * n))};
   }
   return {
-      make_record("allgather", "ring", dtype, "intra", g, nodes, wire * g,
-                  ring_allgather_cost(g, wire * g)),
-      make_record("allgather", "ring", dtype, "inter", nodes, 1, wire * nodes,
-                  ring_allgather_cost(nodes, wire * nodes)),
-      make_record("broadcast", "tree", dtype, "intra", g, nodes, wire * nodes,
-                  tree_broadcast_cost(g, wire * nodes)),
+      make_comm_record("allgather", "ring", dtype, "intra", g, nodes, wire * g,
+                       ring_allgather_cost(g, wire * g)),
+      make_comm_record("allgather", "ring", dtype, "inter", nodes, 1, wire * nodes,
+                       ring_allgather_cost(nodes, wire * nodes)),
+      make_comm_record("broadcast", "tree", dtype, "intra", g, nodes, wire * nodes,
+                       tree_broadcast_cost(g, wire * nodes)),
   };
 }
 
@@ -200,7 +179,7 @@ std::vector<CommRecord> quantized_reduce_scatter(int n, int64_t d, const Quantiz
   const size_t D = (std::max<size_t>(static_cast<size_t>(d), 1) + m - 1) / m * m;
   const size_t chunk = D / n;
   const int64_t wire1 = quantize_wire_bytes(chunk, spec);
-  const char* codes = intern_dtype("int" + std::to_string(spec.bits));
+  const char* codes = intern_dtype_name("int" + std::to_string(spec.bits));
   int64_t wire2 = static_cast<int64_t>(4 * chunk);
   const char* dtype2 = "fp32";
   if (gather == "quantized") {
@@ -211,10 +190,10 @@ std::vector<CommRecord> quantized_reduce_scatter(int n, int64_t d, const Quantiz
     dtype2 = "fp16";
   }
   return {
-      make_record("alltoall", "pairwise", codes, "all", n, 1, wire1 * n,
-                  pairwise_alltoall_cost(n, wire1 * n)),
-      make_record("allgather", "ring", dtype2, "all", n, 1, wire2 * n,
-                  ring_allgather_cost(n, wire2 * n)),
+      make_comm_record("alltoall", "pairwise", codes, "all", n, 1, wire1 * n,
+                       pairwise_alltoall_cost(n, wire1 * n)),
+      make_comm_record("allgather", "ring", dtype2, "all", n, 1, wire2 * n,
+                       ring_allgather_cost(n, wire2 * n)),
   };
 }
 
@@ -299,7 +278,7 @@ CommPlan plan_communication(const Json& opt, int64_t params, int n, int64_t step
       const NbitCompressor c(spec);
       plan.phases.push_back({"compressed", steps,
                              allgather_mean(n, o.node_size, c.wire_bytes(static_cast<size_t>(d)),
-                                            intern_dtype(c.wire_dtype()))});
+                                            intern_dtype_name(c.wire_dtype()))});
     }
     return plan;
   }
@@ -309,7 +288,7 @@ CommPlan plan_communication(const Json& opt, int64_t params, int n, int64_t step
     const BinarizeCompressor c;
     plan.phases.push_back({"onebit", steps,
                            allgather_mean(n, node_size, c.wire_bytes(static_cast<size_t>(d)),
-                                          intern_dtype(c.wire_dtype()))});
+                                          intern_dtype_name(c.wire_dtype()))});
     return plan;
   }
   config_fail("optimizer.name", Json(name), "bitlab cost has no communication plan for it");

@@ -12,49 +12,19 @@
 #include <sstream>
 #include <string>
 
+#include "tests/cli_fixtures.hpp"
+
 namespace fs = std::filesystem;
+
+using bitlab::testing::Result;
+using bitlab::testing::run_bitlab;
+using bitlab::testing::run_shell;
+using bitlab::testing::slurp;
+using bitlab::testing::TempDir;
 
 namespace {
 
-struct Result {
-  int status;
-  std::string out, err;
-};
-
-// A scratch folder per test case, removed at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/bitlab-plot-test-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name, const std::string& content) const {
-    std::ofstream(path / name) << content;
-    return (path / name).string();
-  }
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs a shell command line with stdout and stderr captured in `dir`.
-Result run_shell(const TempDir& dir, const std::string& command) {
-  const std::string out = (dir.path / "stdout.txt").string();
-  const std::string err = (dir.path / "stderr.txt").string();
-  const std::string cmd = command + " >" + out + " 2>" + err;
-  const int raw = std::system(cmd.c_str());
-  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
-}
-
-Result run_bitlab(const TempDir& dir, const std::string& args, const std::string& env = "") {
-  return run_shell(dir, env + (env.empty() ? "" : " ") + BITLAB_BINARY + " " + args);
-}
-
+// A scratch fo
 bool have_python() {
   return access("/usr/bin/python3", X_OK) == 0;
 }

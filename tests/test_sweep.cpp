@@ -15,44 +15,17 @@
 
 #include "sim/config.hpp"
 #include "sim/sweep.hpp"
+#include "tests/cli_fixtures.hpp"
 
 namespace fs = std::filesystem;
 using bitlab::Json;
 
+using bitlab::testing::Result;
+using bitlab::testing::run_bitlab;
+using bitlab::testing::slurp;
+using bitlab::testing::TempDir;
+
 namespace {
-
-struct Result {
-  int status;
-  std::string out, err;
-};
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/bitlab-sweep-test-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name, const std::string& content) const {
-    std::ofstream(path / name) << content;
-    return (path / name).string();
-  }
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-Result run_bitlab(const TempDir& dir, const std::string& args) {
-  const std::string out = (dir.path / "stdout.txt").string();
-  const std::string err = (dir.path / "stderr.txt").string();
-  const std::string cmd = std::string(BITLAB_BINARY) + " " + args + " >" + out + " 2>" + err;
-  const int raw = std::system(cmd.c_str());
-  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
-}
 
 // The csv's lines, with the columns named in `drop` removed.
 std::vector<std::string> csv_without(const std::string& text,

@@ -1,0 +1,59 @@
+// For tests that run the `bitlab` binary (BITLAB_BINARY, a compile definition
+// of the test binary): scratch folders and captured output.
+#pragma once
+
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace bitlab::testing {
+
+struct Result {
+  int status;  // exit status, -1 if killed by a signal
+  std::string out, err;
+};
+
+// A scratch folder per test case, removed at the end.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/bitlab-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  // Writes `content` to path/name and returns the file's path.
+  std::string file(const std::string& name, const std::string& content) const {
+    std::ofstream(path / name) << content;
+    return (path / name).string();
+  }
+};
+
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs a shell command line with stdout and stderr captured in `dir`.
+inline Result run_shell(const TempDir& dir, const std::string& command) {
+  const std::string out = (dir.path / "stdout.txt").string();
+  const std::string err = (dir.path / "stderr.txt").string();
+  const std::string cmd = command + " >" + out + " 2>" + err;
+  const int raw = std::system(cmd.c_str());
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
+}
+
+// Runs `bitlab ARGS` (with optional leading environment assignments).
+inline Result run_bitlab(const TempDir& dir, const std::string& args, const std::string& env = "") {
+  return run_shell(dir, env + (env.empty() ? "" : " ") + BITLAB_BINARY + " " + args);
+}
+
+}  // namespace bitlab::testing
