@@ -304,4 +304,11 @@ void worker_compute_s(const ComputeOptions& c, double base_s, uint64_t seed, int
   }
 }
 
+void worker_compute_s(const ComputeOptions& c, const std::vector<double>& base_s, uint64_t seed,
+                      int64_t step, std::vector<double>& out) {
+  out.resize(base_s.size());
+  worker_compute_s(c, 1.0, seed, step, out);
+  for (size_t i = 0; i < out.size(); ++i) out[i] *= base_s[i];
+}
+
 }  // namespace bitlab

@@ -112,5 +112,15 @@ double base_compute_s(const ComputeOptions& c, double model_params, double sampl
 // from RngStream(seed, kJitter, worker, step); the straggler × its factor.
 void worker_compute_s(const ComputeOptions& c, double base_s, uint64_t seed, int64_t step,
                       std::vector<double>& out);
+// The same with a base per worker (its own batch): out[i] = (the factor above
+// for worker i) · base_s[i]. Simulation and `bitlab recost` both price with
+// this, so a run re-priced under its own network reproduces its times exactly.
+void worker_compute_s(const ComputeOptions& c, const std::vector<double>& base_s, uint64_t seed,
+                      int64_t step, std::vector<double>& out);
+// Samples a worker's compute is priced for: its batch, at least one (problems
+// without data count one sample).
+inline double compute_samples(size_t batch_samples) {
+  return batch_samples > 0 ? static_cast<double>(batch_samples) : 1.0;
+}
 
 }  // namespace bitlab

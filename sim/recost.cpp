@@ -272,7 +272,8 @@ std::vector<double> worker_base_s(const fs::path& dir, const Json& config, const
   std::vector<double> samples;
   const Json& batch = config.at("cluster").at("batch_size");
   if (batch.is_number_integer()) {
-    samples.assign(n, std::max(1.0, batch.get<double>()));
+    samples.assign(
+        n, compute_samples(static_cast<size_t>(std::max<int64_t>(0, batch.get<int64_t>()))));
   } else if (!(batch.is_string() && batch.get<std::string>() == "full")) {
     bad_config(config_path,
                "cluster.batch_size = " + show_value(batch) + ": must be an integer or \"full\"");
@@ -291,7 +292,7 @@ std::vector<double> worker_base_s(const fs::path& dir, const Json& config, const
     if (samples.empty()) {
       const auto opts = ClusterOptions::schema().read(config.at("cluster"), "cluster");
       const auto shards = make_shards(*problem, opts, config.at("seed").get<uint64_t>());
-      for (const auto& s : shards) samples.push_back(std::max(1.0, static_cast<double>(s.size())));
+      for (const auto& s : shards) samples.push_back(compute_samples(s.size()));
     }
   }
   std::vector<double> base(n);
@@ -447,10 +448,9 @@ RecostResult recost_run(const RecostOptions& o) {
         res.has_old = true;
       }
       comm_log.records_for(step, records);
-      // The order of operations of Simulation::step(), so that a run
-      // re-priced under its own network reproduces its times to the bit.
-      worker_compute_s(compute, 1.0, seed, step, worker_s);
-      for (size_t i = 0; i < worker_s.size(); ++i) worker_s[i] *= base_s[i];
+      // The same call as Simulation::step(): a run re-priced under its own
+      // network reproduces its times to the bit.
+      worker_compute_s(compute, base_s, seed, step, worker_s);
       const StepTime st = price_step(records, res.topology, worker_s, compute);
       sim_time_s += st.step_s;
       res.compute_s += st.compute_s;

@@ -45,9 +45,8 @@ Simulation::Simulation(const Experiment& experiment)
     compute_base_s_.resize(cluster_->workers());
     compute_s_.resize(cluster_->workers());
     for (int i = 0; i < cluster_->workers(); ++i) {
-      const double samples = std::max<double>(1.0, static_cast<double>(cluster_->batch_samples(i)));
-      compute_base_s_[i] =
-          base_compute_s(experiment.compute, static_cast<double>(cluster_->dim()), samples);
+      compute_base_s_[i] = base_compute_s(experiment.compute, static_cast<double>(cluster_->dim()),
+                                          compute_samples(cluster_->batch_samples(i)));
     }
     step_records_.reserve(16);
   }
@@ -93,8 +92,7 @@ const StepMetrics& Simulation::step() {
   }
   if (timed_) {
     step_records_.assign(recs.begin() + static_cast<ptrdiff_t>(log_before), recs.end());
-    worker_compute_s(experiment_.compute, 1.0, run.seed, step_, compute_s_);
-    for (size_t i = 0; i < compute_s_.size(); ++i) compute_s_[i] *= compute_base_s_[i];
+    worker_compute_s(experiment_.compute, compute_base_s_, run.seed, step_, compute_s_);
     const StepTime st = price_step(step_records_, topology_, compute_s_, experiment_.compute);
     m.compute_s = st.compute_s;
     m.comm_s = st.comm_s;
@@ -368,7 +366,7 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
     const Topology& t = *sim.topology();
     double samples = 0;
     for (int i = 0; i < sim.cluster().workers(); ++i) {
-      samples += std::max<double>(1.0, static_cast<double>(sim.cluster().batch_samples(i)));
+      samples += compute_samples(sim.cluster().batch_samples(i));
     }
     summary["time"] = {
         {"network", t.name},

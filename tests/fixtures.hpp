@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "optimizers/optimizer.hpp"
@@ -117,6 +118,27 @@ inline std::vector<float> run_with_gradients(Optimizer& opt, const Problem& prob
   if (comm_out) *comm_out = comm;
   auto x = cluster.params();
   return {x.begin(), x.end()};
+}
+
+// What f() throws as a ConfigError: its message, or its JSON path;
+// "(no error)" when it throws none.
+template <class F>
+std::string config_error_message(F&& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+template <class F>
+std::string config_error_path(F&& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.path();
+  }
+  return "(no error)";
 }
 
 }  // namespace bitlab::testing

@@ -13,8 +13,12 @@
 #include "sim/network.hpp"
 #include "sim/onebit_allreduce.hpp"
 #include "sim/rng.hpp"
+#include "tests/fixtures.hpp"
 
 using namespace bitlab;
+
+using testing::config_error_message;
+using testing::config_error_path;
 
 namespace {
 
@@ -55,26 +59,6 @@ NetworkOptions custom_network(int64_t g, double intra_us, double intra_gbps, dou
   o.inter_latency_us = inter_us;
   o.inter_bandwidth_gbps = inter_gbps;
   return o;
-}
-
-template <class F>
-std::string config_error_path(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.path();
-  }
-  return "(no error)";
-}
-
-template <class F>
-std::string config_error_message(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // α = 2 µs, B = 10^10 B/s (80 Gbps) inside a node; α = 8 µs, B = 10^9 B/s

@@ -18,9 +18,13 @@
 #include "sim/network.hpp"
 #include "sim/recost.hpp"
 #include "sim/run.hpp"
+#include "tests/fixtures.hpp"
 
 using namespace bitlab;
 namespace fs = std::filesystem;
+
+using testing::config_error_message;
+using testing::config_error_path;
 
 namespace {
 
@@ -137,26 +141,6 @@ RecostOptions custom_options(const fs::path& dir, const std::string& label = "la
   return o;
 }
 
-template <class F>
-std::string config_error(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-template <class F>
-std::string config_error_path(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.path();
-  }
-  return "(no error)";
-}
-
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
@@ -224,7 +208,8 @@ TEST_SUITE("recost") {
     recost_run(custom_options(tmp.path, "a"));
     const std::string after_a = read_file(tmp.path / "metrics.csv");
     // The same label again: refused, the file unchanged.
-    const std::string err = config_error([&] { recost_run(custom_options(tmp.path, "a")); });
+    const std::string err =
+        config_error_message([&] { recost_run(custom_options(tmp.path, "a")); });
     CHECK(contains(err, "metrics.csv"));
     CHECK(contains(err, "\"a\""));
     CHECK(contains(err, "--force"));
@@ -260,7 +245,8 @@ TEST_SUITE("recost") {
     CHECK(!has_tmp_file(tmp.path));
 
     // A label that cannot be a column name.
-    CHECK(contains(config_error([&] { recost_run(custom_options(tmp.path, "a,b")); }), "--label"));
+    CHECK(contains(config_error_message([&] { recost_run(custom_options(tmp.path, "a,b")); }),
+                   "--label"));
   }
 
   TEST_CASE("the default label is the preset; compute comes from the run unless overridden") {
@@ -337,7 +323,7 @@ TEST_SUITE("recost") {
     CHECK(config_error_path([&] { recost_run(o); }) == "network.gpus_per_node");
     o = custom_options(tmp.path);
     o.sets.push_back("network.inter_bandwidth_gbps=-1");
-    const std::string neg = config_error([&] { recost_run(o); });
+    const std::string neg = config_error_message([&] { recost_run(o); });
     CHECK(contains(neg, "--set network.inter_bandwidth_gbps=-1"));
     CHECK(contains(neg, "must be >= 0"));
     o = custom_options(tmp.path);
@@ -348,14 +334,14 @@ TEST_SUITE("recost") {
     CHECK(config_error_path([&] { recost_run(o); }) == "compute.overlap");
     o = custom_options(tmp.path);
     o.sets.push_back("optimizer.lr=0.1");
-    CHECK(contains(config_error([&] { recost_run(o); }), "--set optimizer.lr=0.1"));
+    CHECK(contains(config_error_message([&] { recost_run(o); }), "--set optimizer.lr=0.1"));
     // The run had no network and none is given.
     Json config = Json::parse(kConfig);
     config["network"] = {{"preset", "none"}};
     write_file(tmp.path / "config.json", config.dump());
     o = RecostOptions{};
     o.run_dir = tmp.path.string();
-    CHECK(contains(config_error([&] { recost_run(o); }), "--network"));
+    CHECK(contains(config_error_message([&] { recost_run(o); }), "--network"));
     CHECK(read_file(tmp.path / "metrics.csv") == before);
     CHECK(!has_tmp_file(tmp.path));
   }
@@ -416,7 +402,7 @@ TEST_SUITE("recost") {
       }
       const std::string metrics_before =
           fs::exists(tmp.path / "metrics.csv") ? read_file(tmp.path / "metrics.csv") : "";
-      const std::string err = config_error([&] { recost_run(custom_options(tmp.path)); });
+      const std::string err = config_error_message([&] { recost_run(custom_options(tmp.path)); });
       CAPTURE(err);
       CHECK(contains(err, c.expect));
       CHECK(contains(err, tmp.path.string()));  // the file is named with its folder
@@ -427,7 +413,7 @@ TEST_SUITE("recost") {
     RecostOptions o;
     o.run_dir = "/nonexistent/bitlab/run";
     o.network = "ethernet_10g_a100x8";
-    CHECK(contains(config_error([&] { recost_run(o); }), "/nonexistent/bitlab/run"));
+    CHECK(contains(config_error_message([&] { recost_run(o); }), "/nonexistent/bitlab/run"));
   }
 
   TEST_CASE("CRLF files and an empty metrics file are read") {
