@@ -137,6 +137,20 @@ struct JsonCodec<std::vector<double>> {
   static Json write(const std::vector<double>& v) { return Json(v); }
 };
 
+template <>
+struct JsonCodec<std::vector<int64_t>> {
+  static const char* type_name() { return "list of integers"; }
+  static std::vector<int64_t> read(const Json& j, std::string_view path) {
+    if (!j.is_array()) config_fail(path, j, "must be a list of integers");
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < j.size(); ++i) {
+      out.push_back(JsonCodec<int64_t>::read(j[i], join_path(path, std::to_string(i))));
+    }
+    return out;
+  }
+  static Json write(const std::vector<int64_t>& v) { return Json(v); }
+};
+
 // ---- rules -----------------------------------------------------------------
 
 template <class V>

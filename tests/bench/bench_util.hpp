@@ -1,6 +1,9 @@
 // Shared by the benchmarks: medians and a STREAM-style triad.
 #pragma once
 
+#include <immintrin.h>
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,6 +47,79 @@ inline double triad_gbps(size_t n, int repeats) {
   }
   if (a[n / 2] != 7.0f) std::fprintf(stderr, "triad: wrong result\n");
   return median(gbps);
+}
+
+// Peak fp32 FLOP rate of this machine, measured: every OpenMP thread runs
+// independent chains of fused multiply-adds (12 accumulators, more than the
+// FMA latency × throughput product) in the widest vector ISA the CPU has,
+// compiled for that ISA whatever the build flags. FLOPs counted as 2 per lane
+// per FMA. This is the figure "% of peak" is quoted against; note that a build
+// without -march=native (BITLAB_NATIVE=OFF, the default) compiles Eigen for
+// SSE2 only and cannot reach it.
+namespace peak_detail {
+template <int kAcc>
+__attribute__((target("avx512f"))) inline double fma_chains_avx512(long iters) {
+  __m512 acc[kAcc];
+  for (int a = 0; a < kAcc; ++a) acc[a] = _mm512_set1_ps(0.001f * a);
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  for (long i = 0; i < iters; ++i) {
+    for (int a = 0; a < kAcc; ++a) acc[a] = _mm512_fmadd_ps(acc[a], m, c);
+  }
+  float sum = 0.0f;
+  for (int a = 0; a < kAcc; ++a) sum += _mm512_reduce_add_ps(acc[a]);
+  return static_cast<double>(sum);
+}
+template <int kAcc>
+__attribute__((target("avx2,fma"))) inline double fma_chains_avx2(long iters) {
+  __m256 acc[kAcc];
+  for (int a = 0; a < kAcc; ++a) acc[a] = _mm256_set1_ps(0.001f * a);
+  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+  for (long i = 0; i < iters; ++i) {
+    for (int a = 0; a < kAcc; ++a) acc[a] = _mm256_fmadd_ps(acc[a], m, c);
+  }
+  alignas(32) float lanes[8];
+  float sum = 0.0f;
+  for (int a = 0; a < kAcc; ++a) {
+    _mm256_store_ps(lanes, acc[a]);
+    for (float v : lanes) sum += v;
+  }
+  return static_cast<double>(sum);
+}
+}  // namespace peak_detail
+
+struct PeakFlops {
+  double gflops = 0.0;  // all threads together
+  const char* isa = "";
+  int threads = 1;
+};
+
+// Median of `repeats` timings of every thread running its chains at once.
+inline PeakFlops peak_fp32_gflops(int repeats = 5) {
+  constexpr int kAcc = 12;
+  const long iters = 20'000'000;
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  PeakFlops out;
+  out.threads = omp_get_max_threads();
+  if (!avx512 && !avx2) return out;  // no FMA ISA to measure: report 0
+  out.isa = avx512 ? "avx512 fma" : "avx2 fma";
+  const double lanes = avx512 ? 16.0 : 8.0;
+  std::vector<double> rates;
+  volatile double sink = 0.0;
+  for (int r = 0; r < repeats + 1; ++r) {
+    const auto t0 = Clock::now();
+#pragma omp parallel
+    {
+      const double v = avx512 ? peak_detail::fma_chains_avx512<kAcc>(iters)
+                              : peak_detail::fma_chains_avx2<kAcc>(iters);
+#pragma omp atomic
+      sink = sink + v;
+    }
+    const double s = seconds_since(t0);
+    if (r > 0) rates.push_back(2.0 * lanes * kAcc * iters * out.threads / s / 1e9);
+  }
+  out.gflops = median(rates);
+  return out;
 }
 
 }  // namespace bitlab::bench
