@@ -182,6 +182,15 @@ class SweepRunner {
   void write_csv() const;
   void progress(bool force);
   void final_report(double wall_s);
+  // Run i belongs to this invocation's shard (always, without --shard).
+  bool in_shard(size_t i) const {
+    return o_.shards == 0 || static_cast<int>(i % static_cast<size_t>(o_.shards)) == o_.shard;
+  }
+  int shard_size() const {
+    int n = 0;
+    for (size_t i = 0; i < outcomes_.size(); ++i) n += in_shard(i) ? 1 : 0;
+    return n;
+  }
 
   const SweepSpec& spec_;
   const SweepOptions& o_;
@@ -317,7 +326,7 @@ void SweepRunner::progress(bool force) {
     if (out.status == "failed") ++failed;
     if (out.status == "diverged") ++diverged;
   }
-  const int total = static_cast<int>(outcomes_.size());
+  const int total = shard_size();
   std::string line = "[sweep] " + std::to_string(done) + "/" + std::to_string(total) + " done, " +
                      std::to_string(running_.size()) + " running";
   if (failed) line += ", " + std::to_string(failed) + " failed";
@@ -354,7 +363,7 @@ void SweepRunner::final_report(double wall_s) {
       tally += std::string(tally.empty() ? "" : ", ") + std::to_string(counts[s]) + " " + s;
   }
   std::fprintf(
-      stderr, "[sweep] %s: %d/%zu runs in %s: %s%s\n", spec_.name.c_str(), done, outcomes_.size(),
+      stderr, "[sweep] %s: %d/%d runs in %s: %s%s\n", spec_.name.c_str(), done, shard_size(),
       format_duration(wall_s).c_str(), tally.empty() ? "none finished" : tally.c_str(),
       skipped ? (" (" + std::to_string(skipped) + " finished before, skipped)").c_str() : "");
   for (size_t i = 0; i < outcomes_.size(); ++i) {
@@ -370,7 +379,7 @@ void SweepRunner::final_report(double wall_s) {
     std::fprintf(stderr, "  %s: run %d (%s)%s: %s\n", out.status.c_str(), r.index, r.label.c_str(),
                  extra.c_str(), (dir_ / r.dir_name).string().c_str());
   }
-  std::fprintf(stderr, "  results: %s\n", (dir_ / "sweep.csv").string().c_str());
+  std::fprintf(stderr, "  results: %s\n", (dir_ / csv_name_).string().c_str());
 }
 
 int SweepRunner::run() {
@@ -381,9 +390,7 @@ int SweepRunner::run() {
   // --resume: finished runs keep their folders and rows.
   std::vector<size_t> pending;
   for (size_t i = 0; i < spec_.runs.size(); ++i) {
-    if (o_.shards > 0 && static_cast<int>(i % static_cast<size_t>(o_.shards)) != o_.shard) {
-      continue;  // another shard's run
-    }
+    if (!in_shard(i)) continue;  // another shard's run
     if (o_.resume) {
       const Json s = read_summary(dir_ / spec_.runs[i].dir_name);
       const std::string status = s.is_object() ? s.value("status", "") : "";
@@ -454,7 +461,7 @@ int SweepRunner::run() {
 
   if (g_sweep_interrupted) return 130;
   for (const auto& out : outcomes_) {
-    if (out.status != "completed") return 3;
+    if (out.done && out.status != "completed") return 3;
   }
   return 0;
 }
