@@ -185,8 +185,8 @@ Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t se
   for (int i = 0; i < workers_; ++i) {
     // Only the local workers keep their shard's indices.
     const bool mine = i >= local_.begin && i < local_.end;
-    batch_samples_[i] = opts.batch_size.full ? shards[i].size()
-                                              : static_cast<size_t>(opts.batch_size.samples);
+    batch_samples_[i] =
+        opts.batch_size.full ? shards[i].size() : static_cast<size_t>(opts.batch_size.samples);
     samplers_.emplace_back(mine ? std::move(shards[i]) : std::vector<uint32_t>{}, opts.batch_size,
                            seed, static_cast<uint32_t>(i));
     shards[i] = {};

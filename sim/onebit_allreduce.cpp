@@ -93,7 +93,7 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
   // Workers and servers this rank owns (all of them in the simulator).
   const WorkerRange mine = comm.local_workers();
 
-    // ---- worker side: u = pad(b_i) + e_i ; a_i = ‖u‖/√D ; e_i = u − a_i sign(u)
+  // ---- worker side: u = pad(b_i) + e_i ; a_i = ‖u‖/√D ; e_i = u − a_i sign(u)
 #pragma omp parallel for schedule(static)
   for (int i = mine.begin; i < mine.end; ++i) {
     float* e = e_.data() + static_cast<size_t>(i) * D;
@@ -174,8 +174,7 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
 
   // ---- phase 2: allgather of the server sign chunks (S = D/8 gathered) and
   // of the server scales.
-  comm.gather_columns(server_bits_.data(),
-                      comm.server_bounds(static_cast<int64_t>(chunk_bytes)));
+  comm.gather_columns(server_bits_.data(), comm.server_bounds(static_cast<int64_t>(chunk_bytes)));
   comm.gather_columns(c_.data(), comm.server_bounds(sizeof(float)));
   r.op = "allgather";
   r.algorithm = "ring";

@@ -326,8 +326,8 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
     StepMetrics m = sim.step();
     m.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (measured) {
-      const double wall = transport.max(
-          std::chrono::duration<double>(Clock::now() - step_start).count());
+      const double wall =
+          transport.max(std::chrono::duration<double>(Clock::now() - step_start).count());
       const double bytes = static_cast<double>(transport.stats().bytes_sent - before.bytes_sent);
       const double calls = static_cast<double>(transport.stats().calls - before.calls);
       const double bytes_all = transport.sum(bytes);
@@ -386,8 +386,8 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
     }
     // Under MPI a Ctrl-C may reach the ranks at different steps: stop when any
     // rank saw it (a bookkeeping max, not a metric).
-    const bool interrupted = measured ? transport.max(g_interrupted.load() ? 1.0 : 0.0) > 0.0
-                                      : g_interrupted.load();
+    const bool interrupted =
+        measured ? transport.max(g_interrupted.load() ? 1.0 : 0.0) > 0.0 : g_interrupted.load();
     if (interrupted) {
       status = "interrupted";
       break;

@@ -509,15 +509,16 @@ int SweepRunner::merge() {
     }
   }
   if (shards == 0) {
-    throw ConfigError(dir_.string() + ": no shard csv (sweep.shard-<i>-of-<k>.csv) to merge; run "
-                                      "`bitlab sweep FILE --shard i/k` first");
+    throw ConfigError(dir_.string() +
+                      ": no shard csv (sweep.shard-<i>-of-<k>.csv) to merge; run "
+                      "`bitlab sweep FILE --shard i/k` first");
   }
   for (int s = 0; s < shards; ++s) {
     const fs::path p = dir_ / shard_csv_name(s, shards);
     std::ifstream in(p);
     if (!in) {
-      throw ConfigError("--merge: " + p.string() + " is missing: shard " + std::to_string(s) +
-                        "/" + std::to_string(shards) + " has not run");
+      throw ConfigError("--merge: " + p.string() + " is missing: shard " + std::to_string(s) + "/" +
+                        std::to_string(shards) + " has not run");
     }
     std::string line;
     std::getline(in, line);
@@ -541,8 +542,8 @@ int SweepRunner::merge() {
   for (size_t i = 0; i < outcomes_.size(); ++i) {
     if (outcomes_[i].done) continue;
     if (++missing_count <= 5) {
-      missing += (missing.empty() ? "" : ", ") + std::to_string(spec_.runs[i].index) +
-                 " (shard " + std::to_string(i % shards) + ")";
+      missing += (missing.empty() ? "" : ", ") + std::to_string(spec_.runs[i].index) + " (shard " +
+                 std::to_string(i % shards) + ")";
     }
   }
   if (missing_count > 0) {

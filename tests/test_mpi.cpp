@@ -9,14 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "cli_fixtures.hpp"
+#include "tests/cli_fixtures.hpp"
 
 namespace fs = std::filesystem;
-using bitlab::testing::Result;
-using bitlab::testing::run_bitlab;
-using bitlab::testing::run_shell;
-using bitlab::testing::slurp;
-using bitlab::testing::TempDir;
+using namespace bitlab::testing;  // Result, TempDir, run_bitlab, run_shell, slurp
 
 namespace {
 
@@ -61,19 +57,20 @@ std::string mpirun(int ranks) {
 TEST_SUITE("mpi") {
 #ifndef BITLAB_MPIEXEC
   TEST_CASE("without MPI in the build --backend mpi is a clear error (exit 2)") {
-    MESSAGE("MPI comparisons skipped: this build has no MPI backend (CMake found no MPI or "
-            "-DBITLAB_MPI=OFF)");
+    MESSAGE(
+        "MPI comparisons skipped: this build has no MPI backend (CMake found no MPI or "
+        "-DBITLAB_MPI=OFF)");
     TempDir dir;
     const std::string file = dir.file("e.json", experiment(R"({"name": "adam"})"));
-    const Result r = run_bitlab(dir, "run " + file + " --backend mpi --out " +
-                                         (dir.path / "run").string());
+    const Result r =
+        run_bitlab(dir, "run " + file + " --backend mpi --out " + (dir.path / "run").string());
     CHECK(r.status == 2);
     CHECK(r.err.find("--backend mpi") != std::string::npos);
     CHECK_FALSE(fs::exists(dir.path / "run"));
   }
 #else
   TEST_CASE("mpirun -np 2 and 4 --backend mpi: metrics and comm log bit-identical to bitlab run") {
-    const std::vector<std::pair<std::string, std::string>> optimizers = {
+    const std::vector<std::pair<std::string, std::string> > optimizers = {
         {"adam (fp16 wire)", R"({"name": "adam", "lr": 0.01, "wire": "fp16"})"},
         {"onebit_adam", R"({"name": "onebit_adam", "lr": 0.01, "freeze_step": 8})"},
         {"onebit_lamb", R"({"name": "onebit_lamb", "lr": 0.01, "freeze_step": 8})"},

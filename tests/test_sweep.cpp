@@ -359,8 +359,8 @@ TEST_SUITE("sweep") {
     const auto file = d.file("s.json", R"({"base": "base.json", "seeds": [1, 2]})");
     for (const char* bad : {"2/2", "-1/2", "1", "a/b", "0/0", "1/2x"}) {
       CAPTURE(bad);
-      Result r = run_bitlab(d, "sweep " + file + " --out " + (d.path / "o").string() +
-                                   " --shard " + bad);
+      Result r =
+          run_bitlab(d, "sweep " + file + " --out " + (d.path / "o").string() + " --shard " + bad);
       CHECK(r.status == 2);
       CHECK(r.err.find("--shard") != std::string::npos);
       CHECK_FALSE(fs::exists(d.path / "o"));
