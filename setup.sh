@@ -14,6 +14,8 @@ JOBS="$(nproc 2>/dev/null || echo 2)"
 # Debian packages the build and tests need (bookworm names).
 PACKAGES=(build-essential cmake ninja-build git libeigen3-dev libomp-dev libcli11-dev
           nlohmann-json3-dev doctest-dev
+          # the MPI backend (bitlab run --backend mpi; optional at build time)
+          libopenmpi-dev openmpi-bin
           # bitlab plot and the notebooks (run with Debian's /usr/bin/python3)
           python3-matplotlib python3-pandas jupyter-nbconvert python3-ipykernel)
 

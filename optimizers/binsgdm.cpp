@@ -70,7 +70,8 @@ void BinSgdm::step(StepContext& ctx) {
   const bool amsgrad = opts_.amsgrad;
   const int64_t d = static_cast<int64_t>(dim_);
   const WorkerBuffers g = ctx.cluster.grads();
-  for (int i = 0; i < n; ++i) {
+  const WorkerRange mine = ctx.comm.local_workers();  // all workers in the simulator
+  for (int i = mine.begin; i < mine.end; ++i) {
     const size_t off = static_cast<size_t>(i) * stride_;
     const float* gi = g[i].data();
     float* m = m_.data() + off;

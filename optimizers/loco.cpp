@@ -120,9 +120,10 @@ void Loco::step(StepContext& ctx) {
   ef_->begin_step(ctx.step);  // periodic reset (reset_T)
   const WorkerBuffers g = ctx.cluster.grads();
   const WorkerBuffers h{h_.data(), stride_, dim_, n};
+  const WorkerRange mine = ctx.comm.local_workers();  // all workers in the simulator
   // h_i = g_i + e_i
 #pragma omp parallel for schedule(static) if (n > 1)
-  for (int i = 0; i < n; ++i) ef_->compensate(i, g[i], h[i]);
+  for (int i = mine.begin; i < mine.end; ++i) ef_->compensate(i, g[i], h[i]);
   // ĥ_i = Q(h_i) inside the collective; ḡ = mean_i ĥ_i
   if (rs_) {
     rs_->run(ctx.comm, h, g_mean_, splitmix64(ctx.cluster.seed() ^ splitmix64(opts_.compress_seed)),
@@ -134,7 +135,7 @@ void Loco::step(StepContext& ctx) {
   // e_i = β e_i + (1−β)(h_i − ĥ_i) with the ĥ_i that were sent (then Q8 storage)
   const WorkerBuffers sent = rs_ ? rs_->quantized() : ag_->compressed();
 #pragma omp parallel for schedule(static) if (n > 1)
-  for (int i = 0; i < n; ++i) ef_->update(i, h[i], sent[i]);
+  for (int i = mine.begin; i < mine.end; ++i) ef_->update(i, h[i], sent[i]);
 
   // The base optimizer on ḡ, unchanged.
   if (adam_) {

@@ -212,8 +212,9 @@ void OneBitAdam::compressed_step(StepContext& ctx) {
   float* mw = m_workers_.data();
   const float* gp = g.data;
   const size_t gstride = g.stride;
+  const WorkerRange mine = ctx.comm.local_workers();  // all workers in the simulator
 #pragma omp parallel for collapse(2) schedule(static) if (n * d > kParallelMinElements)
-  for (int i = 0; i < n; ++i) {
+  for (int i = mine.begin; i < mine.end; ++i) {
     for (int64_t k = 0; k < d; ++k) {
       mw[i * stride + k] = c.beta1 * mp[k] + c.one_minus_beta1 * gp[i * gstride + k];
     }

@@ -226,8 +226,9 @@ void OneBitLamb::compressed_step(StepContext& ctx) {
     const size_t stride = stride_;
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
     for (int64_t k = 0; k < d; ++k) m_prev[k] = m[k];
+    const WorkerRange mine = ctx.comm.local_workers();  // all workers in the simulator
 #pragma omp parallel for schedule(static) collapse(2) if (n * d > kParallelMinElements)
-    for (int i = 0; i < n; ++i) {
+    for (int i = mine.begin; i < mine.end; ++i) {
       for (int64_t k = 0; k < d; ++k) {
         const float gi = g.data[static_cast<size_t>(i) * g.stride + static_cast<size_t>(k)];
         w[static_cast<size_t>(i) * stride + static_cast<size_t>(k)] =

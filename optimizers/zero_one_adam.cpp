@@ -108,6 +108,7 @@ ZeroOneAdam::ZeroOneAdam(const ZeroOneAdamOptions& opts)
 
 void ZeroOneAdam::setup(Cluster& cluster) {
   workers_ = cluster.workers();
+  local_ = cluster.local_workers();  // all workers in the simulator
   dim_ = cluster.dim();
   const int64_t n = workers_;
   if (opts_.pad_multiple % (8 * n) != 0) {
@@ -147,7 +148,7 @@ void ZeroOneAdam::transition() {
   // sqrt(v / 1) + ε.
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
   for (int64_t k = 0; k < d; ++k) den[k] = std::sqrt(v[k]) + eps;
-  for (int i = 0; i < workers_; ++i) {
+  for (int i = local_.begin; i < local_.end; ++i) {
     std::copy(m_.begin(), m_.end(), m_local_.begin() + static_cast<ptrdiff_t>(i * stride_));
   }
   std::fill(u_.begin(), u_.end(), 0.0f);
@@ -199,7 +200,9 @@ void ZeroOneAdam::stage_a(StepContext& ctx, bool full) {
   }
   // Every worker holds the same (synchronised) parameters in stage A.
   const std::span<const float> x = cl.params();
-  for (int i = 0; i < workers_; ++i) std::copy(x.begin(), x.end(), cl.params(i).begin());
+  for (int i = local_.begin; i < local_.end; ++i) {
+    std::copy(x.begin(), x.end(), cl.params(i).begin());
+  }
 }
 
 void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
@@ -214,7 +217,7 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   // Local step on every worker (no communication):
   //   m_i = β1 m_i + (1−β1) g_i ; δ = lr·(m_i ⊘ (sqrt(v)+ε) + wd·x_i)
   //   x_i −= δ ; u_i −= δ
-  for (int i = 0; i < workers_; ++i) {
+  for (int i = local_.begin; i < local_.end; ++i) {
     float* x = cl.params(i).data();
     float* m = m_local_.data() + static_cast<size_t>(i) * stride_;
     float* u = u_.data() + static_cast<size_t>(i) * stride_;
@@ -235,7 +238,7 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   // final copy below (see the header: x_i − u_i is not exact in float).
   const double lrs = zero_one_check_lrs(lrs_, ctx.step);
   // ū = 1-bit allreduce(u_i ⊙ (sqrt(v)+ε)), computed in place in u (zeroed after).
-  for (int i = 0; i < workers_; ++i) {
+  for (int i = local_.begin; i < local_.end; ++i) {
     float* u = u_.data() + static_cast<size_t>(i) * stride_;
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
     for (int64_t k = 0; k < d; ++k) u[k] *= den[k];
@@ -251,7 +254,7 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
     m0[k] = static_cast<float>(-static_cast<double>(ub[k]) / lrs);
     xs[k] += ub[k] / den[k];
   }
-  for (int i = 0; i < workers_; ++i) {
+  for (int i = local_.begin; i < local_.end; ++i) {
     float* u = u_.data() + static_cast<size_t>(i) * stride_;
     std::fill(u, u + dim_, 0.0f);
     std::copy(xs, xs + dim_, cl.params(i).data());

@@ -190,6 +190,7 @@ class ZeroOneAdam : public Optimizer {
   ZeroOneSchedule schedule_;
   ZeroOnePhase phase_ = ZeroOnePhase::kFull;
   int workers_ = 0;
+  WorkerRange local_;  // the workers this process computes
   size_t dim_ = 0;
   size_t stride_ = 0;
   bool frozen_ = false;

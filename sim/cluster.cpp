@@ -166,9 +166,11 @@ std::vector<std::vector<uint32_t>> make_shards(const Problem& problem, const Clu
 
 // ---------------------------------------------------------------------------
 
-Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t seed)
+Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t seed,
+                 WorkerRange local)
     : problem_(problem),
       workers_(static_cast<int>(opts.workers)),
+      local_(local.size() > 0 ? local : WorkerRange{0, static_cast<int>(opts.workers)}),
       dim_(problem.dim()),
       stride_((problem.dim() + 15) / 16 * 16),
       seed_(seed) {
@@ -179,10 +181,17 @@ Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t se
   auto shards = make_shards(problem, opts, seed);
   samplers_.reserve(workers_);
   batches_.resize(workers_);
+  batch_samples_.resize(workers_);
   for (int i = 0; i < workers_; ++i) {
-    samplers_.emplace_back(std::move(shards[i]), opts.batch_size, seed, static_cast<uint32_t>(i));
+    // Only the local workers keep their shard's indices.
+    const bool mine = i >= local_.begin && i < local_.end;
+    batch_samples_[i] =
+        opts.batch_size.full ? shards[i].size() : static_cast<size_t>(opts.batch_size.samples);
+    samplers_.emplace_back(mine ? std::move(shards[i]) : std::vector<uint32_t>{}, opts.batch_size,
+                           seed, static_cast<uint32_t>(i));
+    shards[i] = {};
     batches_[i].reserve(samplers_[i].batch_samples());
-    workspaces_.push_back(problem.make_workspace());
+    workspaces_.push_back(mine ? problem.make_workspace() : nullptr);
   }
 }
 
@@ -203,11 +212,10 @@ WorkerBuffers Cluster::local_params() {
 }
 
 void Cluster::compute_gradients(int64_t step) {
-  const int n = workers_;
   // Workers in parallel; each writes only its own gradient, loss and batch,
   // and draws noise from its own (seed, worker, step) stream.
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int i = 0; i < n; ++i) {
+  for (int i = local_.begin; i < local_.end; ++i) {
     samplers_[i].sample(step, batches_[i]);
     const RngStream noise(seed_, Purpose::kGradNoise, static_cast<uint32_t>(i),
                           static_cast<uint64_t>(step));

@@ -68,9 +68,15 @@ std::vector<std::vector<uint32_t>> make_shards(const Problem& problem, const Clu
 
 class Cluster {
  public:
-  Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t seed);
+  // `local`: the workers this process computes (default: all, the
+  // simulator). Under the MPI backend each rank keeps the data indices and
+  // computes the gradients of its own block only; the other workers' buffers
+  // exist but hold whatever the collectives last exchanged.
+  Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t seed,
+          WorkerRange local = {});
 
   int workers() const { return workers_; }
+  WorkerRange local_workers() const { return local_; }
   size_t dim() const { return dim_; }
   const Problem& problem() const { return problem_; }
   // The run's seed: optimizers mix it into the streams of stochastic
@@ -93,19 +99,23 @@ class Cluster {
   std::span<float> grad(int worker) { return grads()[worker]; }
   double loss(int worker) const { return losses_[worker]; }
   std::span<const double> losses() const { return losses_; }
+  // Writable, for sharing the local workers' losses across ranks.
+  std::span<double> losses() { return losses_; }
 
-  // Every worker: sample its batch for `step` and compute loss and gradient
+  // Every local worker: sample its batch for `step` and compute loss and gradient
   // at params(worker). Parallel over workers.
   void compute_gradients(int64_t step);
 
   const std::vector<uint32_t>& shard(int worker) const { return samplers_[worker].shard(); }
-  size_t batch_samples(int worker) const { return samplers_[worker].batch_samples(); }
+  // Known for every worker (the time model prices all of them).
+  size_t batch_samples(int worker) const { return batch_samples_[worker]; }
   // Stride between worker buffers (dim rounded up to 16 floats = 64 bytes).
   size_t stride() const { return stride_; }
 
  private:
   const Problem& problem_;
   int workers_;
+  WorkerRange local_;
   size_t dim_;
   size_t stride_;
   uint64_t seed_;
@@ -113,7 +123,8 @@ class Cluster {
   std::vector<float> local_params_;
   std::vector<float> grads_;
   std::vector<double> losses_;
-  std::vector<BatchSampler> samplers_;
+  std::vector<BatchSampler> samplers_;  // empty shards for non-local workers
+  std::vector<size_t> batch_samples_;
   std::vector<std::vector<uint32_t>> batches_;
   std::vector<std::unique_ptr<Workspace>> workspaces_;
 };

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
+
+#include "sim/schema.hpp"
 
 namespace bitlab {
 
@@ -148,9 +151,103 @@ double tree_mean(std::span<const double> values) {
   return tree_sum_d(values) / static_cast<double>(values.size());
 }
 
+Communicator::Communicator(int workers, Transport* transport)
+    : workers_(workers), transport_(transport) {
+  rank_ = this->transport().rank();
+  ranks_ = this->transport().ranks();
+  if (workers_ % ranks_ != 0) {
+    config_fail("cluster.workers", Json(workers_),
+                "must be a multiple of the number of MPI ranks (" + std::to_string(ranks_) +
+                    "): each rank owns an equal contiguous block of workers");
+  }
+  block_ = workers_ / ranks_;
+}
+
+std::vector<int64_t> Communicator::server_bounds(int64_t unit_bytes) const {
+  std::vector<int64_t> b(ranks_ + 1);
+  for (int q = 0; q <= ranks_; ++q) b[q] = static_cast<int64_t>(q) * block_ * unit_bytes;
+  return b;
+}
+
+void Communicator::scatter_columns(void* base, size_t row_stride_bytes,
+                                   std::span<const int64_t> bounds) {
+  if (!distributed()) return;
+  auto* rows = static_cast<uint8_t*>(base);
+  const WorkerRange mine = local_workers();
+  const int64_t my_width = bounds[rank_ + 1] - bounds[rank_];
+  counts_.assign(ranks_, 0);
+  displs_.assign(ranks_, 0);
+  rcounts_.assign(ranks_, 0);
+  rdispls_.assign(ranks_, 0);
+  int64_t send_total = 0, recv_total = 0;
+  for (int q = 0; q < ranks_; ++q) {
+    counts_[q] = static_cast<int64_t>(block_) * (bounds[q + 1] - bounds[q]);
+    displs_[q] = send_total;
+    send_total += counts_[q];
+    rcounts_[q] = static_cast<int64_t>(block_) * my_width;
+    rdispls_[q] = recv_total;
+    recv_total += rcounts_[q];
+  }
+  send_.resize(static_cast<size_t>(send_total));
+  recv_.resize(static_cast<size_t>(recv_total));
+  // Pack: for rank q, column block q of each of my rows, row by row.
+  for (int q = 0; q < ranks_; ++q) {
+    const size_t w = static_cast<size_t>(bounds[q + 1] - bounds[q]);
+    uint8_t* dst = send_.data() + displs_[q];
+    for (int i = mine.begin; i < mine.end; ++i, dst += w) {
+      std::memcpy(dst, rows + static_cast<size_t>(i) * row_stride_bytes + bounds[q], w);
+    }
+  }
+  transport().alltoallv(send_.data(), counts_, displs_, recv_.data(), rcounts_, rdispls_);
+  // Unpack: rank q's rows, my column block.
+  for (int q = 0; q < ranks_; ++q) {
+    const uint8_t* src = recv_.data() + rdispls_[q];
+    for (int i = q * block_; i < (q + 1) * block_; ++i, src += my_width) {
+      std::memcpy(rows + static_cast<size_t>(i) * row_stride_bytes + bounds[rank_], src,
+                  static_cast<size_t>(my_width));
+    }
+  }
+}
+
+void Communicator::gather_columns(void* base, std::span<const int64_t> bounds) {
+  if (!distributed()) return;
+  counts_.assign(ranks_, 0);
+  displs_.assign(ranks_, 0);
+  for (int q = 0; q < ranks_; ++q) {
+    counts_[q] = bounds[q + 1] - bounds[q];
+    displs_[q] = bounds[q];
+  }
+  transport().allgatherv(static_cast<uint8_t*>(base), counts_, displs_);
+}
+
+void Communicator::share_rows(void* base, size_t row_stride_bytes) {
+  if (!distributed()) return;
+  gather_columns(base, server_bounds(static_cast<int64_t>(row_stride_bytes)));
+}
+
+void Communicator::exact_mean(const WorkerBuffers& in, std::span<float> out, WireDtype wire) {
+  if (!distributed()) {
+    mean_over_workers(in, out, wire);
+    return;
+  }
+  // Rank q reduces elements [q·len/R, (q+1)·len/R): the per-element sum is
+  // the same tree over all workers whoever computes it.
+  std::vector<int64_t> bounds(ranks_ + 1);
+  for (int q = 0; q <= ranks_; ++q) {
+    bounds[q] = static_cast<int64_t>(in.len * static_cast<size_t>(q) / ranks_) * 4;
+  }
+  scatter_columns(in.data, in.stride * sizeof(float), bounds);
+  const size_t lo = static_cast<size_t>(bounds[rank_] / 4);
+  const size_t len = static_cast<size_t>(bounds[rank_ + 1] / 4) - lo;
+  if (len > 0) {
+    mean_over_workers({in.data + lo, in.stride, len, in.count}, out.subspan(lo, len), wire);
+  }
+  gather_columns(out.data(), bounds);
+}
+
 void Communicator::allreduce_mean(const WorkerBuffers& in, std::span<float> out, WireDtype wire,
                                   const char* algorithm) {
-  mean_over_workers(in, out, wire);
+  exact_mean(in, out, wire);
   const int64_t s = static_cast<int64_t>(in.len) * wire_dtype_bytes(wire);
   const bool tree = std::string_view(algorithm) == "tree";
   const WireCost c = tree ? tree_allreduce_cost(workers_, s) : ring_allreduce_cost(workers_, s);
@@ -166,6 +263,7 @@ void Communicator::allreduce_mean(const WorkerBuffers& in, std::span<float> out,
 }
 
 void Communicator::allgather(const WorkerBuffers& in, std::span<float> out, WireDtype wire) {
+  share_rows(in.data, in.stride * sizeof(float));
   for (int i = 0; i < in.count; ++i) {
     auto src = in[i];
     std::copy(src.begin(), src.end(), out.begin() + static_cast<ptrdiff_t>(i * in.len));
@@ -186,6 +284,10 @@ void Communicator::allgather(const WorkerBuffers& in, std::span<float> out, Wire
 
 void Communicator::broadcast(const WorkerBuffers& bufs, int root, WireDtype wire) {
   auto src = bufs[root];
+  if (distributed()) {
+    transport().broadcast(reinterpret_cast<uint8_t*>(src.data()),
+                          static_cast<int64_t>(src.size() * sizeof(float)), owner(root));
+  }
   round_to_wire(src, wire);
   for (int i = 0; i < bufs.count; ++i) {
     if (i != root) std::copy(src.begin(), src.end(), bufs[i].begin());

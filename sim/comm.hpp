@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sim/float16.hpp"
+#include "sim/transport.hpp"
 
 namespace bitlab {
 
@@ -80,11 +81,31 @@ void mean_over_workers(const WorkerBuffers& in, std::span<float> out, WireDtype 
 // The same tree over n doubles (losses).
 double tree_mean(std::span<const double> values);
 
+// The workers [begin, end) that one rank owns and computes.
+struct WorkerRange {
+  int begin = 0;
+  int end = 0;
+  int size() const { return end - begin; }
+};
+
 class Communicator {
  public:
-  explicit Communicator(int workers) : workers_(workers) {}
+  // Without a transport (or with a one-rank one) this is the simulator: one
+  // rank owns every worker. With more ranks the workers are split into
+  // contiguous blocks of workers/ranks, rank q owning [q·b, (q+1)·b); every
+  // per-worker stage (gradients, optimizers' worker loops, the collectives'
+  // worker and server stages) runs on the owner only, and the transport moves
+  // the bytes the other ranks need. Throws ConfigError (cluster.workers) when
+  // the ranks do not divide the workers.
+  explicit Communicator(int workers, Transport* transport = nullptr);
 
   int workers() const { return workers_; }
+  int rank() const { return rank_; }
+  int ranks() const { return ranks_; }
+  bool distributed() const { return ranks_ > 1; }
+  WorkerRange local_workers() const { return {rank_ * block_, (rank_ + 1) * block_}; }
+  int owner(int worker) const { return worker / block_; }
+  Transport& transport() { return transport_ ? *transport_ : local_; }
   void begin_step(int64_t step) { step_ = step; }
   int64_t step() const { return step_; }
   CommLog& log() { return log_; }
@@ -105,6 +126,30 @@ class Communicator {
   // Every worker's buffer becomes the root's, rounded to the wire type.
   void broadcast(const WorkerBuffers& bufs, int root, WireDtype wire);
 
+  // mean_over_workers across ranks, not logged (metrics): each rank gathers
+  // every worker's copy of its element range (alltoall), sums it in the
+  // simulator's fixed tree order, and the ranges are allgathered. Bit-identical
+  // to mean_over_workers on one rank.
+  void exact_mean(const WorkerBuffers& in, std::span<float> out, WireDtype wire);
+
+  // Data movement between ranks for the collectives (no-ops on one rank, never
+  // logged: the caller records the logical collective). Columns are byte
+  // blocks of a per-worker row; `bounds` has ranks()+1 entries.
+  //
+  // Column blocks owned by server (= worker) index: rank q owns
+  // [begin_q·unit_bytes, end_q·unit_bytes).
+  std::vector<int64_t> server_bounds(int64_t unit_bytes) const;
+  // Rows = workers, row i at base + i·row_stride_bytes, each written by its
+  // owner. Afterwards rank q holds the block [bounds[q], bounds[q+1]) of every
+  // worker's row (an alltoall).
+  void scatter_columns(void* base, size_t row_stride_bytes, std::span<const int64_t> bounds);
+  // One buffer whose block [bounds[q], bounds[q+1]) rank q wrote: afterwards
+  // every rank holds all of it (an allgather).
+  void gather_columns(void* base, std::span<const int64_t> bounds);
+  // Every worker's row (rows contiguous, row_stride_bytes apart) reaches every
+  // rank (an allgather of the owners' rows).
+  void share_rows(void* base, size_t row_stride_bytes);
+
   // For collectives built on top (compressed ones): records a collective
   // whose data movement the caller performs itself.
   void record(CommRecord r) {
@@ -114,8 +159,13 @@ class Communicator {
 
  private:
   int workers_;
+  int rank_ = 0, ranks_ = 1, block_ = 1;
+  Transport* transport_ = nullptr;  // nullptr: local_
+  LocalTransport local_;
   int64_t step_ = 0;
   CommLog log_;
+  std::vector<int64_t> counts_, displs_, rcounts_, rdispls_;  // exchange scratch
+  std::vector<uint8_t> send_, recv_;
 };
 
 }  // namespace bitlab

@@ -32,12 +32,19 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
   const char* dtype = intern_dtype_name(c_->wire_dtype());
   const int64_t wire = c_->wire_bytes(d_);
   WorkerBuffers comp = compressed();
+  const WorkerRange mine = comm.local_workers();
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int i = 0; i < n; ++i) {
+  for (int i = mine.begin; i < mine.end; ++i) {
     const RngStream rng(seed, Purpose::kCompress, shared ? 0u : static_cast<uint32_t>(i),
                         static_cast<uint64_t>(step));
     c_->apply(in[i], comp[i], rng);
   }
+  // Across ranks every worker's image reaches every rank, which then forms
+  // the means itself. Departure from the modelled exchange: the images travel
+  // decoded as fp32 rows over the world communicator, also for the
+  // hierarchical variant (no node sub-communicators yet), so the bytes handed
+  // to MPI exceed the logged ones.
+  comm.share_rows(compressed_.data(), stride_ * sizeof(float));
   if (!hierarchical()) {
     mean_over_workers(comp, out, WireDtype::kFp32);
     comm.record(make_comm_record("allgather", "ring", dtype, "all", n, 1, wire * n,
@@ -99,8 +106,9 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
   const size_t D = D_, d = d_, chunk = D_ / n_;
   // Stage 1: every worker quantizes its zero-padded buffer (groups never
   // straddle a chunk: chunk is a multiple of group_size).
+  const WorkerRange mine = comm.local_workers();
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int i = 0; i < n; ++i) {
+  for (int i = mine.begin; i < mine.end; ++i) {
     thread_local std::vector<float> padded;
     padded.assign(D, 0.0f);
     std::copy(in[i].begin(), in[i].end(), padded.begin());
@@ -115,13 +123,24 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
   comm.record(make_comm_record("alltoall", "pairwise", kInt[bits], "all", n, 1, wire1 * n,
                                pairwise_alltoall_cost(n, wire1 * n)));
   // Worker r averages the dequantized chunks (the fixed tree over workers).
-  mean_over_workers({quantized_.data(), D, D, n}, mean_, WireDtype::kFp32);
+  // Across ranks, chunk r of every worker reaches r's owner first. Departure:
+  // the chunks travel dequantized as fp32, not as n-bit codes, so the bytes
+  // handed to MPI exceed the logged ones.
+  const std::vector<int64_t> chunk_bounds =
+      comm.server_bounds(static_cast<int64_t>(chunk * sizeof(float)));
+  comm.scatter_columns(quantized_.data(), D * sizeof(float), chunk_bounds);
+  {
+    const size_t lo = static_cast<size_t>(mine.begin) * chunk;
+    const size_t len = static_cast<size_t>(mine.size()) * chunk;
+    mean_over_workers({quantized_.data() + lo, D, len, n}, std::span<float>(mean_).subspan(lo, len),
+                      WireDtype::kFp32);
+  }
   // Stage 2: the averaged chunks go back to everyone.
   int64_t wire2 = 0;
   const char* dtype2 = "fp32";
   if (gather_ == "quantized") {
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int r = 0; r < n; ++r) {
+    for (int r = mine.begin; r < mine.end; ++r) {
       const RngStream rng(seed, Purpose::kCompress, static_cast<uint32_t>(n + r),
                           static_cast<uint64_t>(step));
       std::span<float> c(mean_.data() + static_cast<size_t>(r) * chunk, chunk);
@@ -138,6 +157,7 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
   } else {
     wire2 = static_cast<int64_t>(4 * chunk);
   }
+  comm.gather_columns(mean_.data(), chunk_bounds);
   comm.record(make_comm_record("allgather", "ring", dtype2, "all", n, 1, wire2 * n,
                                ring_allgather_cost(n, wire2 * n)));
   std::copy(mean_.begin(), mean_.begin() + static_cast<ptrdiff_t>(d), out.begin());

@@ -17,6 +17,7 @@
 #include "sim/error_feedback.hpp"
 #include "sim/network.hpp"
 #include "sim/run.hpp"
+#include "sim/transport.hpp"
 
 using namespace bitlab;
 
@@ -149,6 +150,13 @@ int main(int argc, char** argv) {
   run->add_option("--threads", run_opts.threads, "OpenMP threads (default: all cores)")
       ->check(CLI::Range(1, 4096));
   run->add_flag("--quiet,-q", run_opts.quiet, "no progress bar or summary on stderr");
+  std::string backend = "sim";
+  run->add_option("--backend", backend,
+                  "sim: one process emulates every worker; mpi: under mpirun, each rank "
+                  "computes an equal block of workers and the collectives exchange their "
+                  "messages over MPI (results bit-identical to sim; rank 0 writes them, with "
+                  "transport.csv: measured vs modelled)")
+      ->check(CLI::IsMember({"sim", "mpi"}));
 
   bool print_resolved = false;
   auto* validate = app.add_subcommand("validate", "check an experiment file without running it");
@@ -173,7 +181,15 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;  // help/version: 0; any bad flag: 2
   }
 
+  // Made before anything can fail, so that every rank fails alike and only
+  // rank 0 reports (a config error is the same on every rank).
+  std::unique_ptr<Transport> transport;
+  const auto reports = [&transport] { return !transport || transport->rank() == 0; };
   try {
+    if (*run && backend == "mpi") {
+      transport = make_mpi_transport();
+      run_opts.transport = transport.get();
+    }
     if (*list) return cmd_list(list_json);
     for (const auto& sub : extra) {
       if (*sub.app) return sub.run();
@@ -193,9 +209,14 @@ int main(int argc, char** argv) {
     run_opts.command_line = joined_command(argc, argv);
     return run_experiment(exp, run_opts);
   } catch (const ConfigError& e) {
-    std::fprintf(stderr, "bitlab: error: %s\n", e.what());
+    if (reports()) std::fprintf(stderr, "bitlab: error: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {
+    // Not necessarily seen by every rank: print it here and end all ranks.
+    if (transport && transport->ranks() > 1) {
+      std::fprintf(stderr, "bitlab: internal error on rank %d: %s\n", transport->rank(), e.what());
+      transport->abort(1);
+    }
     std::fprintf(stderr, "bitlab: internal error: %s\n", e.what());
     return 1;
   }

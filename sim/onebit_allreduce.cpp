@@ -90,10 +90,12 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
   const int n = n_;
   const size_t D = D_, d = d_, chunk = D_ / n_, chunk_bytes = chunk / 8;
   if (!error_feedback_) reset_errors();
+  // Workers and servers this rank owns (all of them in the simulator).
+  const WorkerRange mine = comm.local_workers();
 
-    // ---- worker side: u = pad(b_i) + e_i ; a_i = ‖u‖/√D ; e_i = u − a_i sign(u)
+  // ---- worker side: u = pad(b_i) + e_i ; a_i = ‖u‖/√D ; e_i = u − a_i sign(u)
 #pragma omp parallel for schedule(static)
-  for (int i = 0; i < n; ++i) {
+  for (int i = mine.begin; i < mine.end; ++i) {
     float* e = e_.data() + static_cast<size_t>(i) * D;
     const float* b = in[i].data();
     // One pass: e becomes u = b + e (padding: b = 0) and ‖u‖² is summed over
@@ -118,6 +120,9 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
 
   // ---- phase 1: alltoall of sign chunks (S = D/8 bytes a worker sends in
   // all, its own chunk included) and allgather of the n fp32 scales.
+  // Across ranks: server r's chunk of every worker's signs goes to r's owner.
+  comm.scatter_columns(bits_.data(), D / 8, comm.server_bounds(static_cast<int64_t>(chunk_bytes)));
+  comm.gather_columns(a_.data(), comm.server_bounds(sizeof(float)));
   CommRecord r;
   r.ranks = n;
   r.op = "alltoall";
@@ -144,7 +149,7 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
   for (int i = 0; i < n; ++i)
     fill_expand_table(a_[i], expand_.data() + static_cast<size_t>(i) * 2048);
 #pragma omp parallel for schedule(static)
-  for (int srv = 0; srv < n; ++srv) {
+  for (int srv = mine.begin; srv < mine.end; ++srv) {
     float* s = s_.data() + static_cast<size_t>(srv) * chunk;
     float* acc = acc_.data() + static_cast<size_t>(srv) * chunk;
     std::fill(acc, acc + chunk, 0.0f);
@@ -169,6 +174,8 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
 
   // ---- phase 2: allgather of the server sign chunks (S = D/8 gathered) and
   // of the server scales.
+  comm.gather_columns(server_bits_.data(), comm.server_bounds(static_cast<int64_t>(chunk_bytes)));
+  comm.gather_columns(c_.data(), comm.server_bounds(sizeof(float)));
   r.op = "allgather";
   r.algorithm = "ring";
   r.dtype = "bits";

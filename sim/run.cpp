@@ -26,14 +26,15 @@ std::atomic<bool> g_interrupted{false};
 // ---------------------------------------------------------------------------
 // Simulation
 
-Simulation::Simulation(const Experiment& experiment)
-    : experiment_(experiment), comm_(static_cast<int>(experiment.cluster.workers)) {
+Simulation::Simulation(const Experiment& experiment, Transport* transport)
+    : experiment_(experiment), comm_(static_cast<int>(experiment.cluster.workers), transport) {
   const auto* pe = find_entry(problem_registry(), experiment.problem.at("name").get<std::string>());
   const auto* oe =
       find_entry(optimizer_registry(), experiment.optimizer.at("name").get<std::string>());
   if (!pe || !oe) throw ConfigError("internal: experiment was not resolved");
   problem_ = pe->make(experiment.problem);
-  cluster_ = std::make_unique<Cluster>(experiment.cluster, *problem_, experiment.run.seed);
+  cluster_ = std::make_unique<Cluster>(experiment.cluster, *problem_, experiment.run.seed,
+                                       comm_.local_workers());
   optimizer_ = oe->make(experiment.optimizer);
   optimizer_->setup(*cluster_);
   mean_grad_.assign(cluster_->dim(), 0.0f);
@@ -67,10 +68,13 @@ const StepMetrics& Simulation::step() {
 
   // 1. every worker: loss and gradient on its batch.
   cluster_->compute_gradients(step_);
+  // Under MPI every rank needs every worker's loss (8 bytes each) for the
+  // same tree mean.
+  comm_.share_rows(cluster_->losses().data(), sizeof(double));
   m.train_loss = tree_mean(cluster_->losses());
   if (run.grad_norm_every > 0 && step_ % run.grad_norm_every == 0) {
     // A measurement of the simulator, not traffic: no CommRecord.
-    mean_over_workers(cluster_->grads(), mean_grad_, WireDtype::kFp32);
+    comm_.exact_mean(cluster_->grads(), mean_grad_, WireDtype::kFp32);
     m.grad_norm = norm2(mean_grad_);
   } else {
     m.grad_norm = std::numeric_limits<double>::quiet_NaN();
@@ -224,12 +228,35 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   // Everything that can fail on bad input (problem data, shards) is built
   // before the results folder exists.
-  Simulation sim(e);
-  const std::string dir = make_run_dir(e, o);
+  Simulation sim(e, o.transport);
+  Transport& transport = sim.comm().transport();
+  // Under MPI only rank 0 writes; every rank runs the same loop and sees the
+  // same metrics (so all stop at the same step).
+  const bool writer = transport.rank() == 0;
+  const bool measured = o.transport != nullptr;
+  std::string dir;
+  if (!measured) {
+    dir = make_run_dir(e, o);
+  } else {
+    // Rank 0 makes the folder; the others learn whether it could, so a bad
+    // --out stops every rank (the message is printed once, by rank 0).
+    uint8_t ok = 1;
+    std::string error;
+    if (writer) {
+      try {
+        dir = make_run_dir(e, o);
+      } catch (const ConfigError& err) {
+        ok = 0;
+        error = err.what();
+      }
+    }
+    transport.broadcast(&ok, 1, 0);
+    if (!ok) throw ConfigError(writer ? error : "(reported by rank 0)");
+  }
   const fs::path d(dir);
   const auto started_utc = utc_now();
 
-  write_json(d / "config.json", e.resolved);
+  if (writer) write_json(d / "config.json", e.resolved);
   Json manifest = Json::object();
   manifest["bitlab_version"] = bitlab_version();
   manifest["git_revision"] = bitlab_git_revision();
@@ -237,13 +264,26 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   manifest["threads"] = o.threads > 0 ? o.threads : omp_get_max_threads();
   manifest["command"] = o.command_line;
   manifest["started_utc"] = started_utc;
+  manifest["backend"] = transport.name();
+  manifest["ranks"] = transport.ranks();
   manifest["files"] = {{"config.json", "the resolved experiment, every default filled in"},
                        {"metrics.csv", "one row per step; eval columns at eval steps"},
                        {"comm_log.csv", "one row per collective: what the network model prices"},
                        {"summary.json", "written last: how the run ended, totals, final metrics"}};
-  write_json(d / "manifest.json", manifest);
+  if (measured) {
+    manifest["files"]["transport.csv"] =
+        "MPI backend: per step, measured wall time and bytes handed to MPI beside the time "
+        "model's prediction";
+  }
+  if (writer) write_json(d / "manifest.json", manifest);
 
-  std::ofstream metrics(d / "metrics.csv");
+  // On ranks other than 0 the streams stay closed: writes to them do nothing.
+  std::ofstream metrics, comm_log, transport_csv;
+  if (writer) {
+    metrics.open(d / "metrics.csv");
+    comm_log.open(d / "comm_log.csv");
+    if (measured) transport_csv.open(d / "transport.csv");
+  }
   const auto eval_cols = sim.eval_columns();
   metrics << "step,phase,train_loss,grad_norm";
   for (const auto& c : eval_cols) metrics << ',' << c;
@@ -251,13 +291,12 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   metrics << ",bytes_sent,bytes_sent_cum,messages,messages_cum";
   if (timed) metrics << ",compute_s,comm_s,step_s,sim_time_s";
   metrics << ",wall_s\n";
-  std::ofstream comm_log(d / "comm_log.csv");
   comm_log << "step,op,algorithm,dtype,scope,ranks,groups,payload_bytes,sent_bytes,messages\n";
 
   g_interrupted.store(false);
   auto old_handler = std::signal(SIGINT, on_sigint);
 
-  Progress progress(e.run.steps, o.quiet);
+  Progress progress(e.run.steps, o.quiet || !writer);
   const auto t0 = Clock::now();
   std::string status = "completed";
   Json divergence;
@@ -270,10 +309,36 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   };
   std::map<std::string, PhaseTotals> phases;
   size_t logged = 0;
+  // Measured next to modelled (MPI backend): the step's wall time (max over
+  // ranks), the bytes this rank and all ranks handed to MPI, and MPI calls.
+  // The logical bytes (per worker, as metrics.csv) and the model's times sit
+  // beside them; logged bytes count every worker, MPI bytes only what crosses
+  // between ranks (workers of one rank share memory).
+  transport_csv << "step,wall_step_s,mpi_bytes_rank0,mpi_bytes_all_ranks,mpi_calls_rank0,"
+                   "model_bytes_per_worker,model_comm_s,model_step_s\n";
+  struct MeasuredTotals {
+    double wall_s = 0, bytes_rank0 = 0, bytes_all = 0, calls_rank0 = 0;
+  } measured_totals;
 
   for (int64_t t = 1; t <= e.run.steps; ++t) {
+    const auto step_start = Clock::now();
+    const TransportStats before = transport.stats();
     StepMetrics m = sim.step();
     m.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (measured) {
+      const double wall =
+          transport.max(std::chrono::duration<double>(Clock::now() - step_start).count());
+      const double bytes = static_cast<double>(transport.stats().bytes_sent - before.bytes_sent);
+      const double calls = static_cast<double>(transport.stats().calls - before.calls);
+      const double bytes_all = transport.sum(bytes);
+      measured_totals.wall_s += wall;
+      measured_totals.bytes_rank0 += bytes;
+      measured_totals.bytes_all += bytes_all;
+      measured_totals.calls_rank0 += calls;
+      transport_csv << m.step << ',' << fmt(wall) << ',' << fmt(bytes) << ',' << fmt(bytes_all)
+                    << ',' << fmt(calls) << ',' << fmt(m.bytes_sent) << ',' << fmt(m.comm_s) << ','
+                    << fmt(m.step_s) << '\n';
+    }
     metrics << m.step << ',' << m.phase << ',' << fmt(m.train_loss) << ','
             << (std::isnan(m.grad_norm) ? std::string() : fmt(m.grad_norm));
     for (size_t k = 0; k < eval_cols.size(); ++k) {
@@ -319,7 +384,11 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
                                  "), a longer warm-up, or check the problem's scale"}};
       break;
     }
-    if (g_interrupted.load()) {
+    // Under MPI a Ctrl-C may reach the ranks at different steps: stop when any
+    // rank saw it (a bookkeeping max, not a metric).
+    const bool interrupted =
+        measured ? transport.max(g_interrupted.load() ? 1.0 : 0.0) > 0.0 : g_interrupted.load();
+    if (interrupted) {
       status = "interrupted";
       break;
     }
@@ -328,6 +397,7 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   std::signal(SIGINT, old_handler);
   metrics.close();
   comm_log.close();
+  transport_csv.close();
 
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
   Json summary = Json::object();
@@ -387,10 +457,20 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
          }()}};
   }
   summary["wall_s"] = wall;
+  if (measured) {
+    summary["measured"] = {{"backend", transport.name()},
+                           {"ranks", transport.ranks()},
+                           {"wall_step_s_sum", measured_totals.wall_s},
+                           {"mpi_bytes_rank0", measured_totals.bytes_rank0},
+                           {"mpi_bytes_all_ranks", measured_totals.bytes_all},
+                           {"mpi_calls_rank0", measured_totals.calls_rank0}};
+  }
   summary["steps_per_s"] = wall > 0 ? last.step / wall : 0.0;
   summary["bitlab_version"] = bitlab_version();
   summary["git_revision"] = bitlab_git_revision();
   summary["finished_utc"] = utc_now();
+  const int exit_status = status == "diverged" ? 3 : status == "interrupted" ? 130 : 0;
+  if (!writer) return exit_status;
   write_json(d / "summary.json", summary);
 
   if (!o.quiet) {
@@ -412,9 +492,7 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   // The folder, alone on stdout, for scripts.
   std::printf("%s\n", dir.c_str());
   std::fflush(stdout);
-  if (status == "diverged") return 3;
-  if (status == "interrupted") return 130;
-  return 0;
+  return exit_status;
 }
 
 }  // namespace bitlab

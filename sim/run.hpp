@@ -43,7 +43,9 @@ struct StepMetrics {
 
 class Simulation {
  public:
-  explicit Simulation(const Experiment& experiment);
+  // `transport`: nullptr (or one rank) = the simulator; an MPI transport makes
+  // this process one rank of the MPI backend, computing its block of workers.
+  explicit Simulation(const Experiment& experiment, Transport* transport = nullptr);
 
   // Runs one step and returns its metrics (eval filled when due).
   const StepMetrics& step();
@@ -83,6 +85,9 @@ struct RunCliOptions {
   bool quiet = false;
   int threads = 0;           // 0: OpenMP's default
   std::string command_line;  // recorded in manifest.json
+  // The MPI backend's transport (nullptr: the simulator). Rank 0 alone writes
+  // the results folder; every rank runs the same step loop.
+  Transport* transport = nullptr;
 };
 
 // Set by SIGINT; the loop stops after the current step.

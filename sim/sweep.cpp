@@ -166,9 +166,15 @@ std::string format_duration(double s) {
 class SweepRunner {
  public:
   SweepRunner(const SweepSpec& spec, const SweepOptions& o, fs::path dir)
-      : spec_(spec), o_(o), dir_(std::move(dir)), outcomes_(spec.runs.size()) {}
+      : spec_(spec),
+        o_(o),
+        dir_(std::move(dir)),
+        outcomes_(spec.runs.size()),
+        csv_name_(o.shards > 0 ? shard_csv_name(o.shard, o.shards) : "sweep.csv") {}
 
   int run();
+  // --merge: the outcomes from the shards' csvs, then sweep.csv.
+  int merge();
 
  private:
   void launch(size_t i, int threads);
@@ -176,6 +182,15 @@ class SweepRunner {
   void write_csv() const;
   void progress(bool force);
   void final_report(double wall_s);
+  // Run i belongs to this invocation's shard (always, without --shard).
+  bool in_shard(size_t i) const {
+    return o_.shards == 0 || static_cast<int>(i % static_cast<size_t>(o_.shards)) == o_.shard;
+  }
+  int shard_size() const {
+    int n = 0;
+    for (size_t i = 0; i < outcomes_.size(); ++i) n += in_shard(i) ? 1 : 0;
+    return n;
+  }
 
   const SweepSpec& spec_;
   const SweepOptions& o_;
@@ -188,6 +203,7 @@ class SweepRunner {
   Clock::time_point last_progress_ = Clock::now() - std::chrono::hours(1);
   bool tty_ = isatty(STDERR_FILENO) != 0;
   bool progress_shown_ = false;
+  std::string csv_name_;
 };
 
 void SweepRunner::launch(size_t i, int threads) {
@@ -294,7 +310,7 @@ void SweepRunner::write_csv() const {
     csv << ',' << (s.contains("wall_s") ? summary_cell(s["wall_s"]) : "") << ','
         << csv_cell(r.dir_name) << '\n';
   }
-  write_text_atomic(dir_ / "sweep.csv", csv.str());
+  write_text_atomic(dir_ / csv_name_, csv.str());
 }
 
 void SweepRunner::progress(bool force) {
@@ -310,7 +326,7 @@ void SweepRunner::progress(bool force) {
     if (out.status == "failed") ++failed;
     if (out.status == "diverged") ++diverged;
   }
-  const int total = static_cast<int>(outcomes_.size());
+  const int total = shard_size();
   std::string line = "[sweep] " + std::to_string(done) + "/" + std::to_string(total) + " done, " +
                      std::to_string(running_.size()) + " running";
   if (failed) line += ", " + std::to_string(failed) + " failed";
@@ -347,7 +363,7 @@ void SweepRunner::final_report(double wall_s) {
       tally += std::string(tally.empty() ? "" : ", ") + std::to_string(counts[s]) + " " + s;
   }
   std::fprintf(
-      stderr, "[sweep] %s: %d/%zu runs in %s: %s%s\n", spec_.name.c_str(), done, outcomes_.size(),
+      stderr, "[sweep] %s: %d/%d runs in %s: %s%s\n", spec_.name.c_str(), done, shard_size(),
       format_duration(wall_s).c_str(), tally.empty() ? "none finished" : tally.c_str(),
       skipped ? (" (" + std::to_string(skipped) + " finished before, skipped)").c_str() : "");
   for (size_t i = 0; i < outcomes_.size(); ++i) {
@@ -363,7 +379,7 @@ void SweepRunner::final_report(double wall_s) {
     std::fprintf(stderr, "  %s: run %d (%s)%s: %s\n", out.status.c_str(), r.index, r.label.c_str(),
                  extra.c_str(), (dir_ / r.dir_name).string().c_str());
   }
-  std::fprintf(stderr, "  results: %s\n", (dir_ / "sweep.csv").string().c_str());
+  std::fprintf(stderr, "  results: %s\n", (dir_ / csv_name_).string().c_str());
 }
 
 int SweepRunner::run() {
@@ -374,6 +390,7 @@ int SweepRunner::run() {
   // --resume: finished runs keep their folders and rows.
   std::vector<size_t> pending;
   for (size_t i = 0; i < spec_.runs.size(); ++i) {
+    if (!in_shard(i)) continue;  // another shard's run
     if (o_.resume) {
       const Json s = read_summary(dir_ / spec_.runs[i].dir_name);
       const std::string status = s.is_object() ? s.value("status", "") : "";
@@ -444,12 +461,119 @@ int SweepRunner::run() {
 
   if (g_sweep_interrupted) return 130;
   for (const auto& out : outcomes_) {
+    if (out.done && out.status != "completed") return 3;
+  }
+  return 0;
+}
+
+// One csv line split into cells (cells quoted as csv_cell writes them).
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> cells(1);
+  bool quoted = false;
+  for (size_t k = 0; k < line.size(); ++k) {
+    const char c = line[k];
+    if (quoted) {
+      if (c == '"' && k + 1 < line.size() && line[k + 1] == '"') {
+        cells.back() += '"';
+        ++k;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        cells.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      cells.emplace_back();
+    } else {
+      cells.back() += c;
+    }
+  }
+  return cells;
+}
+
+int SweepRunner::merge() {
+  // Every shard of the count the folder's shard csvs name must be there.
+  int shards = 0;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    const std::string name = entry.path().filename().string();
+    int i = 0, k = 0;
+    if (std::sscanf(name.c_str(), "sweep.shard-%d-of-%d.csv", &i, &k) == 2 &&
+        name == shard_csv_name(i, k)) {
+      if (shards != 0 && k != shards) {
+        throw ConfigError(dir_.string() + ": shard csvs of different shard counts (" +
+                          std::to_string(shards) + " and " + std::to_string(k) +
+                          "); remove the stale ones");
+      }
+      shards = k;
+    }
+  }
+  if (shards == 0) {
+    throw ConfigError(dir_.string() +
+                      ": no shard csv (sweep.shard-<i>-of-<k>.csv) to merge; run "
+                      "`bitlab sweep FILE --shard i/k` first");
+  }
+  for (int s = 0; s < shards; ++s) {
+    const fs::path p = dir_ / shard_csv_name(s, shards);
+    std::ifstream in(p);
+    if (!in) {
+      throw ConfigError("--merge: " + p.string() + " is missing: shard " + std::to_string(s) + "/" +
+                        std::to_string(shards) + " has not run");
+    }
+    std::string line;
+    std::getline(in, line);
+    const auto header = split_csv_line(line);
+    const auto status_col = std::find(header.begin(), header.end(), "status") - header.begin();
+    while (std::getline(in, line)) {
+      const auto cells = split_csv_line(line);
+      const int run = std::atoi(cells[0].c_str());
+      if (run < 1 || run > static_cast<int>(spec_.runs.size()) ||
+          static_cast<size_t>(status_col) >= cells.size()) {
+        throw ConfigError("--merge: " + p.string() + ": malformed row: " + line);
+      }
+      Outcome& out = outcomes_[run - 1];
+      out.done = true;
+      out.status = cells[status_col];
+      out.summary = read_summary(dir_ / spec_.runs[run - 1].dir_name);
+    }
+  }
+  std::string missing;
+  int missing_count = 0;
+  for (size_t i = 0; i < outcomes_.size(); ++i) {
+    if (outcomes_[i].done) continue;
+    if (++missing_count <= 5) {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(spec_.runs[i].index) + " (shard " +
+                 std::to_string(i % shards) + ")";
+    }
+  }
+  if (missing_count > 0) {
+    throw ConfigError("--merge: " + std::to_string(missing_count) +
+                      " run(s) have no row in their shard's csv (unfinished?): " + missing +
+                      (missing_count > 5 ? ", ..." : ""));
+  }
+  write_csv();
+  std::printf("%s\n", dir_.string().c_str());
+  std::fflush(stdout);
+  for (const auto& out : outcomes_) {
     if (out.status != "completed") return 3;
   }
   return 0;
 }
 
 }  // namespace
+
+std::pair<int, int> parse_shard(const std::string& text) {
+  int i = -1, k = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%d/%d%c", &i, &k, &tail) != 2 || k < 1 || i < 0 || i >= k) {
+    throw ConfigError("--shard " + text + ": must be i/k with 0 <= i < k (0-based shard i of k)");
+  }
+  return {i, k};
+}
+
+std::string shard_csv_name(int shard, int shards) {
+  return "sweep.shard-" + std::to_string(shard) + "-of-" + std::to_string(shards) + ".csv";
+}
 
 std::string sweep_value_text(const Json& value) {
   return value.is_string() ? value.get<std::string>() : value.dump();
@@ -648,7 +772,13 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& o) {
 
   std::error_code ec;
   const bool exists = fs::exists(dir / "sweep.json", ec);
-  if (exists && !o.resume) {
+  if (o.merge && !exists) {
+    throw ConfigError("--merge: " + dir.string() +
+                      " holds no sweep (sweep.json); give the sweep's --out");
+  }
+  // Shards share the folder: each may find the others' sweep.json.
+  const bool shared = o.resume || o.shards > 0 || o.merge;
+  if (exists && !shared) {
     throw ConfigError(dir.string() +
                       " already holds a sweep (sweep.json): use --resume to finish it, or choose "
                       "another --out");
@@ -664,8 +794,13 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& o) {
     if (old.value("runs", Json()) != sweep_json["runs"] || old.value("base", Json()) != spec.base) {
       throw ConfigError(dir.string() +
                         " holds a different sweep (its sweep.json has other runs or another "
-                        "base): --resume needs the same sweep file; choose another --out");
+                        "base): --resume, --shard and --merge need the same sweep file; "
+                        "choose another --out");
     }
+  }
+  if (o.merge) {
+    SweepRunner runner(spec, o, dir);
+    return runner.merge();
   }
   fs::create_directories(dir, ec);
   if (ec) throw ConfigError("cannot create sweep folder " + dir.string() + ": " + ec.message());

@@ -87,11 +87,27 @@ struct SweepOptions {
   bool quiet = false;                     // no progress or summary on stderr
   std::string binary = "/proc/self/exe";  // the bitlab executable the children run
   double progress_every_s = 5.0;          // progress line period when stderr is not a tty
+  // --shard i/k (0-based i < k): run only the runs with (index − 1) % k == i,
+  // in the same sweep folder as the other shards (e.g. one cluster array task
+  // each, on a shared file system), and write sweep.shard-i-of-k.csv instead
+  // of sweep.csv. shards = 0: the whole sweep.
+  int shard = 0;
+  int shards = 0;
+  // --merge: run nothing; read every shard's csv and the runs' summaries and
+  // write the sweep.csv an unsharded sweep would have written.
+  bool merge = false;
 };
 
-// Runs the sweep. Returns 0 / 3 / 130 (see above); prints the sweep folder on
-// stdout. Throws ConfigError when the output folder already holds a sweep
-// (without resume) or holds a different sweep (with resume).
+// Parses "i/k" (0 <= i < k). Throws ConfigError naming --shard otherwise.
+std::pair<int, int> parse_shard(const std::string& text);
+// The csv of shard i of k: "sweep.shard-<i>-of-<k>.csv".
+std::string shard_csv_name(int shard, int shards);
+
+// Runs the sweep (or its shard, or merges the shards). Returns 0 / 3 / 130
+// (see above); prints the sweep folder on stdout. Throws ConfigError when the
+// output folder already holds a sweep (without resume or a shard) or holds a
+// different sweep (with resume or a shard), and for --merge when a shard's csv
+// is missing or lists no row for some run.
 int run_sweep(const SweepSpec& spec, const SweepOptions& options);
 
 }  // namespace bitlab

@@ -1,9 +1,11 @@
-// `bitlab sweep FILE.json [--jobs N] [--resume] [--out DIR] [--quiet]`: a
+// `bitlab sweep FILE.json [--jobs N] [--resume] [--out DIR] [--quiet]
+// [--shard i/k | --merge]`: a
 // base experiment, a grid and zipped lists over config paths and a list of
 // seeds, each run in a child process (sim/sweep.hpp has the file format, the
 // output folder and the exit statuses).
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "sim/commands.hpp"
 #include "sim/sweep.hpp"
@@ -14,6 +16,7 @@ namespace {
 
 struct SweepFlags {
   std::string file;
+  std::string shard;
   SweepOptions options;
 };
 
@@ -42,7 +45,20 @@ Subcommand add_sweep_command(CLI::App& app) {
                 "runs, re-run the others");
   cmd->add_option("--out", f->options.out_dir, "sweep folder (default: results/<name>)");
   cmd->add_flag("--quiet,-q", f->options.quiet, "no progress or summary on stderr");
+  auto* shard = cmd->add_option(
+      "--shard", f->shard,
+      "i/k (0-based, 0 <= i < k): run only the runs whose 1-based index r has (r-1) % k == i, "
+      "in the shared sweep folder, writing sweep.shard-i-of-k.csv (one per array task or "
+      "machine); then --merge");
+  cmd->add_flag("--merge", f->options.merge,
+                "run nothing: gather the shards' csvs (and the runs' summaries) of the sweep "
+                "folder into the sweep.csv an unsharded sweep writes; exit 2 naming a missing "
+                "shard or run")
+      ->excludes(shard);
   return {cmd, [f]() {
+            if (!f->shard.empty()) {
+              std::tie(f->options.shard, f->options.shards) = parse_shard(f->shard);
+            }
             const SweepSpec spec = load_sweep(f->file);
             return run_sweep(spec, f->options);
           }};

@@ -324,3 +324,46 @@ TEST_SUITE("sweep") {
     CHECK(msg.find("lies inside the also swept zip.optimizer") != std::string::npos);
   }
 }
+
+TEST_SUITE("sweep") {
+  TEST_CASE("--shard i/k runs a share each; --merge writes the unsharded sweep.csv") {
+    TempDir d;
+    d.file("base.json", kBase);
+    const auto file = d.file("s.json", R"({"base": "base.json", "seeds": [1, 2, 3, 4, 5]})");
+    const auto whole = d.path / "whole";
+    REQUIRE(run_bitlab(d, "sweep " + file + " --out " + whole.string() + " --quiet").status == 0);
+    const auto out = d.path / "sharded";
+    const std::string base_args = "sweep " + file + " --out " + out.string() + " --quiet";
+    REQUIRE(run_bitlab(d, base_args + " --shard 0/2").status == 0);
+    // Shard 0 of 2 ran runs 1, 3, 5 only.
+    CHECK(fs::exists(out / "run-001_seed=1" / "summary.json"));
+    CHECK_FALSE(fs::exists(out / "run-002_seed=2"));
+    CHECK(fs::exists(out / "run-005_seed=5" / "summary.json"));
+    CHECK(csv_without(slurp(out / "sweep.shard-0-of-2.csv"), {}).size() == 4);  // header + 3
+    // Merging before shard 1 ran names the missing shard.
+    Result early = run_bitlab(d, base_args + " --merge");
+    CHECK(early.status == 2);
+    CHECK(early.err.find("sweep.shard-1-of-2.csv is missing") != std::string::npos);
+    CHECK_FALSE(fs::exists(out / "sweep.csv"));
+    REQUIRE(run_bitlab(d, base_args + " --shard 1/2").status == 0);
+    Result merged = run_bitlab(d, base_args + " --merge");
+    CHECK(merged.status == 0);
+    CHECK(merged.out == out.string() + "\n");
+    CHECK(csv_without(slurp(out / "sweep.csv"), {"wall_s"}) ==
+          csv_without(slurp(whole / "sweep.csv"), {"wall_s"}));
+  }
+
+  TEST_CASE("a bad --shard exits 2 naming the flag and the rule") {
+    TempDir d;
+    d.file("base.json", kBase);
+    const auto file = d.file("s.json", R"({"base": "base.json", "seeds": [1, 2]})");
+    for (const char* bad : {"2/2", "-1/2", "1", "a/b", "0/0", "1/2x"}) {
+      CAPTURE(bad);
+      Result r =
+          run_bitlab(d, "sweep " + file + " --out " + (d.path / "o").string() + " --shard " + bad);
+      CHECK(r.status == 2);
+      CHECK(r.err.find("--shard") != std::string::npos);
+      CHECK_FALSE(fs::exists(d.path / "o"));
+    }
+  }
+}

@@ -1,0 +1,128 @@
+// The MPI backend (issue #8): `mpirun -np R bitlab run FILE --backend mpi`
+// must write the same metrics.csv (but the wall-clock column) and comm_log.csv
+// as `bitlab run FILE`, byte for byte, for every optimizer family; a worker
+// count the ranks do not divide is a config error (exit 2). Skipped, with the
+// reason printed, in a build without MPI.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "tests/cli_fixtures.hpp"
+
+namespace fs = std::filesystem;
+using namespace bitlab::testing;  // Result, TempDir, run_bitlab, run_shell, slurp
+
+namespace {
+
+// A small MLP on 8 workers: 24 steps reach every phase of the optimizers
+// below (warm-up → compression at step 8; 0/1 Adam's local-step interval
+// grows to 4), with the time model on so the priced columns are compared too.
+std::string experiment(const std::string& optimizer) {
+  return R"({"name": "mpi", "seed": 3, "steps": 24, "eval_every": 8, "grad_norm_every": 4,
+    "problem": {"name": "mlp", "input_dim": 8, "hidden": 16, "classes": 4, "samples": 512},
+    "cluster": {"workers": 8, "batch_size": 8, "sharding": "iid"},
+    "network": {"preset": "ethernet_40g_v100x4"},
+    "optimizer": )" +
+         optimizer + "}";
+}
+
+// metrics.csv without its last column (wall_s, the only non-deterministic one).
+std::string without_wall_column(const std::string& csv) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < csv.size()) {
+    size_t end = csv.find('\n', pos);
+    if (end == std::string::npos) end = csv.size();
+    const std::string line = csv.substr(pos, end - pos);
+    out += line.substr(0, line.rfind(',')) + '\n';
+    pos = end + 1;
+  }
+  return out;
+}
+
+#ifdef BITLAB_MPIEXEC
+// Loopback, oversubscribed (CI has 2 cores), as root where needed; ranks yield
+// instead of busy-polling and use one OpenMP thread each.
+std::string mpirun(int ranks) {
+  return std::string("OMP_NUM_THREADS=1 ") + BITLAB_MPIEXEC +
+         " --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -np " +
+         std::to_string(ranks) + " ";
+}
+#endif
+
+}  // namespace
+
+TEST_SUITE("mpi") {
+#ifndef BITLAB_MPIEXEC
+  TEST_CASE("without MPI in the build --backend mpi is a clear error (exit 2)") {
+    MESSAGE(
+        "MPI comparisons skipped: this build has no MPI backend (CMake found no MPI or "
+        "-DBITLAB_MPI=OFF)");
+    TempDir dir;
+    const std::string file = dir.file("e.json", experiment(R"({"name": "adam"})"));
+    const Result r =
+        run_bitlab(dir, "run " + file + " --backend mpi --out " + (dir.path / "run").string());
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--backend mpi") != std::string::npos);
+    CHECK_FALSE(fs::exists(dir.path / "run"));
+  }
+#else
+  TEST_CASE("mpirun -np 2 and 4 --backend mpi: metrics and comm log bit-identical to bitlab run") {
+    const std::vector<std::pair<std::string, std::string> > optimizers = {
+        {"adam (fp16 wire)", R"({"name": "adam", "lr": 0.01, "wire": "fp16"})"},
+        {"onebit_adam", R"({"name": "onebit_adam", "lr": 0.01, "freeze_step": 8})"},
+        {"onebit_lamb", R"({"name": "onebit_lamb", "lr": 0.01, "freeze_step": 8})"},
+        {"zero_one_adam (local steps)",
+         R"({"name": "zero_one_adam", "lr": 0.01, "var_freeze_step": 8, "var_update_scaler": 2,
+             "local_step_scaler": 2, "local_step_clipper": 4})"},
+        {"loco", R"({"name": "loco", "lr": 0.01})"},
+        {"loco (hierarchical, node_size 4)", R"({"name": "loco", "lr": 0.01, "node_size": 4})"},
+        {"binsgdm", R"({"name": "binsgdm", "lr": 0.01})"},
+    };
+    for (const auto& [label, optimizer] : optimizers) {
+      CAPTURE(label);
+      TempDir dir;
+      const std::string file = dir.file("e.json", experiment(optimizer));
+      const fs::path sim = dir.path / "sim";
+      const Result base = run_bitlab(dir, "run " + file + " --quiet --out " + sim.string());
+      REQUIRE_MESSAGE(base.status == 0, base.err);
+      const std::string metrics = without_wall_column(slurp(sim / "metrics.csv"));
+      const std::string comm_log = slurp(sim / "comm_log.csv");
+      REQUIRE(comm_log.size() > 100);  // the run did communicate
+      for (const int ranks : {2, 4}) {
+        CAPTURE(ranks);
+        const fs::path out = dir.path / ("mpi" + std::to_string(ranks));
+        const Result r = run_shell(dir, mpirun(ranks) + BITLAB_BINARY + " run " + file +
+                                            " --quiet --backend mpi --out " + out.string());
+        REQUIRE_MESSAGE(r.status == 0, r.err);
+        CHECK(without_wall_column(slurp(out / "metrics.csv")) == metrics);
+        CHECK(slurp(out / "comm_log.csv") == comm_log);
+        // Measured beside modelled: a header and one row per step, and rank 0
+        // handed bytes to MPI (the exchanges really happened).
+        const std::string transport = slurp(out / "transport.csv");
+        CHECK(transport.rfind("step,wall_step_s,mpi_bytes_rank0", 0) == 0);
+        CHECK(std::count(transport.begin(), transport.end(), '\n') == 25);
+        CHECK(slurp(out / "summary.json").find("\"mpi_bytes_rank0\"") != std::string::npos);
+        // Only rank 0 printed the folder.
+        CHECK(r.out == out.string() + "\n");
+      }
+    }
+  }
+
+  TEST_CASE("workers not divisible by the ranks: exit 2, one message, no results") {
+    TempDir dir;
+    const std::string file = dir.file("e.json", experiment(R"({"name": "adam"})"));
+    const fs::path out = dir.path / "run";
+    const Result r = run_shell(
+        dir, mpirun(3) + BITLAB_BINARY + " run " + file + " --backend mpi --out " + out.string());
+    CHECK(r.status == 2);
+    const std::string needle = "cluster.workers = 8: must be a multiple of the number of MPI ranks";
+    const size_t first = r.err.find(needle);
+    CHECK_MESSAGE(first != std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find(needle, first + 1) == std::string::npos, r.err);  // printed once
+    CHECK_FALSE(fs::exists(out));
+  }
+#endif
+}
