@@ -226,6 +226,55 @@ __global__ void binarize_kernel(const float* __restrict__ z, size_t d, RngStream
   }
 }
 
+constexpr int kQuantThreads = 128;
+
+// One group of g elements per iteration of a thread block: M = max |y| over
+// the group (on the bit patterns, as the CPU's max_abs), the wire scale, then
+// each thread quantizes its own elements. x and out may alias: every read of
+// the group for M happens before the barrier that precedes any write, and an
+// element is read and written by the same thread.
+__global__ void quantize_kernel(const float* x, size_t n, float* out, size_t g, int bits,
+                                bool stochastic, bool fp16, RngStream rng, uint64_t first_index) {
+  __shared__ uint32_t sh[kQuantThreads];
+  const GroupCoder coder(bits);
+  const float inv_half = 1.0f / coder.half_range;  // exact: a power of two
+  const size_t groups = (n + g - 1) / g;
+  for (size_t j = blockIdx.x; j < groups; j += gridDim.x) {
+    const size_t begin = j * g, len = min(g, n - begin);
+    uint32_t mb = 0;
+    for (size_t k = threadIdx.x; k < len; k += kQuantThreads) {
+      const uint32_t a = abs_bits(x[begin + k]);
+      mb = a > mb ? a : mb;
+    }
+    sh[threadIdx.x] = mb;
+    __syncthreads();
+    for (int w = kQuantThreads / 2; w > 0; w /= 2) {
+      if (threadIdx.x < w && sh[threadIdx.x + w] > sh[threadIdx.x])
+        sh[threadIdx.x] = sh[threadIdx.x + w];
+      __syncthreads();
+    }
+    uint16_t unused;
+    const float m = wire_scale(std::bit_cast<float>(sh[0]), fp16, &unused);
+    __syncthreads();  // sh[0] is read by all before the next group overwrites it
+    if (m == 0.0f) {  // all-zero group
+      for (size_t k = threadIdx.x; k < len; k += kQuantThreads) out[begin + k] = 0.0f;
+      continue;
+    }
+    const float step = m * inv_half;
+    for (size_t k = threadIdx.x; k < len; k += kQuantThreads) {
+      const uint32_t draw = stochastic ? rng.block(first_index + begin + k)[0] : 0u;
+      out[begin + k] = quantize_element(coder, x[begin + k], m, step, stochastic, draw);
+    }
+  }
+}
+
+__global__ void ema_error_kernel(float* __restrict__ e, const float* __restrict__ h,
+                                 const float* __restrict__ ch, size_t n, float b, float c) {
+  for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<size_t>(gridDim.x) * blockDim.x)
+    e[k] = ema_error_element(e[k], h[k], ch[k], b, c);
+}
+
 __global__ void fp16_kernel(const float* __restrict__ x, size_t n, uint16_t* __restrict__ out) {
   for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<size_t>(gridDim.x) * blockDim.x)
@@ -239,7 +288,7 @@ bool device_available(std::string* why) {
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(err);
-    cudaGetLastError();  // clear the sticky-free error state
+    cudaGetLastError();  // clear it, so that later calls do not report it again
     return false;
   }
   if (count == 0) {
@@ -344,6 +393,24 @@ void zero_one_sync(float* m0, float* x, const float* ubar, const float* den, siz
 void binarize_pack(const float* z, size_t d, const RngStream& rng, uint8_t* bits) {
   binarize_kernel<<<grid_for((d + 7) / 8), kThreads>>>(z, d, rng, bits);
   check_launch("binarize_kernel");
+}
+
+void quantize_groups(const float* x, size_t n, float* out, const QuantizeSpec& spec,
+                     const RngStream& rng, uint64_t first_index) {
+  if (spec.bits < 1 || spec.bits > 8 || spec.group_size < 1)
+    throw std::invalid_argument(
+        "cuda::quantize_groups: bits must be in [1, 8] and group_size >= 1");
+  if (n == 0) return;
+  const size_t groups = (n + spec.group_size - 1) / spec.group_size;
+  const unsigned grid = static_cast<unsigned>(std::min<size_t>(groups, 132 * 64));
+  quantize_kernel<<<grid, kQuantThreads>>>(x, n, out, spec.group_size, spec.bits, spec.stochastic,
+                                           spec.fp16_scale, rng, first_index);
+  check_launch("quantize_kernel");
+}
+
+void ema_error_update(float* e, const float* h, const float* ch, size_t n, float beta) {
+  ema_error_kernel<<<grid_for(n), kThreads>>>(e, h, ch, n, beta, 1.0f - beta);
+  check_launch("ema_error_kernel");
 }
 
 void fp32_to_fp16(const float* x, size_t n, uint16_t* out) {

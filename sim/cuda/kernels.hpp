@@ -17,8 +17,9 @@
 //     scale, so the float scale is equal except when the exact value lies
 //     within ~1e-13 relative of a float rounding boundary; the tests allow
 //     1 ulp of the scale and then compare the errors against the scale used.
-// Every function is synchronous on the default stream (it returns when the
-// result is in device memory) unless it says otherwise.
+// The kernel functions are asynchronous: they queue kernels on the default
+// stream, which run in order; the copies (copy_to_host, ...) and
+// device_synchronize() wait for them. Launch errors throw std::runtime_error.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +28,7 @@
 #include <utility>
 
 #include "sim/kernels/elements.hpp"
+#include "sim/quantize.hpp"
 #include "sim/rng.hpp"
 
 namespace bitlab::cuda {
@@ -87,12 +89,13 @@ class DeviceArray {
 // ---- 1-bit allreduce (algorithms.md §1); see the CPU references.
 
 // Worker side: e ← u = pad(b) + e; *scale = ‖u‖/√D; bits = sign(u);
-// e ← u − a·sign(u). `scale` is a device pointer. Scratch: none (the block
-// partial sums live in a buffer owned by the library, grown on demand; not
-// thread-safe).
+// e ← u − a·sign(u). `scale` is a device pointer. The per-block partial sums
+// live in a scratch buffer owned by the library, grown on demand: one host
+// thread at a time.
 void onebit_worker_compress(const float* b, size_t d, float* e, size_t D, uint8_t* bits,
                             float* scale);
-// Server side of one server (scales: n device floats).
+// Server side of one server (scales: n device floats). `acc` is the CPU's
+// scratch; the GPU keeps the sums in registers and never touches it.
 void onebit_server_reduce(const uint8_t* bits, size_t bits_stride, const float* scales, int n,
                           size_t chunk, float* s, float* acc, uint8_t* out_bits, float* out_scale);
 // Final unpack of the gathered image.
@@ -111,6 +114,12 @@ void zero_one_scale_u(float* u, const float* den, size_t d);
 void zero_one_sync(float* m0, float* x, const float* ubar, const float* den, size_t d, double lrs);
 // BinSGDM's randomized binarization, packed, with the CPU's Philox draws.
 void binarize_pack(const float* z, size_t d, const RngStream& rng, uint8_t* bits);
+
+// ---- LoCo: n-bit group quantization (nearest or stochastic, fp32 or fp16
+// scales; one thread block per group) and the moving-average error feedback.
+void quantize_groups(const float* x, size_t n, float* out, const QuantizeSpec& spec,
+                     const RngStream& rng, uint64_t first_index);
+void ema_error_update(float* e, const float* h, const float* ch, size_t n, float beta);
 
 // ---- for the benchmark: a plain fp32 → fp16 conversion (round to nearest
 // even, __float2half_rn) of n elements, the uncompressed baseline.

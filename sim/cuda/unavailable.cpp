@@ -68,6 +68,13 @@ void zero_one_sync(float*, float*, const float*, const float*, size_t, double) {
 void binarize_pack(const float*, size_t, const RngStream&, uint8_t*) {
   unavailable("binarize_pack");
 }
+void quantize_groups(const float*, size_t, float*, const QuantizeSpec&, const RngStream&,
+                     uint64_t) {
+  unavailable("quantize_groups");
+}
+void ema_error_update(float*, const float*, const float*, size_t, float) {
+  unavailable("ema_error_update");
+}
 void fp32_to_fp16(const float*, size_t, uint16_t*) {
   unavailable("fp32_to_fp16");
 }

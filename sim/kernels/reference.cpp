@@ -176,4 +176,11 @@ void binarize_pack(const float* z, size_t d, const RngStream& rng, uint8_t* bits
   }
 }
 
+void ema_error_update(float* e, const float* h, const float* ch, size_t n, float beta) {
+  // fp32 β and 1−β: 1 − fl(β) is exact for β ∈ [0.5, 1) (Sterbenz), so the
+  // two weights still sum to 1 there.
+  const float c = 1.0f - beta;
+  for (size_t k = 0; k < n; ++k) e[k] = ema_error_element(e[k], h[k], ch[k], beta, c);
+}
+
 }  // namespace bitlab::cpu

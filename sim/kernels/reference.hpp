@@ -14,6 +14,8 @@
 #include <cstdint>
 
 #include "sim/kernels/elements.hpp"
+#include "sim/kernels/quantize_elements.hpp"
+#include "sim/quantize.hpp"
 #include "sim/rng.hpp"
 
 namespace bitlab::cpu {
@@ -64,5 +66,18 @@ void zero_one_sync(float* m0, float* x, const float* ubar, const float* den, siz
 // BinSGDM's randomized binarization of z, packed: ceil(d/8) bytes, bit set =
 // +1, unused low bits of the last byte 0 (the binarize compressor's wire).
 void binarize_pack(const float* z, size_t d, const RngStream& rng, uint8_t* bits);
+
+// n-bit group quantization (sim/quantize.hpp): out = Q(x), groups of
+// spec.group_size from x's first element, nearest or stochastic rounding
+// (element k draws lane 0 of rng.block(first_index + k)), fp32 or fp16
+// scales. x and out may alias. Defined in sim/quantize.cpp (the simulator's
+// quantize_dequantize is this after checking the spec).
+void quantize_groups(const float* x, size_t n, float* out, const QuantizeSpec& spec,
+                     const RngStream& rng, uint64_t first_index);
+
+// LoCo's moving-average error feedback (algorithms.md §6): e = β·e + (1−β)·(h − ĥ)
+// with fl(β) and 1 − fl(β) in float; 8-bit error storage is quantize_groups
+// (8 bits, nearest) on e afterwards, as ErrorFeedback::update does.
+void ema_error_update(float* e, const float* h, const float* ch, size_t n, float beta);
 
 }  // namespace bitlab::cpu

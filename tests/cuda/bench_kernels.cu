@@ -28,6 +28,9 @@
 //   zero_one_local    read x m u g den, write x m u: 32d
 //   zero_one_sync     read ū den x, write m0 x: 20d
 //   binarize_pack     read 4d, write d/8
+//   quantize_groups   read 4d, write 4d (4-bit, groups of 128, nearest; the
+//                     simulator's quantize-dequantize writes floats)
+//   ema_error_update  read e h ĥ, write e: 16d
 //   fp32_to_fp16      read 4d, write 2d (the uncompressed baseline)
 // Target (the issue): ≥ 70 % of peak for d ≥ 2^24.
 #include <cuda_runtime.h>
@@ -197,6 +200,12 @@ int main(int argc, char** argv) {
     row("binarize_pack", 4 * df + df / 8, timer.median([&] {
       cuda::binarize_pack(g.get(), d, RngStream(7, Purpose::kCompress, 0, 1), bits.get());
     }));
+    const QuantizeSpec q4{4, 128, false, false};
+    row("quantize_groups", 8 * df, timer.median([&] {
+      cuda::quantize_groups(g.get(), d, out.get(), q4, RngStream(7, Purpose::kCompress), 0);
+    }));
+    row("ema_error_update", 16 * df,
+        timer.median([&] { cuda::ema_error_update(m.get(), g.get(), out.get(), d, 0.8f); }));
     const double t_half = timer.median([&] { cuda::fp32_to_fp16(b.get(), d, half.get()); });
     row("fp32_to_fp16", 6 * df, t_half);
     // One worker's share of the 1-bit path (its compression, its server
