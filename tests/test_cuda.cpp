@@ -22,6 +22,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/compressors.hpp"
@@ -122,10 +123,33 @@ int64_t ulp_distance(float a, float b) {
     CHECK(mm_.count == 0);      \
   } while (0)
 
+// Named outputs of a scenario; each compared for identity.
+using Named = std::vector<std::pair<std::string, std::vector<float>>>;
+
+void check_identical(const Named& got, const Named& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    CHECK_SAME(compare_floats(got[i].second, want[i].second, {}, want[i].first));
+}
+
 // ---------------------------------------------------------------------------
 // One set of functions with the references' signatures: the CPU references
 // on host memory, or the CUDA kernels on device memory. A scenario written
 // once against a KernelSet runs on either, and the outputs are compared.
+
+#define BITLAB_KERNEL_LIST(X) \
+  X(onebit_worker_compress)   \
+  X(onebit_server_reduce)     \
+  X(onebit_decode)            \
+  X(adam_update)              \
+  X(onebit_adam_momentum)     \
+  X(onebit_adam_update)       \
+  X(zero_one_local_step)      \
+  X(zero_one_scale_u)         \
+  X(zero_one_sync)            \
+  X(binarize_pack)            \
+  X(quantize_groups)          \
+  X(ema_error_update)
 
 struct KernelSet {
   const char* name;
@@ -134,18 +158,10 @@ struct KernelSet {
   void (*upload)(void*, const void*, size_t);
   void (*download)(void*, const void*, size_t);
   void (*sync)();
-  decltype(&cpu::onebit_worker_compress) worker_compress;
-  decltype(&cpu::onebit_server_reduce) server_reduce;
-  decltype(&cpu::onebit_decode) decode;
-  decltype(&cpu::adam_update) adam_update;
-  decltype(&cpu::onebit_adam_momentum) onebit_momentum;
-  decltype(&cpu::onebit_adam_update) onebit_update;
-  decltype(&cpu::zero_one_local_step) zero_one_local;
-  decltype(&cpu::zero_one_scale_u) zero_one_scale;
-  decltype(&cpu::zero_one_sync) zero_one_sync;
-  decltype(&cpu::binarize_pack) binarize;
-  decltype(&cpu::quantize_groups) quantize;
-  decltype(&cpu::ema_error_update) ema_error;
+  // One function pointer per kernel, named as the kernel.
+#define BITLAB_KERNEL_FIELD(f) decltype(&cpu::f) f;
+  BITLAB_KERNEL_LIST(BITLAB_KERNEL_FIELD)
+#undef BITLAB_KERNEL_FIELD
 };
 
 void* host_alloc(size_t bytes) {
@@ -159,43 +175,24 @@ void host_copy(void* dst, const void* src, size_t bytes) {
 }
 void host_sync() {}
 
+#define BITLAB_CPU_KERNEL(f) cpu::f,
+#define BITLAB_GPU_KERNEL(f) cuda::f,
 const KernelSet kCpu{"cpu",
                      host_alloc,
                      host_release,
                      host_copy,
                      host_copy,
                      host_sync,
-                     cpu::onebit_worker_compress,
-                     cpu::onebit_server_reduce,
-                     cpu::onebit_decode,
-                     cpu::adam_update,
-                     cpu::onebit_adam_momentum,
-                     cpu::onebit_adam_update,
-                     cpu::zero_one_local_step,
-                     cpu::zero_one_scale_u,
-                     cpu::zero_one_sync,
-                     cpu::binarize_pack,
-                     cpu::quantize_groups,
-                     cpu::ema_error_update};
-
+                     BITLAB_KERNEL_LIST(BITLAB_CPU_KERNEL)};
 const KernelSet kGpu{"gpu",
                      cuda::device_alloc,
                      cuda::device_free,
                      cuda::copy_to_device,
                      cuda::copy_to_host,
                      cuda::device_synchronize,
-                     cuda::onebit_worker_compress,
-                     cuda::onebit_server_reduce,
-                     cuda::onebit_decode,
-                     cuda::adam_update,
-                     cuda::onebit_adam_momentum,
-                     cuda::onebit_adam_update,
-                     cuda::zero_one_local_step,
-                     cuda::zero_one_scale_u,
-                     cuda::zero_one_sync,
-                     cuda::binarize_pack,
-                     cuda::quantize_groups,
-                     cuda::ema_error_update};
+                     BITLAB_KERNEL_LIST(BITLAB_GPU_KERNEL)};
+#undef BITLAB_CPU_KERNEL
+#undef BITLAB_GPU_KERNEL
 
 // `count` elements of T in a KernelSet's memory, filled from / read back to
 // host vectors.
@@ -297,7 +294,8 @@ OneBitOutputs run_onebit(const KernelSet& k, size_t d, bool with_inf,
   e.set(e0);
   for (int i = 0; i < n; ++i) {
     Buf<float> b(k, awkward(d, i, with_inf));
-    k.worker_compress(b.get(), d, e.get() + i * D, D, bits.get() + i * (D / 8), scales.get() + i);
+    k.onebit_worker_compress(b.get(), d, e.get() + i * D, D, bits.get() + i * (D / 8),
+                             scales.get() + i);
     k.sync();
   }
   o.worker_e = e.host();
@@ -309,9 +307,9 @@ OneBitOutputs run_onebit(const KernelSet& k, size_t d, bool with_inf,
   }
   s.set(awkward(D, 200, false, 0.05f));
   for (int r = 0; r < n; ++r) {
-    k.server_reduce(bits.get() + r * (chunk / 8), D / 8, scales.get(), n, chunk,
-                    s.get() + r * chunk, acc.get() + r * chunk, sbits.get() + r * (chunk / 8),
-                    cs.get() + r);
+    k.onebit_server_reduce(bits.get() + r * (chunk / 8), D / 8, scales.get(), n, chunk,
+                           s.get() + r * chunk, acc.get() + r * chunk,
+                           sbits.get() + r * (chunk / 8), cs.get() + r);
   }
   o.server_s = s.host();
   o.server_scales = cs.host();
@@ -320,7 +318,7 @@ OneBitOutputs run_onebit(const KernelSet& k, size_t d, bool with_inf,
     sbits.set(decode_in->server_bits);
     cs.set(decode_in->server_scales);
   }
-  k.decode(sbits.get(), cs.get(), n, D, d, out.get());
+  k.onebit_decode(sbits.get(), cs.get(), n, D, d, out.get());
   o.out = out.host();
   return o;
 }
@@ -393,13 +391,13 @@ struct Training {
     // out ← 1-bit allreduce of the n buffers at in (stride d): §1's three stages.
     auto onebit_allreduce = [&](const float* in, float* out) {
       for (int i = 0; i < n; ++i)
-        k.worker_compress(in + i * d, d, e.get() + i * D, D, bits.get() + i * (D / 8),
-                          scales.get() + i);
+        k.onebit_worker_compress(in + i * d, d, e.get() + i * D, D, bits.get() + i * (D / 8),
+                                 scales.get() + i);
       for (int r = 0; r < n; ++r)
-        k.server_reduce(bits.get() + r * (chunk / 8), D / 8, scales.get(), n, chunk,
-                        s.get() + r * chunk, acc.get() + r * chunk, sbits.get() + r * (chunk / 8),
-                        cs.get() + r);
-      k.decode(sbits.get(), cs.get(), n, D, d, out);
+        k.onebit_server_reduce(bits.get() + r * (chunk / 8), D / 8, scales.get(), n, chunk,
+                               s.get() + r * chunk, acc.get() + r * chunk,
+                               sbits.get() + r * (chunk / 8), cs.get() + r);
+      k.onebit_decode(sbits.get(), cs.get(), n, D, d, out);
     };
     const ZeroOneLocalCoeffs lc{static_cast<float>(kLr), 0.9f, static_cast<float>(1.0 - 0.9), 0.0f};
     double lrs = 0.0;
@@ -441,9 +439,9 @@ struct Training {
           continue;
         }
         for (int i = 0; i < n; ++i)
-          k.onebit_momentum(m.get(), gw.get() + i * d, d, mw.get() + i * d, c);
+          k.onebit_adam_momentum(m.get(), gw.get() + i * d, d, mw.get() + i * d, c);
         onebit_allreduce(mw.get(), m.get());
-        k.onebit_update(x.get(), m.get(), v.get(), nullptr, d, c);
+        k.onebit_adam_update(x.get(), m.get(), v.get(), nullptr, d, c);
         continue;
       }
       // 0/1 Adam stage B: local steps on every worker's copy.
@@ -456,11 +454,11 @@ struct Training {
       }
       gw.set(all);
       for (int i = 0; i < n; ++i)
-        k.zero_one_local(xw.get() + i * d, mw.get() + i * d, uw.get() + i * d, gw.get() + i * d,
-                         den.get(), d, lc);
+        k.zero_one_local_step(xw.get() + i * d, mw.get() + i * d, uw.get() + i * d,
+                              gw.get() + i * d, den.get(), d, lc);
       lrs += kLr;
       if ((step - kWarmup) % kSyncEvery != 0) continue;
-      for (int i = 0; i < n; ++i) k.zero_one_scale(uw.get() + i * d, den.get(), d);
+      for (int i = 0; i < n; ++i) k.zero_one_scale_u(uw.get() + i * d, den.get(), d);
       onebit_allreduce(uw.get(), gb.get());  // ū
       k.zero_one_sync(mw.get(), x.get(), gb.get(), den.get(), d, lrs);
       const std::vector<float> x0 = x.host(), m0 = mw.host();
@@ -601,35 +599,20 @@ TEST_SUITE("cuda") {
           den0[k] = std::sqrt(v0[k]) + 1e-8f;
           mask[k] = k % 3 ? 1.0f : 0.0f;
         }
-        struct Out {
-          std::vector<float> x, m, v, mw, u, m0s;
-        };
         auto run = [&](const KernelSet& k) {
-          Out o;
           Buf<float> x(k, x0), m(k, m0), v(k, v0), g(k, g0), mw(k, d), den(k, den0), mk(k, mask);
           Buf<float> u(k, awkward(d, 6, false, 1e-3f)), ms(k, d);
           k.adam_update(x.get(), m.get(), v.get(), g.get(), d, bc);
-          k.onebit_momentum(m.get(), g.get(), d, mw.get(), nc);
-          k.onebit_update(x.get(), mw.get(), v.get(), mk.get(), d, nc);
-          k.onebit_update(x.get(), m.get(), v.get(), nullptr, d, nc);
-          k.zero_one_local(x.get(), m.get(), u.get(), g.get(), den.get(), d, lc);
-          k.zero_one_scale(u.get(), den.get(), d);
+          k.onebit_adam_momentum(m.get(), g.get(), d, mw.get(), nc);
+          k.onebit_adam_update(x.get(), mw.get(), v.get(), mk.get(), d, nc);
+          k.onebit_adam_update(x.get(), m.get(), v.get(), nullptr, d, nc);
+          k.zero_one_local_step(x.get(), m.get(), u.get(), g.get(), den.get(), d, lc);
+          k.zero_one_scale_u(u.get(), den.get(), d);
           k.zero_one_sync(ms.get(), x.get(), u.get(), den.get(), d, 7e-3);
-          o.x = x.host();
-          o.m = m.host();
-          o.v = v.host();
-          o.mw = mw.host();
-          o.u = u.host();
-          o.m0s = ms.host();
-          return o;
+          return Named{{"x", x.host()},         {"m", m.host()}, {"v", v.host()},
+                       {"m_worker", mw.host()}, {"u", u.host()}, {"m_sync", ms.host()}};
         };
-        const Out want = run(kCpu), got = run(kGpu);
-        CHECK_SAME(compare_floats(got.x, want.x, {}, "x"));
-        CHECK_SAME(compare_floats(got.m, want.m, {}, "m"));
-        CHECK_SAME(compare_floats(got.v, want.v, {}, "v"));
-        CHECK_SAME(compare_floats(got.mw, want.mw, {}, "m_worker"));
-        CHECK_SAME(compare_floats(got.u, want.u, {}, "u"));
-        CHECK_SAME(compare_floats(got.m0s, want.m0s, {}, "m_sync"));
+        check_identical(run(kGpu), run(kCpu));
       }
     }
   }
@@ -643,7 +626,7 @@ TEST_SUITE("cuda") {
       auto run = [&](const KernelSet& k) {
         Buf<float> zb(k, z);
         Buf<uint8_t> bits(k, (d + 7) / 8);
-        k.binarize(zb.get(), d, rng, bits.get());
+        k.binarize_pack(zb.get(), d, rng, bits.get());
         return bits.host();
       };
       CHECK_SAME(compare_bytes(run(kGpu), run(kCpu), "binarized"));
@@ -666,24 +649,20 @@ TEST_SUITE("cuda") {
           CAPTURE(spec.fp16_scale);
           const std::vector<float> x = awkward(d, 12, with_inf, 3.0f);
           const RngStream rng(13, Purpose::kCompress, 1, 9);
-          struct Out {
-            std::vector<float> q, in_place, e;
-          };
           auto run = [&](const KernelSet& k) {
-            Out o;
             Buf<float> xb(k, x), qb(k, d), inplace(k, x), e(k, awkward(d, 14, false, 0.01f));
-            k.quantize(xb.get(), d, qb.get(), spec, rng, 5);
-            k.quantize(inplace.get(), d, inplace.get(), spec, rng, 5);  // x and out alias
-            k.ema_error(e.get(), xb.get(), qb.get(), d, 0.8f);  // LoCo: e = βe + (1−β)(h − Q(h))
-            o.q = qb.host();
-            o.in_place = inplace.host();
-            o.e = e.host();
-            return o;
+            k.quantize_groups(xb.get(), d, qb.get(), spec, rng, 5);
+            k.quantize_groups(inplace.get(), d, inplace.get(), spec, rng, 5);  // x and out alias
+            k.ema_error_update(e.get(), xb.get(), qb.get(), d,
+                               0.8f);  // LoCo: e = βe + (1−β)(h − Q(h))
+            // In place must give what out-of-place gives (both compared to the
+            // CPU's out-of-place result).
+            const std::vector<float> q = qb.host();
+            return Named{{"Q(x)", q}, {"Q(x) in place", inplace.host()}, {"ema error", e.host()}};
           };
-          const Out want = run(kCpu), got = run(kGpu);
-          CHECK_SAME(compare_floats(got.q, want.q, {}, "Q(x)"));
-          CHECK_SAME(compare_floats(got.in_place, want.q, {}, "Q(x) in place"));
-          CHECK_SAME(compare_floats(got.e, want.e, {}, "ema error"));
+          Named want = run(kCpu);
+          want[1].second = want[0].second;
+          check_identical(run(kGpu), want);
         }
       }
     }

@@ -86,40 +86,14 @@ class DeviceArray {
   size_t count_ = 0;
 };
 
-// ---- 1-bit allreduce (algorithms.md §1); see the CPU references.
-
-// Worker side: e ← u = pad(b) + e; *scale = ‖u‖/√D; bits = sign(u);
-// e ← u − a·sign(u). `scale` is a device pointer. The per-block partial sums
-// live in a scratch buffer owned by the library, grown on demand: one host
-// thread at a time.
-void onebit_worker_compress(const float* b, size_t d, float* e, size_t D, uint8_t* bits,
-                            float* scale);
-// Server side of one server (scales: n device floats). `acc` is the CPU's
-// scratch; the GPU keeps the sums in registers and never touches it.
-void onebit_server_reduce(const uint8_t* bits, size_t bits_stride, const float* scales, int n,
-                          size_t chunk, float* s, float* acc, uint8_t* out_bits, float* out_scale);
-// Final unpack of the gathered image.
-void onebit_decode(const uint8_t* server_bits, const float* server_scales, int n, size_t D,
-                   size_t d, float* out);
-
-// ---- fused optimizer updates.
-void adam_update(float* x, float* m, float* v, const float* g, size_t d, const AdamCoeffs& c);
-void onebit_adam_momentum(const float* m, const float* g, size_t d, float* m_worker,
-                          const AdamCoeffs& c);
-void onebit_adam_update(float* x, float* m, const float* v, const float* mask, size_t d,
-                        const AdamCoeffs& c);
-void zero_one_local_step(float* x, float* m, float* u, const float* g, const float* den, size_t d,
-                         const ZeroOneLocalCoeffs& c);
-void zero_one_scale_u(float* u, const float* den, size_t d);
-void zero_one_sync(float* m0, float* x, const float* ubar, const float* den, size_t d, double lrs);
-// BinSGDM's randomized binarization, packed, with the CPU's Philox draws.
-void binarize_pack(const float* z, size_t d, const RngStream& rng, uint8_t* bits);
-
-// ---- LoCo: n-bit group quantization (nearest or stochastic, fp32 or fp16
-// scales; one thread block per group) and the moving-average error feedback.
-void quantize_groups(const float* x, size_t n, float* out, const QuantizeSpec& spec,
-                     const RngStream& rng, uint64_t first_index);
-void ema_error_update(float* e, const float* h, const float* ch, size_t n, float beta);
+// The kernels, with the references' signatures (sim/kernels/kernel_api.inc
+// documents each), on device pointers. GPU specifics: the scales written by
+// onebit_worker_compress / onebit_server_reduce go to device memory, and
+// their per-block partial sums to a scratch buffer owned by the library
+// (grown on demand: one host thread at a time); onebit_server_reduce keeps
+// its sums in registers and never touches `acc` (the CPU's scratch; may be
+// null); quantize_groups runs one thread block per group.
+#include "sim/kernels/kernel_api.inc"
 
 // ---- for the benchmark: a plain fp32 → fp16 conversion (round to nearest
 // even, __float2half_rn) of n elements, the uncompressed baseline.
