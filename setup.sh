@@ -3,6 +3,10 @@
 #   ./setup.sh          install what is missing (Debian packages), build in
 #                       Release, run experiments/quickstart.json
 #   ./setup.sh test     install what is missing, build, run the whole test suite
+#   ./setup.sh cuda     install what is missing, then validate the CUDA kernels
+#                       on this machine's GPU (tests/cuda/run.sh: build with
+#                       -DBITLAB_CUDA=ON, the `cuda` suite, compute-sanitizer,
+#                       the kernel benchmark); needs nvcc and an sm_90 GPU
 # Both are idempotent and work from any clean clone.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -63,8 +67,12 @@ case "$MODE" in
     build
     ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
     ;;
+  cuda)
+    install_missing
+    tests/cuda/run.sh
+    ;;
   *)
-    echo "usage: ./setup.sh [test]" >&2
+    echo "usage: ./setup.sh [test|cuda]" >&2
     exit 2
     ;;
 esac

@@ -216,7 +216,7 @@ void OneBitAdam::compressed_step(StepContext& ctx) {
 #pragma omp parallel for collapse(2) schedule(static) if (n * d > kParallelMinElements)
   for (int i = mine.begin; i < mine.end; ++i) {
     for (int64_t k = 0; k < d; ++k) {
-      mw[i * stride + k] = c.beta1 * mp[k] + c.one_minus_beta1 * gp[i * gstride + k];
+      mw[i * stride + k] = onebit_adam_local_momentum(mp[k], gp[i * gstride + k], c);
     }
   }
 
@@ -234,10 +234,8 @@ void OneBitAdam::compressed_step(StepContext& ctx) {
   const float* v = v_.data();
   const float* mask = mask_.empty() ? nullptr : mask_.data();
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
-  for (int64_t k = 0; k < d; ++k) {
-    if (mask) m[k] *= mask[k];
-    xp[k] -= c.lr * adam_direction(m[k], v[k], xp[k], c);
-  }
+  for (int64_t k = 0; k < d; ++k)
+    onebit_adam_update_element(xp[k], m[k], v[k], mask ? mask + k : nullptr, c);
 }
 
 }  // namespace bitlab

@@ -194,8 +194,8 @@ void ZeroOneAdam::stage_a(StepContext& ctx, bool full) {
     const int64_t d = static_cast<int64_t>(dim_);
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
     for (int64_t k = 0; k < d; ++k) {
-      m[k] = c.beta1 * m[k] + c.one_minus_beta1 * g[k];
-      x[k] -= c.lr * adam_direction(m[k], v[k], x[k], c);
+      m[k] = onebit_adam_local_momentum(m[k], g[k], c);
+      onebit_adam_update_element(x[k], m[k], v[k], nullptr, c);
     }
   }
   // Every worker holds the same (synchronised) parameters in stage A.
@@ -207,10 +207,9 @@ void ZeroOneAdam::stage_a(StepContext& ctx, bool full) {
 
 void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   Cluster& cl = ctx.cluster;
-  const float lr = static_cast<float>(opts_.lr);
-  const float beta1 = static_cast<float>(opts_.beta1);
-  const float one_minus_beta1 = static_cast<float>(1.0 - opts_.beta1);
-  const float wd = static_cast<float>(opts_.weight_decay);
+  const ZeroOneLocalCoeffs lc{static_cast<float>(opts_.lr), static_cast<float>(opts_.beta1),
+                              static_cast<float>(1.0 - opts_.beta1),
+                              static_cast<float>(opts_.weight_decay)};
   const int64_t d = static_cast<int64_t>(dim_);
   const float* den = denom_.data();
 
@@ -223,12 +222,7 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
     float* u = u_.data() + static_cast<size_t>(i) * stride_;
     const float* g = cl.grad(i).data();
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
-    for (int64_t k = 0; k < d; ++k) {
-      m[k] = beta1 * m[k] + one_minus_beta1 * g[k];
-      const float delta = lr * (m[k] / den[k] + wd * x[k]);
-      x[k] -= delta;
-      u[k] -= delta;
-    }
+    for (int64_t k = 0; k < d; ++k) zero_one_local_element(x[k], m[k], u[k], g[k], den[k], lc);
   }
   lrs_ += opts_.lr;
   if (!sync) return;
@@ -250,10 +244,7 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   float* m0 = m_local_.data();
   const float* ub = ubar_.data();
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
-  for (int64_t k = 0; k < d; ++k) {
-    m0[k] = static_cast<float>(-static_cast<double>(ub[k]) / lrs);
-    xs[k] += ub[k] / den[k];
-  }
+  for (int64_t k = 0; k < d; ++k) zero_one_sync_element(m0[k], xs[k], ub[k], den[k], lrs);
   for (int i = local_.begin; i < local_.end; ++i) {
     float* u = u_.data() + static_cast<size_t>(i) * stride_;
     std::fill(u, u + dim_, 0.0f);

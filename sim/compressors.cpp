@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "sim/float16.hpp"
+#include "sim/kernels/elements.hpp"
+#include "sim/kernels/reference.hpp"
 
 namespace bitlab {
 namespace {
@@ -264,14 +266,6 @@ void RandomkCompressor::decode(std::span<const uint8_t> wire, std::span<float> o
 // ---- binarize ---------------------------------------------------------------
 
 namespace {
-// q_k ∈ {−1, +1} as a bool (true = +1); see compressors.hpp for the draw.
-// Clamping z to [−1, 1] needs no code: with u ∈ (0, 1], z > 1 gives
-// p > 1 (always +1), z < −1 gives p < 0 (always −1), and NaN compares false
-// (−1). No branches, so the loop vectorises.
-inline bool binarize_one(float z, uint32_t draw) {
-  return u32_to_unit_open0(draw) <= 0.5f * (1.0f + z);
-}
-
 // Calls f(k, q_k) for every element, four elements per Philox block. The
 // draws of a chunk are made in a loop of their own so that it vectorises.
 template <class F>
@@ -301,11 +295,9 @@ void BinarizeCompressor::apply(std::span<const float> x, std::span<float> out,
 void BinarizeCompressor::encode(std::span<const float> x, std::span<uint8_t> wire,
                                 const RngStream& rng) const {
   check_wire(wire, wire_bytes(x.size()), "binarize encode");
-  std::fill(wire.begin(), wire.end(), uint8_t{0});
-  // pack_signs convention: MSB first, bit set = +1, unused low bits 0.
-  binarize_each(x, rng, [&](size_t k, bool plus) {
-    wire[k / 8] |= static_cast<uint8_t>(plus) << (7 - k % 8);
-  });
+  // pack_signs convention: MSB first, bit set = +1, unused low bits 0; the
+  // CPU reference of the CUDA kernel (sim/kernels/reference.hpp).
+  cpu::binarize_pack(x.data(), x.size(), rng, wire.data());
 }
 
 void BinarizeCompressor::decode(std::span<const uint8_t> wire, std::span<float> out) const {

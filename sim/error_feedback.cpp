@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "sim/kernels/reference.hpp"
+
 namespace bitlab {
 
 Schema<ErrorFeedbackOptions> ErrorFeedbackOptions::schema() {
@@ -72,11 +74,8 @@ void ErrorFeedback::update(int worker, std::span<const float> h, std::span<const
   if (kind_ == Kind::kClassic) {
     for (size_t k = 0; k < n; ++k) e[k] = h[k] - ch[k];
   } else {
-    // fp32 β and 1−β: 1 − fl(β) is exact for β ∈ [0.5, 1) (Sterbenz), so the
-    // two weights still sum to 1 there.
-    const float b = static_cast<float>(opts_.beta);
-    const float c = 1.0f - b;
-    for (size_t k = 0; k < n; ++k) e[k] = b * e[k] + c * (h[k] - ch[k]);
+    // The CPU reference of the CUDA kernel (sim/kernels/reference.hpp).
+    cpu::ema_error_update(e, h.data(), ch.data(), n, static_cast<float>(opts_.beta));
   }
   if (opts_.storage_bits == 8) {
     const std::span<float> es(e, n);

@@ -9,9 +9,12 @@
 #include <span>
 #include <string>
 
+#include "sim/kernels/hd.hpp"
+
 namespace bitlab {
 
-inline uint16_t float_to_half_bits(float f) {
+// BITLAB_HD: the CUDA quantizer (sim/cuda/) rounds fp16 scales with this code.
+BITLAB_HD inline uint16_t float_to_half_bits(float f) {
   const uint32_t x = std::bit_cast<uint32_t>(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7FFFFFFFu;
@@ -37,7 +40,7 @@ inline uint16_t float_to_half_bits(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
-inline float half_bits_to_float(uint16_t h) {
+BITLAB_HD inline float half_bits_to_float(uint16_t h) {
   const uint32_t sign = uint32_t{h & 0x8000u} << 16;
   const uint32_t exp = (h >> 10) & 0x1Fu;
   const uint32_t mant = h & 0x3FFu;

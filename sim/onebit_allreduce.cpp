@@ -6,6 +6,7 @@
 #include <string>
 
 #include "sim/compressor.hpp"
+#include "sim/kernels/reference.hpp"
 
 namespace bitlab {
 
@@ -33,7 +34,6 @@ OneBitAllreduce::OneBitAllreduce(int workers, size_t dim, size_t pad_multiple)
   a_.assign(n_, 0.0f);
   c_.assign(n_, 0.0f);
   acc_.assign(D_, 0.0f);
-  expand_.assign(static_cast<size_t>(n_) * 2048, 0.0f);
 }
 
 void OneBitAllreduce::reset_errors() {
@@ -46,46 +46,6 @@ int64_t OneBitAllreduce::sent_bytes_per_call() const {
   return 2 * (n - 1) * D / (8 * n) + 2 * 4 * (n - 1);
 }
 
-namespace {
-
-// Sum of squares over fixed blocks of 4096 in double, serial: the same
-// whatever thread runs it.
-double block_sum_squares(const float* p, size_t n) {
-  double total = 0.0;
-  for (size_t lo = 0; lo < n; lo += 4096) {
-    const size_t hi = std::min(n, lo + 4096);
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (size_t k = lo; k < hi; ++k) s += static_cast<double>(p[k]) * p[k];
-    total += s;
-  }
-  return total;
-}
-
-// One pass: bits of sign(u) (MSB first, sign(0) = +1) and u -= a·sign(u), for
-// len a multiple of 8.
-void pack_and_subtract(float* u, size_t len, float a, uint8_t* bits) {
-  for (size_t j = 0; j < len / 8; ++j) {
-    float* p = u + 8 * j;
-    unsigned byte = 0;
-    for (int t = 0; t < 8; ++t) {
-      const bool pos = p[t] >= 0.0f;
-      byte |= static_cast<unsigned>(pos) << (7 - t);
-      p[t] -= pos ? a : -a;
-    }
-    bits[j] = static_cast<uint8_t>(byte);
-  }
-}
-
-// table[8·b + t] = bit (7 − t) of byte b set ? +a : −a.
-void fill_expand_table(float a, float* table) {
-  for (int b = 0; b < 256; ++b) {
-    for (int t = 0; t < 8; ++t) table[8 * b + t] = (b >> (7 - t)) & 1 ? a : -a;
-  }
-}
-
-}  // namespace
-
 void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out) {
   const int n = n_;
   const size_t D = D_, d = d_, chunk = D_ / n_, chunk_bytes = chunk / 8;
@@ -96,26 +56,9 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
   // ---- worker side: u = pad(b_i) + e_i ; a_i = ‖u‖/√D ; e_i = u − a_i sign(u)
 #pragma omp parallel for schedule(static)
   for (int i = mine.begin; i < mine.end; ++i) {
-    float* e = e_.data() + static_cast<size_t>(i) * D;
-    const float* b = in[i].data();
-    // One pass: e becomes u = b + e (padding: b = 0) and ‖u‖² is summed over
-    // the same fixed blocks of 4096 as block_sum_squares, while each block is
-    // still in cache.
-    double ss = 0.0;
-    for (size_t lo = 0; lo < D; lo += 4096) {
-      const size_t hi = std::min(D, lo + 4096);
-      const size_t hb = std::min(hi, std::max(lo, d));
-#pragma omp simd
-      for (size_t k = lo; k < hb; ++k) e[k] += b[k];
-      double part = 0.0;
-#pragma omp simd reduction(+ : part)
-      for (size_t k = lo; k < hi; ++k) part += static_cast<double>(e[k]) * e[k];
-      ss += part;
-    }
-    const float a = static_cast<float>(std::sqrt(ss / static_cast<double>(D)));
-    a_[i] = a;
-    uint8_t* bits = bits_.data() + static_cast<size_t>(i) * (D / 8);
-    pack_and_subtract(e, D, a, bits);
+    // The loop body is the CPU reference of the CUDA kernel (sim/kernels/).
+    cpu::onebit_worker_compress(in[i].data(), d, e_.data() + static_cast<size_t>(i) * D, D,
+                                bits_.data() + static_cast<size_t>(i) * (D / 8), &a_[i]);
   }
 
   // ---- phase 1: alltoall of sign chunks (S = D/8 bytes a worker sends in
@@ -143,33 +86,12 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
   comm.record(r);
 
   // ---- server side, server r owns elements [r·D/n, (r+1)·D/n).
-  // Each worker's sign byte expands through a 256-entry table to its 8 values
-  // ±a_i (branch-free, 8 floats at a time); the sums still run over workers
-  // in order 0..n−1 from 0, as a plain per-element loop would.
-  for (int i = 0; i < n; ++i)
-    fill_expand_table(a_[i], expand_.data() + static_cast<size_t>(i) * 2048);
 #pragma omp parallel for schedule(static)
   for (int srv = mine.begin; srv < mine.end; ++srv) {
-    float* s = s_.data() + static_cast<size_t>(srv) * chunk;
-    float* acc = acc_.data() + static_cast<size_t>(srv) * chunk;
-    std::fill(acc, acc + chunk, 0.0f);
-    for (int i = 0; i < n; ++i) {  // fixed worker order
-      const uint8_t* bytes = bits_.data() + static_cast<size_t>(i) * (D / 8) + srv * chunk_bytes;
-      const float* table = expand_.data() + static_cast<size_t>(i) * 2048;
-      for (size_t j = 0; j < chunk_bytes; ++j) {
-        const float* v = table + 8 * static_cast<size_t>(bytes[j]);
-        float* y = acc + 8 * j;
-#pragma omp simd
-        for (int t = 0; t < 8; ++t) y[t] += v[t];
-      }
-    }
-    const float nf = static_cast<float>(n);
-#pragma omp simd
-    for (size_t k = 0; k < chunk; ++k) s[k] += acc[k] / nf;  // y = mean + s_r, kept in s
-    const float cr =
-        static_cast<float>(std::sqrt(block_sum_squares(s, chunk) / static_cast<double>(chunk)));
-    c_[srv] = cr;
-    pack_and_subtract(s, chunk, cr, server_bits_.data() + srv * chunk_bytes);
+    cpu::onebit_server_reduce(bits_.data() + srv * chunk_bytes, D / 8, a_.data(), n, chunk,
+                              s_.data() + static_cast<size_t>(srv) * chunk,
+                              acc_.data() + static_cast<size_t>(srv) * chunk,
+                              server_bits_.data() + srv * chunk_bytes, &c_[srv]);
   }
 
   // ---- phase 2: allgather of the server sign chunks (S = D/8 gathered) and
@@ -196,25 +118,8 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
 
 void OneBitAllreduce::decode_for(int /*worker*/, std::span<float> out) const {
   // Every worker holds the same gathered image (server_bits_, c_) after
-  // phase 2 and decodes it the same way: whole bytes through a per-server
-  // table, the last partial byte element by element.
-  const size_t chunk_bytes = D_ / n_ / 8;
-  const int64_t full_bytes = static_cast<int64_t>(d_ / 8);
-  thread_local std::vector<float> tables;
-  tables.resize(static_cast<size_t>(n_) * 2048);
-  for (int r = 0; r < n_; ++r)
-    fill_expand_table(c_[r], tables.data() + static_cast<size_t>(r) * 2048);
-  const float* tab = tables.data();
-#pragma omp parallel for schedule(static)
-  for (int64_t j = 0; j < full_bytes; ++j) {
-    const float* v =
-        tab + (static_cast<size_t>(j) / chunk_bytes) * 2048 + 8 * size_t{server_bits_[j]};
-    std::copy(v, v + 8, out.data() + 8 * j);
-  }
-  for (size_t k = static_cast<size_t>(full_bytes) * 8; k < d_; ++k) {
-    const float cr = c_[k / (D_ / n_)];
-    out[k] = (server_bits_[k / 8] >> (7 - k % 8)) & 1u ? cr : -cr;
-  }
+  // phase 2 and decodes it the same way.
+  cpu::onebit_decode(server_bits_.data(), c_.data(), n_, D_, d_, out.data());
 }
 
 }  // namespace bitlab

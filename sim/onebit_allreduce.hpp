@@ -82,7 +82,6 @@ class OneBitAllreduce {
   std::vector<uint8_t> server_bits_;  // D/8: chunk r at r·D/(8n)
   std::vector<float> a_, c_;          // worker and server scales
   std::vector<float> acc_;            // D: the servers' sums over workers
-  std::vector<float> expand_;         // n × 256 × 8: sign byte -> 8 values ±a_i
 };
 
 }  // namespace bitlab

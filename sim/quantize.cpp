@@ -9,70 +9,11 @@
 #include <stdexcept>
 
 #include "sim/float16.hpp"
+#include "sim/kernels/quantize_elements.hpp"
+#include "sim/kernels/reference.hpp"
 
 namespace bitlab {
 namespace {
-
-// Round to nearest, ties to even, for |v| < 2^22 (and NaN stays NaN): adding
-// 1.5·2^23 pushes the fraction bits out under the default rounding mode. It
-// vectorises without SSE4.1 (std::nearbyint would be a libm call per element
-// on baseline x86-64). Needs IEEE semantics: the build must not use
-// -ffast-math (it does not). Larger |v| only occur for clipped fp16 scales
-// and are clamped right after.
-constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23
-inline float round_half_even(float v) {
-  return (v + kRoundMagic) - kRoundMagic;
-}
-
-// max |x| over a span, on the bit patterns: for non-negative floats the
-// integer order is the float order, and the integer max reduction vectorises
-// (a float max does not without -ffast-math). A NaN compares above inf, so it
-// propagates into M.
-inline float max_abs(const float* x, size_t n) {
-  uint32_t m = 0;
-  for (size_t k = 0; k < n; ++k) m = std::max(m, std::bit_cast<uint32_t>(x[k]) & 0x7FFFFFFFu);
-  return std::bit_cast<float>(m);
-}
-
-// The group scale as the receiver sees it (fp32: M itself; fp16: M rounded
-// up to fp16, saturating at 65504; NaN stays NaN).
-inline float wire_scale(float m, bool fp16, uint16_t* half_bits) {
-  if (!fp16) return m;
-  uint16_t h = float_to_half_bits(m);
-  if (half_bits_to_float(h) < m) ++h;  // next fp16 above (m > 0 here)
-  // Finite M above 65504 saturates; an inf or NaN M is kept (the group
-  // decodes to non-finite values, so divergence stays visible).
-  if (h == 0x7C00u && !std::isinf(m)) h = 0x7BFFu;
-  *half_bits = h;
-  return half_bits_to_float(h);
-}
-
-struct GroupCoder {
-  float half_range;  // 2^(b-1)
-  float lo, hi;      // -2^(b-1), 2^(b-1) - 1
-
-  explicit GroupCoder(int bits)
-      : half_range(static_cast<float>(1 << (bits - 1))),
-        lo(-static_cast<float>(1 << (bits - 1))),
-        hi(static_cast<float>((1 << (bits - 1)) - 1)) {}
-
-  // Clamp written so that a NaN maps to lo (deterministic, and a NaN code can
-  // never reach the integer conversion); the group's NaN scale makes Q NaN.
-  float clamp(float q) const {
-    q = q > lo ? q : lo;
-    return q < hi ? q : hi;
-  }
-  float nearest(float y, float m) const { return clamp(round_half_even(y / m * half_range)); }
-  // floor(v) + [u < v - floor(v)] with u = draw·2^-24 ∈ [0, 1): P(round up)
-  // = frac(v) up to 2^-24.
-  float stochastic(float y, float m, uint32_t draw) const {
-    const float v = y / m * half_range;
-    float f = round_half_even(v);
-    f = f > v ? f - 1.0f : f;
-    const float u = static_cast<float>(draw >> 8) * (1.0f / 16777216.0f);
-    return clamp(f + (u < v - f ? 1.0f : 0.0f));
-  }
-};
 
 // Stochastic codes of y[0, len) in chunks: the draws of a chunk are made in
 // a loop of their own (lane 0 of rng.block(first_index + k)), which the
@@ -156,7 +97,13 @@ int64_t quantize_wire_bytes(size_t n, const QuantizeSpec& spec) {
 void quantize_dequantize(std::span<const float> x, std::span<float> out, const QuantizeSpec& spec,
                          const RngStream& rng, uint64_t first_index) {
   check_spec(spec);
-  const size_t n = x.size();
+  cpu::quantize_groups(x.data(), x.size(), out.data(), spec, rng, first_index);
+}
+
+// The CPU reference of the CUDA quantizer (declared in sim/kernels/reference.hpp,
+// defined here beside its helpers).
+void cpu::quantize_groups(const float* xp, size_t n, float* outp, const QuantizeSpec& spec,
+                          const RngStream& rng, uint64_t first_index) {
   const size_t g = spec.group_size;
   const int64_t groups = static_cast<int64_t>(quantize_groups(n, spec));
   const GroupCoder coder(spec.bits);
@@ -168,8 +115,8 @@ void quantize_dequantize(std::span<const float> x, std::span<float> out, const Q
   for (int64_t j = 0; j < groups; ++j) {
     const size_t begin = static_cast<size_t>(j) * g;
     const size_t len = std::min(g, n - begin);
-    const float* y = x.data() + begin;
-    float* o = out.data() + begin;
+    const float* y = xp + begin;
+    float* o = outp + begin;
     uint16_t unused;
     const float m = wire_scale(max_abs(y, len), spec.fp16_scale, &unused);
     if (m == 0.0f) {  // all-zero group (fp16: only when M itself is 0)

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <span>
 
+#include "sim/kernels/hd.hpp"
+
 namespace bitlab {
 
 // Why a stream is drawn. Adding a purpose never changes the numbers of another.
@@ -36,7 +38,8 @@ inline constexpr uint64_t splitmix64(uint64_t x) {
 
 using PhiloxBlock = std::array<uint32_t, 4>;
 
-inline PhiloxBlock philox4x32_10(PhiloxBlock ctr, std::array<uint32_t, 2> key) {
+// BITLAB_HD: the CUDA kernels (sim/cuda/) draw with this very code.
+BITLAB_HD inline PhiloxBlock philox4x32_10(PhiloxBlock ctr, std::array<uint32_t, 2> key) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
   for (int round = 0; round < 10; ++round) {
@@ -51,7 +54,7 @@ inline PhiloxBlock philox4x32_10(PhiloxBlock ctr, std::array<uint32_t, 2> key) {
 }
 
 // Uniform in (0, 1]: never 0, so log() is safe. 24 random bits.
-inline float u32_to_unit_open0(uint32_t u) {
+BITLAB_HD inline float u32_to_unit_open0(uint32_t u) {
   return static_cast<float>((u >> 8) + 1u) * (1.0f / 16777216.0f);
 }
 // Uniform in [0, 1) with 53 random bits from two words.
@@ -73,7 +76,8 @@ class RngStream {
     key_ = {static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32)};
   }
 
-  PhiloxBlock block(uint64_t i) const {
+  // Trivially copyable, so a kernel takes the stream by value and calls this.
+  BITLAB_HD PhiloxBlock block(uint64_t i) const {
     return philox4x32_10({static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), worker_, step_},
                          key_);
   }

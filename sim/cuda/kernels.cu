@@ -1,0 +1,421 @@
+// CUDA kernels of the compressed optimizers; see kernels.hpp for the contract
+// and sim/kernels/reference.hpp for the CPU twins. One translation unit (nvcc
+// is slow; CI builds it on 2 cores). Compiled with -fmad=false (no FMA
+// contraction: the CPU rounds a·b and then +c) and nvcc's default IEEE
+// division and square root.
+//
+// Conventions (the same as the CPU's, reference.hpp): element k of a sign
+// image is bit 7 − (k & 7) of byte k >> 3; norms sum squares in double per
+// block of 4096 elements counted from the buffer's start.
+//
+// Launch shapes: elementwise kernels use a grid-stride loop over size_t
+// indices (no 32-bit overflow at 2^31+ elements); the norm kernels use one
+// thread block of kThreads per 4096-element block.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "sim/cuda/kernels.hpp"
+#include "sim/kernels/reference.hpp"
+
+namespace bitlab::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr size_t kBlock = cpu::kNormBlock;  // 4096 elements
+constexpr size_t kBlockBytes = kBlock / 8;  // 512 sign bytes
+static_assert(kBlock % (8 * kThreads) == 0, "a thread handles whole bytes of one block");
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(err));
+  }
+}
+void check_launch(const char* kernel) {
+  check(cudaGetLastError(), kernel);
+}
+
+// Blocks for a grid-stride loop over n items: enough to fill the device,
+// never more than the items need.
+unsigned grid_for(size_t n) {
+  const size_t want = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(want, 132 * 32)));
+}
+
+// The per-block partial sums of squares (doubles), grown on demand. Kernels
+// on the default stream run in order, so one buffer serves every call.
+double* partials(size_t count) {
+  static double* buf = nullptr;
+  static size_t cap = 0;
+  if (count > cap) {
+    if (buf) check(cudaFree(buf), "cudaFree(partials)");
+    check(cudaMalloc(&buf, count * sizeof(double)), "cudaMalloc(partials)");
+    cap = count;
+  }
+  return buf;
+}
+
+// Sum of v over the thread block (kThreads threads), valid in thread 0.
+__device__ double block_sum(double v) {
+  __shared__ double sh[kThreads];
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  return sh[0];
+}
+
+// Worker side, pass 1: e[k] += b[k] for k < d (padding k ≥ d is left as is:
+// adding +0 would turn a −0 error into +0, which the CPU does not do), and
+// partial[blk] = Σ e[k]² in double over block blk of 4096 elements.
+__global__ void worker_add_sumsq(const float* __restrict__ b, size_t d, float* __restrict__ e,
+                                 size_t D, double* __restrict__ partial) {
+  const size_t lo = static_cast<size_t>(blockIdx.x) * kBlock;
+  const size_t hi = min(D, lo + kBlock);
+  double ss = 0.0;
+  for (size_t k = lo + threadIdx.x; k < hi; k += kThreads) {
+    float u = e[k];
+    if (k < d) {
+      u += b[k];
+      e[k] = u;
+    }
+    ss += static_cast<double>(u) * static_cast<double>(u);
+  }
+  const double total = block_sum(ss);
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
+}
+
+// *scale = float(sqrt(Σ partial / count)), one thread block.
+__global__ void finalize_scale(const double* __restrict__ partial, size_t blocks, double count,
+                               float* __restrict__ scale) {
+  double s = 0.0;
+  for (size_t j = threadIdx.x; j < blocks; j += kThreads) s += partial[j];
+  const double total = block_sum(s);
+  if (threadIdx.x == 0) *scale = static_cast<float>(sqrt(total / count));
+}
+
+// bits = sign(u) MSB first (u ≥ 0 ⇒ 1; NaN ⇒ 0) and u −= a·sign(u), one
+// byte (8 elements) per iteration; len is a multiple of 8.
+__global__ void pack_subtract(float* __restrict__ u, size_t len, const float* __restrict__ scale,
+                              uint8_t* __restrict__ bits) {
+  const float a = *scale;
+  const size_t bytes = len / 8;
+  for (size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; j < bytes;
+       j += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    float* p = u + 8 * j;
+    unsigned byte = 0;
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+      const float v = p[t];
+      const bool pos = v >= 0.0f;
+      byte |= static_cast<unsigned>(pos) << (7 - t);
+      p[t] = v - (pos ? a : -a);
+    }
+    bits[j] = static_cast<uint8_t>(byte);
+  }
+}
+
+// Server side, pass 1, block blk of 4096 elements of the server's chunk: per
+// element y = Σ_{i=0..n−1} ±a_i (fp32, from 0, in worker order, in registers),
+// s ← s + y/n, partial[blk] = Σ s² in double.
+__global__ void server_accumulate(const uint8_t* __restrict__ bits, size_t bits_stride,
+                                  const float* __restrict__ scales, int n, size_t chunk,
+                                  float* __restrict__ s, double* __restrict__ partial) {
+  const size_t chunk_bytes = chunk / 8;
+  const size_t first = static_cast<size_t>(blockIdx.x) * kBlockBytes;
+  const size_t last = min(chunk_bytes, first + kBlockBytes);
+  const float nf = static_cast<float>(n);
+  double ss = 0.0;
+  for (size_t j = first + threadIdx.x; j < last; j += kThreads) {
+    float y[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int i = 0; i < n; ++i) {
+      const unsigned byte = bits[static_cast<size_t>(i) * bits_stride + j];
+      const float a = scales[i];
+#pragma unroll
+      for (int t = 0; t < 8; ++t) y[t] += (byte >> (7 - t)) & 1u ? a : -a;
+    }
+    float* p = s + 8 * j;
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+      const float v = p[t] + y[t] / nf;
+      p[t] = v;
+      ss += static_cast<double>(v) * static_cast<double>(v);
+    }
+  }
+  const double total = block_sum(ss);
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
+}
+
+// out[k] = ±c_r for k < d, r = k / chunk.
+__global__ void decode_kernel(const uint8_t* __restrict__ bits, const float* __restrict__ scales,
+                              size_t chunk, size_t d, float* __restrict__ out) {
+  for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < d;
+       k += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const float c = scales[k / chunk];
+    out[k] = (bits[k >> 3] >> (7 - (k & 7))) & 1u ? c : -c;
+  }
+}
+
+__global__ void adam_kernel(float* __restrict__ x, float* __restrict__ m, float* __restrict__ v,
+                            const float* __restrict__ g, size_t d, AdamCoeffs c) {
+  for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < d;
+       k += static_cast<size_t>(gridDim.x) * blockDim.x)
+    adam_step_element(x[k], m[k], v[k], g[k], c);
+}
+
+__global__ void onebit_momentum_kernel(const float* __restrict__ m, const float* __restrict__ g,
+                                       size_t d, float* __restrict__ mw, AdamCoeffs c) {
+  for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < d;
+       k += static_cast<size_t>(gridDim.x) * blockDim.x)
+    mw[k] = onebit_adam_local_momentum(m[k], g[k], c);
+}
+
+__global__ void onebit_update_kernel(float* __restrict__ x, float* __restrict__ m,
+                                     const float* __restrict__ v, const float* __restrict__ mask,
+                                     size_t d, AdamCoeffs c) {
+  for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < d;
+       k += static_cast<size_t>(gridDim.x) * blockDim.x)
+    onebit_adam_update_element(x[k], m[k], v[k], mask ? mask + k : nullptr, c);
+}
+
+__global__ void zero_one_local_kernel(float* __restrict__ x, float* __restrict__ m,
+                                      float* __restrict__ u, const float* __restrict__ g,
+                                      const float* __restrict__ den, size_t d,
+                                      ZeroOneLocalCoeffs c) {
+  for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < d;
+       k += static_cast<size_t>(gridDim.x) * blockDim.x)
+    zero_one_local_element(x[k], m[k], u[k], g[k], den[k], c);
+}
+
+__global__ void zero_one_scale_kernel(float* __restrict__ u, const float* __restrict__ den,
+                                      size_t d) {
+  for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < d;
+       k += static_cast<size_t>(gridDim.x) * blockDim.x)
+    u[k] *= den[k];
+}
+
+__global__ void zero_one_sync_kernel(float* __restrict__ m0, float* __restrict__ x,
+                                     const float* __restrict__ ubar, const float* __restrict__ den,
+                                     size_t d, double lrs) {
+  for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < d;
+       k += static_cast<size_t>(gridDim.x) * blockDim.x)
+    zero_one_sync_element(m0[k], x[k], ubar[k], den[k], lrs);
+}
+
+// One byte (8 elements, Philox blocks 2j and 2j+1) per iteration, as
+// cpu::binarize_pack; unused low bits of the last byte are 0.
+__global__ void binarize_kernel(const float* __restrict__ z, size_t d, RngStream rng,
+                                uint8_t* __restrict__ bits) {
+  const size_t bytes = (d + 7) / 8;
+  for (size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; j < bytes;
+       j += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const PhiloxBlock r0 = rng.block(2 * j), r1 = rng.block(2 * j + 1);
+    const uint32_t draws[8] = {r0[0], r0[1], r0[2], r0[3], r1[0], r1[1], r1[2], r1[3]};
+    unsigned byte = 0;
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+      if (8 * j + t < d)
+        byte |= static_cast<unsigned>(binarize_one(z[8 * j + t], draws[t])) << (7 - t);
+    }
+    bits[j] = static_cast<uint8_t>(byte);
+  }
+}
+
+constexpr int kQuantThreads = 128;
+
+// One group of g elements per iteration of a thread block: M = max |y| over
+// the group (on the bit patterns, as the CPU's max_abs), the wire scale, then
+// each thread quantizes its own elements. x and out may alias: every read of
+// the group for M happens before the barrier that precedes any write, and an
+// element is read and written by the same thread.
+__global__ void quantize_kernel(const float* x, size_t n, float* out, size_t g, int bits,
+                                bool stochastic, bool fp16, RngStream rng, uint64_t first_index) {
+  __shared__ uint32_t sh[kQuantThreads];
+  const GroupCoder coder(bits);
+  const float inv_half = 1.0f / coder.half_range;  // exact: a power of two
+  const size_t groups = (n + g - 1) / g;
+  for (size_t j = blockIdx.x; j < groups; j += gridDim.x) {
+    const size_t begin = j * g, len = min(g, n - begin);
+    uint32_t mb = 0;
+    for (size_t k = threadIdx.x; k < len; k += kQuantThreads) {
+      const uint32_t a = abs_bits(x[begin + k]);
+      mb = a > mb ? a : mb;
+    }
+    sh[threadIdx.x] = mb;
+    __syncthreads();
+    for (int w = kQuantThreads / 2; w > 0; w /= 2) {
+      if (threadIdx.x < w && sh[threadIdx.x + w] > sh[threadIdx.x])
+        sh[threadIdx.x] = sh[threadIdx.x + w];
+      __syncthreads();
+    }
+    uint16_t unused;
+    const float m = wire_scale(std::bit_cast<float>(sh[0]), fp16, &unused);
+    __syncthreads();  // sh[0] is read by all before the next group overwrites it
+    if (m == 0.0f) {  // all-zero group
+      for (size_t k = threadIdx.x; k < len; k += kQuantThreads) out[begin + k] = 0.0f;
+      continue;
+    }
+    const float step = m * inv_half;
+    for (size_t k = threadIdx.x; k < len; k += kQuantThreads) {
+      const uint32_t draw = stochastic ? rng.block(first_index + begin + k)[0] : 0u;
+      out[begin + k] = quantize_element(coder, x[begin + k], m, step, stochastic, draw);
+    }
+  }
+}
+
+__global__ void ema_error_kernel(float* __restrict__ e, const float* __restrict__ h,
+                                 const float* __restrict__ ch, size_t n, float b, float c) {
+  for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<size_t>(gridDim.x) * blockDim.x)
+    e[k] = ema_error_element(e[k], h[k], ch[k], b, c);
+}
+
+__global__ void fp16_kernel(const float* __restrict__ x, size_t n, uint16_t* __restrict__ out) {
+  for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<size_t>(gridDim.x) * blockDim.x)
+    out[k] = __half_as_ushort(__float2half_rn(x[k]));
+}
+
+}  // namespace
+
+bool device_available(std::string* why) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(err);
+    cudaGetLastError();  // clear it, so that later calls do not report it again
+    return false;
+  }
+  if (count == 0) {
+    if (why) *why = "cudaGetDeviceCount: 0 devices";
+    return false;
+  }
+  return true;
+}
+
+std::string device_name() {
+  cudaDeviceProp p{};
+  check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+  return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ")";
+}
+
+void* device_alloc(size_t bytes) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes), "cudaMalloc");
+  return p;
+}
+void device_free(void* p) {
+  cudaFree(p);
+}
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device");
+}
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+}
+void device_memset(void* p, int value, size_t bytes) {
+  check(cudaMemset(p, value, bytes), "cudaMemset");
+}
+void device_synchronize() {
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+void onebit_worker_compress(const float* b, size_t d, float* e, size_t D, uint8_t* bits,
+                            float* scale) {
+  const size_t blocks = (D + kBlock - 1) / kBlock;
+  double* part = partials(blocks);
+  worker_add_sumsq<<<static_cast<unsigned>(blocks), kThreads>>>(b, d, e, D, part);
+  check_launch("worker_add_sumsq");
+  finalize_scale<<<1, kThreads>>>(part, blocks, static_cast<double>(D), scale);
+  check_launch("finalize_scale");
+  pack_subtract<<<grid_for(D / 8), kThreads>>>(e, D, scale, bits);
+  check_launch("pack_subtract");
+}
+
+void onebit_server_reduce(const uint8_t* bits, size_t bits_stride, const float* scales, int n,
+                          size_t chunk, float* s, float* /*acc: sums stay in registers*/,
+                          uint8_t* out_bits, float* out_scale) {
+  const size_t blocks = (chunk + kBlock - 1) / kBlock;
+  double* part = partials(blocks);
+  server_accumulate<<<static_cast<unsigned>(blocks), kThreads>>>(bits, bits_stride, scales, n,
+                                                                 chunk, s, part);
+  check_launch("server_accumulate");
+  finalize_scale<<<1, kThreads>>>(part, blocks, static_cast<double>(chunk), out_scale);
+  check_launch("finalize_scale");
+  pack_subtract<<<grid_for(chunk / 8), kThreads>>>(s, chunk, out_scale, out_bits);
+  check_launch("pack_subtract");
+}
+
+void onebit_decode(const uint8_t* server_bits, const float* server_scales, int n, size_t D,
+                   size_t d, float* out) {
+  decode_kernel<<<grid_for(d), kThreads>>>(server_bits, server_scales, D / n, d, out);
+  check_launch("decode_kernel");
+}
+
+void adam_update(float* x, float* m, float* v, const float* g, size_t d, const AdamCoeffs& c) {
+  adam_kernel<<<grid_for(d), kThreads>>>(x, m, v, g, d, c);
+  check_launch("adam_kernel");
+}
+
+void onebit_adam_momentum(const float* m, const float* g, size_t d, float* m_worker,
+                          const AdamCoeffs& c) {
+  onebit_momentum_kernel<<<grid_for(d), kThreads>>>(m, g, d, m_worker, c);
+  check_launch("onebit_momentum_kernel");
+}
+
+void onebit_adam_update(float* x, float* m, const float* v, const float* mask, size_t d,
+                        const AdamCoeffs& c) {
+  onebit_update_kernel<<<grid_for(d), kThreads>>>(x, m, v, mask, d, c);
+  check_launch("onebit_update_kernel");
+}
+
+void zero_one_local_step(float* x, float* m, float* u, const float* g, const float* den, size_t d,
+                         const ZeroOneLocalCoeffs& c) {
+  zero_one_local_kernel<<<grid_for(d), kThreads>>>(x, m, u, g, den, d, c);
+  check_launch("zero_one_local_kernel");
+}
+
+void zero_one_scale_u(float* u, const float* den, size_t d) {
+  zero_one_scale_kernel<<<grid_for(d), kThreads>>>(u, den, d);
+  check_launch("zero_one_scale_kernel");
+}
+
+void zero_one_sync(float* m0, float* x, const float* ubar, const float* den, size_t d, double lrs) {
+  zero_one_sync_kernel<<<grid_for(d), kThreads>>>(m0, x, ubar, den, d, lrs);
+  check_launch("zero_one_sync_kernel");
+}
+
+void binarize_pack(const float* z, size_t d, const RngStream& rng, uint8_t* bits) {
+  binarize_kernel<<<grid_for((d + 7) / 8), kThreads>>>(z, d, rng, bits);
+  check_launch("binarize_kernel");
+}
+
+void quantize_groups(const float* x, size_t n, float* out, const QuantizeSpec& spec,
+                     const RngStream& rng, uint64_t first_index) {
+  if (spec.bits < 1 || spec.bits > 8 || spec.group_size < 1)
+    throw std::invalid_argument(
+        "cuda::quantize_groups: bits must be in [1, 8] and group_size >= 1");
+  if (n == 0) return;
+  const size_t groups = (n + spec.group_size - 1) / spec.group_size;
+  const unsigned grid = static_cast<unsigned>(std::min<size_t>(groups, 132 * 64));
+  quantize_kernel<<<grid, kQuantThreads>>>(x, n, out, spec.group_size, spec.bits, spec.stochastic,
+                                           spec.fp16_scale, rng, first_index);
+  check_launch("quantize_kernel");
+}
+
+void ema_error_update(float* e, const float* h, const float* ch, size_t n, float beta) {
+  ema_error_kernel<<<grid_for(n), kThreads>>>(e, h, ch, n, beta, 1.0f - beta);
+  check_launch("ema_error_kernel");
+}
+
+void fp32_to_fp16(const float* x, size_t n, uint16_t* out) {
+  fp16_kernel<<<grid_for(n), kThreads>>>(x, n, out);
+  check_launch("fp16_kernel");
+}
+
+}  // namespace bitlab::cuda

@@ -1,0 +1,29 @@
+// CPU references of the CUDA kernels (sim/cuda/kernels.hpp): plain functions
+// over raw pointers that *are* the simulator's code path — OneBitAllreduce,
+// Adam, 1-bit Adam, 0/1 Adam and the binarize compressor call them — and that
+// the kernels in namespace bitlab::cuda mirror signature for signature (with
+// device pointers). Layout conventions shared by both sides:
+//   - packed signs: element k is bit (7 − k mod 8) of byte k/8 (MSB first),
+//     bit set = +1, sign(0) = sign(−0) = +1, NaN packs as −1;
+//   - norms: sum of squares in double over fixed blocks of 4096 elements
+//     starting at the buffer's first element, then over the blocks;
+//   - random draws: element k uses lane k mod 4 of rng.block(k/4).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "sim/kernels/elements.hpp"
+#include "sim/kernels/quantize_elements.hpp"
+#include "sim/quantize.hpp"
+#include "sim/rng.hpp"
+
+namespace bitlab::cpu {
+
+// Elements per block of the fixed-order sums of squares.
+inline constexpr size_t kNormBlock = 4096;
+
+// The references (host pointers); the documentation is in kernel_api.inc.
+#include "sim/kernels/kernel_api.inc"
+
+}  // namespace bitlab::cpu
