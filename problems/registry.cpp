@@ -1,4 +1,5 @@
 // The problems `bitlab` knows by name, in the order `bitlab list` shows them.
+#include "problems/real_problems.hpp"
 #include "problems/synthetic.hpp"
 
 namespace bitlab {
@@ -9,6 +10,9 @@ const std::vector<RegistryEntry<Problem>>& problem_registry() {
       least_squares_entry(),
       logistic_entry(),
       mlp_entry(),
+      softmax_regression_entry(),
+      deep_mlp_entry(),
+      cnn_entry(),
   };
   return registry;
 }
