@@ -297,7 +297,7 @@ DatasetSplit load_dataset(const DatasetOptions& o) {
     out.train = take_rows(train, subsample(train.labels.size(), o.train_samples, rng,
                                            "train_samples"));
     out.test = take_rows(test, subsample(test.labels.size(), o.test_samples, rng, "test_samples"));
-    for (Samples* s : {&out.train, &out.test}) s->x *= 1.0f / 255.0f;
+    for (Samples* s : {&out.train, &out.test}) s->x /= 255.0f;
     out.classes = 10;
     out.height = out.width = 28;
     return out;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "gradient_check.hpp"
 #include "problems/problem.hpp"
 #include "sim/config.hpp"
 #include "sim/rng.hpp"
@@ -44,12 +45,6 @@ std::vector<Json> small_cases() {
        {"test_samples", 40},
        {"train_eval_samples", 32}},
   };
-}
-
-double loss_at(const Problem& p, std::span<const float> x, std::span<const uint32_t> batch,
-               Workspace& ws) {
-  std::vector<float> g(p.dim());
-  return p.loss_grad(x, batch, g, RngStream(0, Purpose::kGradNoise), ws);
 }
 
 }  // namespace
@@ -92,30 +87,9 @@ TEST_SUITE("real_problems") {
         coords.push_back(t.offset + t.size - 1);
         for (int r = 0; r < 3; ++r) coords.push_back(t.offset + pick.next_below(t.size));
       }
-      for (const size_t k : coords) {
-        auto xp = x, xm = x;
-        xp[k] = static_cast<float>(x[k] + kH);
-        xm[k] = static_cast<float>(x[k] - kH);
-        const double fd = (loss_at(*p, xp, batch, *ws) - loss_at(*p, xm, batch, *ws)) /
-                          (static_cast<double>(xp[k]) - xm[k]);
-        CHECK_MESSAGE(std::abs(fd - g[k]) <= kRel * std::abs(g[k]) + kAbs,
-                      "coordinate " << k << ": fd " << fd << " vs grad " << g[k]);
-      }
-      // A random direction covers every coordinate at once.
-      std::vector<float> v(p->dim()), xp(p->dim()), xm(p->dim());
+      std::vector<float> v(p->dim());
       fill_normal(RngStream(19, Purpose::kTest), v, 1.0f);
-      double applied = 0.0, norm_sq = 0.0;
-      for (size_t i = 0; i < v.size(); ++i) {
-        xp[i] = static_cast<float>(x[i] + kH * v[i]);
-        xm[i] = static_cast<float>(x[i] - kH * v[i]);
-        const double step = double(xp[i]) - xm[i];
-        applied += g[i] * step;
-        norm_sq += step * step;
-      }
-      const double fd_dir = loss_at(*p, xp, batch, *ws) - loss_at(*p, xm, batch, *ws);
-      const double scale = std::sqrt(norm_sq);
-      CHECK_MESSAGE(std::abs(fd_dir - applied) / scale <= kRel * std::abs(applied) / scale + kAbs,
-                    "direction: fd " << fd_dir << " vs g·Δ " << applied);
+      testing::check_gradient_fd(*p, x, batch, g, coords, v, {kH, kRel, kAbs}, *ws);
     }
   }
 
