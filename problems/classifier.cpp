@@ -9,10 +9,10 @@ namespace bitlab {
 
 ClassifierProblem::ClassifierProblem(const DatasetOptions& o)
     : data_(load_dataset(o)),
-      train_eval_samples_(o.train_eval_samples > 0
-                              ? std::min(static_cast<size_t>(o.train_eval_samples),
-                                         data_.train.count())
-                              : data_.train.count()) {}
+      train_eval_samples_(
+          o.train_eval_samples > 0
+              ? std::min(static_cast<size_t>(o.train_eval_samples), data_.train.count())
+              : data_.train.count()) {}
 
 double log_sum_exp_row(const float* logits, Eigen::Index classes) {
   double m = logits[0];

@@ -31,11 +31,10 @@ Schema<CnnOptions> CnnOptions::schema() {
   Schema<O> s;
   add_dataset_fields(s, {"fashion_mnist"})
       .field("channels", &O::channels, "output channels of the two 5×5 convolutions",
-             {Rule<std::vector<int64_t>>{
-                 [](const std::vector<int64_t>& c) {
-                   return c.size() == 2 && c[0] >= 1 && c[1] >= 1;
-                 },
-                 "must be two channel counts >= 1"}});
+             {Rule<std::vector<int64_t>>{[](const std::vector<int64_t>& c) {
+                                           return c.size() == 2 && c[0] >= 1 && c[1] >= 1;
+                                         },
+                                         "must be two channel counts >= 1"}});
   return s;
 }
 
@@ -79,8 +78,8 @@ void im2col(const float* in, Eigen::Index n, Eigen::Index h, Eigen::Index w, Eig
 }
 
 // The adjoint of im2col: adds each column row back onto its input patch.
-void col2im(const RowMatrixF& cols, Eigen::Index n, Eigen::Index h, Eigen::Index w,
-            Eigen::Index c, float* in) {
+void col2im(const RowMatrixF& cols, Eigen::Index n, Eigen::Index h, Eigen::Index w, Eigen::Index c,
+            float* in) {
   const Eigen::Index ho = h - kKernel + 1, wo = w - kKernel + 1, span = kKernel * c;
   std::memset(in, 0, sizeof(float) * size_t(n * h * w * c));
   for (Eigen::Index s = 0; s < n; ++s) {
@@ -98,8 +97,8 @@ void col2im(const RowMatrixF& cols, Eigen::Index n, Eigen::Index h, Eigen::Index
 }
 
 // 2×2 max pool, stride 2, of n maps h × w × c (NHWC) in `in`.
-void max_pool(const RowMatrixF& in, Eigen::Index n, Eigen::Index h, Eigen::Index w,
-              RowMatrixF& out, std::vector<int32_t>& argmax) {
+void max_pool(const RowMatrixF& in, Eigen::Index n, Eigen::Index h, Eigen::Index w, RowMatrixF& out,
+              std::vector<int32_t>& argmax) {
   const Eigen::Index c = in.cols(), ho = h / 2, wo = w / 2;
   out.resize(n * ho * wo, c);
   argmax.resize(size_t(out.size()));
@@ -126,8 +125,7 @@ void max_pool(const RowMatrixF& in, Eigen::Index n, Eigen::Index h, Eigen::Index
 
 class Cnn final : public ClassifierProblem {
  public:
-  explicit Cnn(const CnnOptions& o)
-      : ClassifierProblem(o), c1_(o.channels[0]), c2_(o.channels[1]) {
+  explicit Cnn(const CnnOptions& o) : ClassifierProblem(o), c1_(o.channels[0]), c2_(o.channels[1]) {
     h0_ = data_.height;
     h1_ = h0_ - kKernel + 1;  // 24
     p1_ = h1_ / 2;            // 12

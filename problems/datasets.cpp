@@ -28,8 +28,8 @@ std::string package_of(const std::string& dataset) {
 // The whole (decompressed) content of a gz or plain file.
 std::string read_file_gz(const std::string& path, const std::string& package) {
   if (!fs::exists(path)) {
-    data_fail(path, "not found; install the Debian package " + package +
-                        " (sudo apt-get install " + package +
+    data_fail(path, "not found; install the Debian package " + package + " (sudo apt-get install " +
+                        package +
                         ", or ./setup.sh) or point problem.data_dir at a folder holding it");
   }
   gzFile f = gzopen(path.c_str(), "rb");
@@ -62,8 +62,8 @@ uint32_t big_endian_u32(const std::string& bytes, size_t at) {
 }
 
 // Header of an IDX file: magic, then one big-endian u32 per dimension.
-std::vector<uint32_t> idx_header(const std::string& bytes, const std::string& path,
-                                 uint32_t magic, size_t dims) {
+std::vector<uint32_t> idx_header(const std::string& bytes, const std::string& path, uint32_t magic,
+                                 size_t dims) {
   const size_t header = 4 * (1 + dims);
   if (bytes.size() < header) {
     data_fail(path, "truncated: " + std::to_string(bytes.size()) +
@@ -155,9 +155,7 @@ RawDataset read_sklearn_csv(const std::string& path, int features, int classes, 
     }
     return f;
   };
-  const auto where = [&](size_t line_index) {
-    return path + ":" + std::to_string(line_index + 1);
-  };
+  const auto where = [&](size_t line_index) { return path + ":" + std::to_string(line_index + 1); };
   const auto number = [&](std::string_view cell, size_t line_index, size_t column) {
     double v = 0.0;
     const auto [end, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), v);
@@ -294,8 +292,8 @@ DatasetSplit load_dataset(const DatasetOptions& o) {
         read_idx_pair(path("train-images-idx3-ubyte.gz"), path("train-labels-idx1-ubyte.gz"));
     const RawDataset test =
         read_idx_pair(path("t10k-images-idx3-ubyte.gz"), path("t10k-labels-idx1-ubyte.gz"));
-    out.train = take_rows(train, subsample(train.labels.size(), o.train_samples, rng,
-                                           "train_samples"));
+    out.train =
+        take_rows(train, subsample(train.labels.size(), o.train_samples, rng, "train_samples"));
     out.test = take_rows(test, subsample(test.labels.size(), o.test_samples, rng, "test_samples"));
     for (Samples* s : {&out.train, &out.test}) s->x /= 255.0f;
     out.classes = 10;

@@ -1,6 +1,6 @@
 // Real data sets read from the files Debian packages ship (no downloads):
 //
-//   fashion_mnist  /usr/share/datasets/fashion-mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz
+//   fashion_mnist /usr/share/datasets/fashion-mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz
 //                  (package dataset-fashion-mnist): 60 000 + 10 000 images 28×28, 10 classes
 //   digits         <sklearn>/digits.csv.gz        1797 × 64 (8×8 images, 0..16), 10 classes
 //   breast_cancer  <sklearn>/breast_cancer.csv    569 × 30, 2 classes (0 malignant, 1 benign)
@@ -29,8 +29,8 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "problems/synthetic.hpp"
@@ -39,7 +39,8 @@
 namespace bitlab {
 
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
-inline constexpr const char* kSklearnDataDir = "/usr/lib/python3/dist-packages/sklearn/datasets/data";
+inline constexpr const char* kSklearnDataDir =
+    "/usr/lib/python3/dist-packages/sklearn/datasets/data";
 
 // The data options every real problem shares.
 struct DatasetOptions {

@@ -76,8 +76,7 @@ class DenseClassifier final : public ClassifierProblem {
     tensors_ = make_tensors(parts);
   }
   explicit DenseClassifier(const SoftmaxRegressionOptions& o) : DenseClassifier(o, {}, "relu") {}
-  explicit DenseClassifier(const DeepMlpOptions& o)
-      : DenseClassifier(o, o.widths, o.activation) {}
+  explicit DenseClassifier(const DeepMlpOptions& o) : DenseClassifier(o, o.widths, o.activation) {}
 
   size_t dim() const override { return tensors_.back().offset + tensors_.back().size; }
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }

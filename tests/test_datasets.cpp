@@ -83,7 +83,8 @@ std::string wine_csv() {
 }  // namespace
 
 TEST_SUITE("datasets") {
-  TEST_CASE("the scikit-learn sets load with their shapes, a stratified split and standardisation") {
+  TEST_CASE(
+      "the scikit-learn sets load with their shapes, a stratified split and standardisation") {
     struct Expect {
       const char* name;
       Eigen::Index rows, features;
@@ -214,7 +215,8 @@ TEST_SUITE("datasets") {
     const auto load = [&] { load_dataset(options("wine", tmp.path.string())); };
     const std::string good = wine_csv();
     write_plain(wine, good);
-    CHECK(load_dataset(options("wine", tmp.path.string())).train.count() == 133);  // 178 − (15 + 18 + 12) held out
+    CHECK(load_dataset(options("wine", tmp.path.string())).train.count() ==
+          133);  // 178 − (15 + 18 + 12) held out
 
     SUBCASE("missing: names the file and the package") {
       fs::remove(wine);
@@ -224,8 +226,8 @@ TEST_SUITE("datasets") {
       std::string bad = good;
       bad.replace(bad.find("14.23"), 5, "14.x3");
       write_plain(wine, bad);
-      CHECK(error_of(load) == "data file " + wine.string() +
-                                  ":2: column 1: \"14.x3\" is not a number");
+      CHECK(error_of(load) ==
+            "data file " + wine.string() + ":2: column 1: \"14.x3\" is not a number");
     }
     SUBCASE("a row with a field missing") {
       std::string bad = good;

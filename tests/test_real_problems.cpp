@@ -152,12 +152,13 @@ TEST_SUITE("real_problems") {
           "none)");
     CHECK(resolve_error({{"name", "cnn"}, {"dataset", "digits"}}) ==
           "problem.dataset = \"digits\": must be one of \"fashion_mnist\"");
-    CHECK(resolve_error({{"name", "deep_mlp"}, {"activation", "sigmoid"}}).starts_with(
-        "problem.activation = \"sigmoid\": must be one of \"relu\", \"tanh\", \"gelu\""));
+    CHECK(resolve_error({{"name", "deep_mlp"}, {"activation", "sigmoid"}})
+              .starts_with(
+                  "problem.activation = \"sigmoid\": must be one of \"relu\", \"tanh\", \"gelu\""));
     CHECK(resolve_error({{"name", "softmax_regression"}, {"test_fraction", 0.9}}) ==
           "problem.test_fraction = 0.9: must be <= 0.5");
-    CHECK(resolve_error({{"name", "softmax_regression"}, {"datset", "wine"}}).starts_with(
-        "problem.datset = \"wine\": unknown key; did you mean \"dataset\"?"));
+    CHECK(resolve_error({{"name", "softmax_regression"}, {"datset", "wine"}})
+              .starts_with("problem.datset = \"wine\": unknown key; did you mean \"dataset\"?"));
   }
 
   TEST_CASE("Adam learns digits: held-out accuracy far above chance") {
@@ -165,13 +166,12 @@ TEST_SUITE("real_problems") {
     // digits. Chance is 0.1; a 64-32-10 MLP reaches ~0.95–0.97 in this budget
     // (sklearn's own MLP gets ~0.97), so 0.9 leaves room for the seed while a
     // broken gradient or data pipeline stays near chance.
-    const Json raw = {
-        {"name", "digits"},
-        {"steps", 300},
-        {"eval_every", 0},
-        {"problem", {{"name", "deep_mlp"}, {"dataset", "digits"}, {"widths", {32}}}},
-        {"cluster", {{"workers", 4}, {"batch_size", 16}}},
-        {"optimizer", {{"name", "adam"}, {"lr", 0.01}}}};
+    const Json raw = {{"name", "digits"},
+                      {"steps", 300},
+                      {"eval_every", 0},
+                      {"problem", {{"name", "deep_mlp"}, {"dataset", "digits"}, {"widths", {32}}}},
+                      {"cluster", {{"workers", 4}, {"batch_size", 16}}},
+                      {"optimizer", {{"name", "adam"}, {"lr", 0.01}}}};
     Simulation sim(resolve_experiment(raw, "t"));
     const auto before = sim.evaluate();
     for (int t = 0; t < 300; ++t) sim.step();
@@ -187,15 +187,16 @@ TEST_SUITE("real_problems") {
     // Chance is 0.1; small CNNs pass 0.7 on Fashion-MNIST within the first
     // ~10k samples, so > 0.6 on 1000 held-out images is a clear signal that
     // conv, pool and fc layers all learn, with margin for the seed.
-    const Json raw = {
-        {"name", "fashion"},
-        {"steps", 150},
-        {"eval_every", 0},
-        {"problem",
-         {{"name", "cnn"}, {"train_samples", 10000}, {"test_samples", 1000},
-          {"train_eval_samples", 500}}},
-        {"cluster", {{"workers", 4}, {"batch_size", 16}}},
-        {"optimizer", {{"name", "adam"}, {"lr", 0.003}}}};
+    const Json raw = {{"name", "fashion"},
+                      {"steps", 150},
+                      {"eval_every", 0},
+                      {"problem",
+                       {{"name", "cnn"},
+                        {"train_samples", 10000},
+                        {"test_samples", 1000},
+                        {"train_eval_samples", 500}}},
+                      {"cluster", {{"workers", 4}, {"batch_size", 16}}},
+                      {"optimizer", {{"name", "adam"}, {"lr", 0.003}}}};
     Simulation sim(resolve_experiment(raw, "t"));
     for (int t = 0; t < 150; ++t) sim.step();
     const auto after = sim.evaluate();

@@ -95,13 +95,14 @@ int main(int argc, char** argv) {
     }
   }
   const PeakFlops peak = peak_fp32_gflops();
-  std::printf("bench_real: %d workers × batch %d, %d threads; measured fp32 peak %.1f GFLOP/s "
-              "(%s)%s\n",
-              workers, batch, omp_get_max_threads(), peak.gflops, peak.isa,
+  std::printf(
+      "bench_real: %d workers × batch %d, %d threads; measured fp32 peak %.1f GFLOP/s "
+      "(%s)%s\n",
+      workers, batch, omp_get_max_threads(), peak.gflops, peak.isa,
 #ifdef __AVX2__
-              ", built with AVX2"
+      ", built with AVX2"
 #else
-              ", built without AVX (BITLAB_NATIVE=OFF: Eigen uses SSE2)"
+      ", built without AVX (BITLAB_NATIVE=OFF: Eigen uses SSE2)"
 #endif
   );
   const double samples = double(workers) * batch;
@@ -126,8 +127,7 @@ int main(int argc, char** argv) {
   }
   if (cnn) {
     const double c1 = 8, c2 = 16;
-    const double macs =
-        2.0 * 576 * 25 * c1 + 3.0 * 64 * 25 * c1 * c2 + 3.0 * 16 * c2 * 10;
+    const double macs = 2.0 * 576 * 25 * c1 + 3.0 * 64 * 25 * c1 * c2 + 3.0 * 16 * c2 * 10;
     const Json problem = {{"name", "cnn"}, {"channels", {8, 16}}, {"test_samples", 100}};
     report("Fashion-MNIST CNN conv5x5x8-pool-conv5x5x16-pool-fc10",
            time_gradients(problem, workers, batch, repeats), samples, 2.0 * macs, peak);
