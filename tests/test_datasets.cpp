@@ -250,8 +250,9 @@ TEST_SUITE("datasets") {
     }
     SUBCASE("label out of range") {
       std::string bad = good;
-      const size_t eol = bad.find('\n', bad.find('\n') + 1);
-      bad.replace(eol - 1, 1, "7");
+      const size_t eol = bad.find('\n', bad.find('\n') + 1);  // end of the first data row
+      REQUIRE(eol != std::string::npos);
+      bad[eol - 1] = '7';  // its label
       write_plain(wine, bad);
       CHECK(contains(error_of(load), ":2: label 7 is not an integer in [0, 3)"));
     }
