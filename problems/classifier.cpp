@@ -27,6 +27,21 @@ void fill_fan_in_normal(std::span<float> x, size_t fan_in, double gain, RngStrea
   for (float& v : x) v = static_cast<float>(scale * rng.next_normal());
 }
 
+double ClassifierProblem::loss_grad(std::span<const float> x, std::span<const uint32_t> batch,
+                                    std::span<float> g, const RngStream& /*noise*/,
+                                    Workspace& ws) const {
+  if (batch.empty()) {
+    std::fill(g.begin(), g.end(), 0.0f);
+    return 0.0;
+  }
+  auto& cws = static_cast<ClassifierWorkspace&>(ws);
+  gather(batch, cws.rows);
+  forward_logits(x, cws.rows, ws, cws.logits);
+  const double loss = softmax_xent_backward(batch, cws.logits);
+  backward(x, g, ws);
+  return loss;
+}
+
 void ClassifierProblem::gather(std::span<const uint32_t> batch, RowMatrixF& rows) const {
   rows.resize(static_cast<Eigen::Index>(batch.size()), data_.train.x.cols());
   for (size_t r = 0; r < batch.size(); ++r) {

@@ -17,8 +17,20 @@
 
 namespace bitlab {
 
+// What every classifier's workspace holds: the gathered batch and its logits
+// (then dloss/dlogits).
+struct ClassifierWorkspace : Workspace {
+  RowMatrixF rows;
+  RowMatrixF logits;
+};
+
 class ClassifierProblem : public Problem {
  public:
+  // Gathers the batch, runs forward_logits, the softmax cross-entropy and
+  // backward; an empty batch has loss 0 and gradient 0.
+  double loss_grad(std::span<const float> x, std::span<const uint32_t> batch, std::span<float> g,
+                   const RngStream& noise, Workspace& ws) const final;
+
   size_t num_train() const override { return data_.train.count(); }
   std::span<const int32_t> train_labels() const override { return data_.train.labels; }
   int num_classes() const override { return data_.classes; }
@@ -39,6 +51,14 @@ class ClassifierProblem : public Problem {
   virtual void forward_logits(std::span<const float> x, const RowMatrixF& rows, Workspace& ws,
                               RowMatrixF& logits) const = 0;
 
+  // Writes the gradient into g from ws (a ClassifierWorkspace whose `logits`
+  // now hold dloss/dlogits, with the forward pass's temporaries intact).
+  virtual void backward(std::span<const float> x, std::span<float> g, Workspace& ws) const = 0;
+
+  DatasetSplit data_;
+  size_t train_eval_samples_;
+
+ private:
   // Copies the batch's training rows into `rows`.
   void gather(std::span<const uint32_t> batch, RowMatrixF& rows) const;
 
@@ -46,9 +66,6 @@ class ClassifierProblem : public Problem {
   // dloss/dlogits = (softmax − onehot) / n. Log-sum-exp in double, shifted by
   // the row maximum so exp() cannot overflow.
   double softmax_xent_backward(std::span<const uint32_t> batch, RowMatrixF& logits) const;
-
-  DatasetSplit data_;
-  size_t train_eval_samples_;
 };
 
 // log Σ_c exp(logit_c) of one row, in double, shifted by the maximum.

@@ -49,10 +49,8 @@ struct Stage {
   RowMatrixF dout;              // gradient w.r.t. out (pre-relu after masking)
 };
 
-struct CnnWorkspace final : Workspace {
-  RowMatrixF rows;  // the batch, n × 784
+struct CnnWorkspace final : ClassifierWorkspace {
   Stage s1, s2;
-  RowMatrixF logits;
   RowMatrixF dflat;   // n × 16·c2
   RowMatrixF dcols2;  // gradient w.r.t. stage 2's columns
   RowMatrixF dpool1;  // gradient w.r.t. stage 1's pooled output
@@ -160,17 +158,9 @@ class Cnn final : public ClassifierProblem {
     return std::make_unique<CnnWorkspace>();
   }
 
-  double loss_grad(std::span<const float> x, std::span<const uint32_t> batch, std::span<float> g,
-                   const RngStream& /*noise*/, Workspace& workspace) const override {
+  void backward(std::span<const float> x, std::span<float> g, Workspace& workspace) const override {
     auto& ws = static_cast<CnnWorkspace&>(workspace);
-    if (batch.empty()) {
-      std::fill(g.begin(), g.end(), 0.0f);
-      return 0.0;
-    }
-    const auto n = static_cast<Eigen::Index>(batch.size());
-    gather(batch, ws.rows);
-    forward_logits(x, ws.rows, ws, ws.logits);
-    const double loss = softmax_xent_backward(batch, ws.logits);
+    const Eigen::Index n = ws.rows.rows();
     const RowMatrixF& dlogits = ws.logits;
 
     // fc.
@@ -193,7 +183,6 @@ class Cnn final : public ClassifierProblem {
     unpool_relu(ws.dpool1.data(), ws.s1);
     grad_map(g, 0, c1_, kKernel * kKernel).noalias() = ws.s1.dout.transpose() * ws.s1.cols;
     grad_vec(g, 1) = ws.s1.dout.colwise().sum().transpose();
-    return loss;
   }
 
  protected:

@@ -51,12 +51,10 @@ Activation parse_activation(const std::string& name) {
   return Activation::kGelu;
 }
 
-struct DenseWorkspace final : Workspace {
-  RowMatrixF rows;              // the batch
+struct DenseWorkspace final : ClassifierWorkspace {
   std::vector<RowMatrixF> pre;  // z_l, l = 1..L−1 (index l−1)
   std::vector<RowMatrixF> act;  // a_l, l = 1..L−1 (index l−1)
-  RowMatrixF logits;            // z_L, then δ_L
-  RowMatrixF delta, next;       // δ_l while going back
+  RowMatrixF delta, next;       // δ_l while going back (logits: z_L, then δ_L)
 };
 
 class DenseClassifier final : public ClassifierProblem {
@@ -98,16 +96,8 @@ class DenseClassifier final : public ClassifierProblem {
     return std::make_unique<DenseWorkspace>();
   }
 
-  double loss_grad(std::span<const float> x, std::span<const uint32_t> batch, std::span<float> g,
-                   const RngStream& /*noise*/, Workspace& workspace) const override {
+  void backward(std::span<const float> x, std::span<float> g, Workspace& workspace) const override {
     auto& ws = static_cast<DenseWorkspace&>(workspace);
-    if (batch.empty()) {
-      std::fill(g.begin(), g.end(), 0.0f);
-      return 0.0;
-    }
-    gather(batch, ws.rows);
-    forward_logits(x, ws.rows, ws, ws.logits);
-    const double loss = softmax_xent_backward(batch, ws.logits);
     ws.delta.swap(ws.logits);
     const size_t layers = sizes_.size() - 1;
     for (size_t l = layers; l >= 1; --l) {
@@ -119,7 +109,6 @@ class DenseClassifier final : public ClassifierProblem {
       apply_activation_grad(ws.pre[l - 2], ws.act[l - 2], ws.next);
       ws.delta.swap(ws.next);
     }
-    return loss;
   }
 
  protected:
