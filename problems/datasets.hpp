@@ -21,6 +21,8 @@
 //     test set — so every class is in both sets in its proportion.
 //   * subsampling: `train_samples` / `test_samples` > 0 keep a seeded random
 //     subset of that size (0 keeps all), to keep experiments and tests small.
+//     The training subset has its own stream, so the held-out set does not
+//     depend on train_samples.
 //   * scaling: Fashion-MNIST pixels are divided by 255 (→ [0, 1]; per-pixel
 //     standardisation would blow up the nearly constant border pixels). The
 //     sklearn sets are standardised per feature with the TRAINING set's mean

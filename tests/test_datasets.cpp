@@ -167,6 +167,15 @@ TEST_SUITE("datasets") {
     CHECK(ok.test.count() == 20);
     CHECK(ok.train.labels[13] == 3);
     CHECK(ok.train.x(0, 1) == 7.0f / 255.0f);
+    // The held-out subsample does not depend on the training subsample.
+    DatasetOptions sub = options("fashion_mnist", tmp.path.string());
+    sub.test_samples = 7;
+    const DatasetSplit all_train = load_dataset(sub);
+    sub.train_samples = 11;
+    const DatasetSplit some_train = load_dataset(sub);
+    CHECK(some_train.train.count() == 11);
+    CHECK(all_train.test.x == some_train.test.x);
+    CHECK(all_train.test.labels == some_train.test.labels);
     const auto labels = tmp.path / "train-labels-idx1-ubyte.gz";
     const auto images = tmp.path / "train-images-idx3-ubyte.gz";
     const auto load = [&] { load_dataset(options("fashion_mnist", tmp.path.string())); };
