@@ -21,7 +21,9 @@ PACKAGES=(build-essential cmake ninja-build git libeigen3-dev libomp-dev libcli1
           # the MPI backend (bitlab run --backend mpi; optional at build time)
           libopenmpi-dev openmpi-bin
           # bitlab plot and the notebooks (run with Debian's /usr/bin/python3)
-          python3-matplotlib python3-pandas jupyter-nbconvert python3-ipykernel)
+          python3-matplotlib python3-pandas jupyter-nbconvert python3-ipykernel
+          # real data sets (problems/datasets.cpp): Fashion-MNIST, scikit-learn's CSVs, gzip
+          dataset-fashion-mnist python3-sklearn zlib1g-dev)
 
 install_missing() {
   local missing=()

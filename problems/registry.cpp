@@ -1,14 +1,20 @@
 // The problems `bitlab` knows by name, in the order `bitlab list` shows them.
+#include "problems/real_problems.hpp"
 #include "problems/synthetic.hpp"
 
 namespace bitlab {
 
 const std::vector<RegistryEntry<Problem>>& problem_registry() {
   static const std::vector<RegistryEntry<Problem>> registry = {
+      // synthetic
       quadratic_entry(),
       least_squares_entry(),
       logistic_entry(),
       mlp_entry(),
+      // real data sets (problems/datasets.hpp)
+      softmax_regression_entry(),
+      deep_mlp_entry(),
+      cnn_entry(),
   };
   return registry;
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "gradient_check.hpp"
 #include "problems/problem.hpp"
 #include "problems/synthetic.hpp"
 #include "sim/reduce.hpp"
@@ -100,13 +101,16 @@ std::vector<double> evaluate(const Problem& p, std::span<const float> x) {
 }  // namespace
 
 TEST_SUITE("problems") {
-  TEST_CASE("the registry lists the four problems in order") {
+  TEST_CASE("the registry lists the synthetic, then the real problems, in order") {
     const auto& reg = problem_registry();
-    REQUIRE(reg.size() == 4);
+    REQUIRE(reg.size() == 7);
     CHECK(reg[0].name == "quadratic");
     CHECK(reg[1].name == "least_squares");
     CHECK(reg[2].name == "logistic");
     CHECK(reg[3].name == "mlp");
+    CHECK(reg[4].name == "softmax_regression");
+    CHECK(reg[5].name == "deep_mlp");
+    CHECK(reg[6].name == "cnn");
     for (const auto& e : reg) {
       CHECK(!e.summary.empty());
       for (const auto& f : e.fields) CHECK_MESSAGE(!f.doc.empty(), e.name << "." << f.name);
@@ -147,36 +151,8 @@ TEST_SUITE("problems") {
         coords.push_back(t.offset + t.size / 2);
         coords.push_back(t.offset + t.size - 1);
       }
-      for (const size_t k : coords) {
-        auto xp = x, xm = x;
-        xp[k] = static_cast<float>(x[k] + kH);
-        xm[k] = static_cast<float>(x[k] - kH);
-        const double fd = (loss_at(*p, xp, batch, *ws) - loss_at(*p, xm, batch, *ws)) /
-                          (static_cast<double>(xp[k]) - xm[k]);
-        const double err = std::abs(fd - g[k]);
-        const double tol = kRel * std::abs(g[k]) + tol_abs;
-        CHECK_MESSAGE(err <= tol, "coordinate " << k << ": fd " << fd << " vs grad " << g[k]);
-      }
-      // One random direction v covers every coordinate at once: the
-      // directional derivative g·v against the difference quotient along v.
       const auto v = random_vector(p->dim(), 1.0f, 13);
-      std::vector<float> xp(p->dim()), xm(p->dim());
-      for (size_t i = 0; i < xp.size(); ++i) {
-        xp[i] = static_cast<float>(x[i] + kH * v[i]);
-        xm[i] = static_cast<float>(x[i] - kH * v[i]);
-      }
-      // Central quotient over the actually applied step: Σ g_i (xp_i − xm_i).
-      double applied = 0.0, applied_norm = 0.0;
-      for (size_t i = 0; i < xp.size(); ++i) {
-        const double step = static_cast<double>(xp[i]) - xm[i];
-        applied += g[i] * step;
-        applied_norm += step * step;
-      }
-      const double fd_dir = loss_at(*p, xp, batch, *ws) - loss_at(*p, xm, batch, *ws);
-      const double scale = std::sqrt(applied_norm);  // ≈ 2h‖v‖
-      const double err_dir = std::abs(fd_dir - applied) / scale;
-      const double tol_dir = kRel * std::abs(applied) / scale + tol_abs;
-      CHECK_MESSAGE(err_dir <= tol_dir, "direction: fd " << fd_dir << " vs g·Δ " << applied);
+      testing::check_gradient_fd(*p, x, batch, g, coords, v, {kH, kRel, tol_abs}, *ws);
     }
   }
 

@@ -1,0 +1,77 @@
+// What the real-data classifiers (softmax regression, deep MLP, CNN) share:
+// the data split, softmax cross-entropy, and evaluation on held-out data.
+//
+// Eval columns: eval_loss and eval_accuracy on the held-out set (the whole
+// test split, or its `test_samples` subsample), and train_loss_eval, the mean
+// loss on the first `train_eval_samples` training samples: a fixed subsample
+// (not the whole training set, to keep evaluation affordable on 60 000
+// Fashion-MNIST images) that is the same for every run, so runs can be
+// compared on it without batch noise.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "problems/datasets.hpp"
+
+namespace bitlab {
+
+// What every classifier's workspace holds: the gathered batch and its logits
+// (then dloss/dlogits).
+struct ClassifierWorkspace : Workspace {
+  RowMatrixF rows;
+  RowMatrixF logits;
+};
+
+class ClassifierProblem : public Problem {
+ public:
+  // Gathers the batch, runs forward_logits, the softmax cross-entropy and
+  // backward; an empty batch has loss 0 and gradient 0.
+  double loss_grad(std::span<const float> x, std::span<const uint32_t> batch, std::span<float> g,
+                   const RngStream& noise, Workspace& ws) const final;
+
+  size_t num_train() const override { return data_.train.count(); }
+  std::span<const int32_t> train_labels() const override { return data_.train.labels; }
+  int num_classes() const override { return data_.classes; }
+
+  std::vector<std::string> eval_columns() const override {
+    return {"eval_loss", "eval_accuracy", "train_loss_eval"};
+  }
+  void evaluate(std::span<const float> x, std::span<double> out) const override;
+
+  const DatasetSplit& data() const { return data_; }
+
+ protected:
+  explicit ClassifierProblem(const DatasetOptions& o);
+
+  // Writes the logits (rows.rows() × classes) of the samples in `rows` at
+  // parameters x into `logits`, using `ws` for temporaries (thread-safe for
+  // distinct workspaces).
+  virtual void forward_logits(std::span<const float> x, const RowMatrixF& rows, Workspace& ws,
+                              RowMatrixF& logits) const = 0;
+
+  // Writes the gradient into g from ws (a ClassifierWorkspace whose `logits`
+  // now hold dloss/dlogits, with the forward pass's temporaries intact).
+  virtual void backward(std::span<const float> x, std::span<float> g, Workspace& ws) const = 0;
+
+  DatasetSplit data_;
+  size_t train_eval_samples_;
+
+ private:
+  // Copies the batch's training rows into `rows`.
+  void gather(std::span<const uint32_t> batch, RowMatrixF& rows) const;
+
+  // Mean softmax cross-entropy of the batch; turns `logits` in place into
+  // dloss/dlogits = (softmax − onehot) / n. Log-sum-exp in double, shifted by
+  // the row maximum so exp() cannot overflow.
+  double softmax_xent_backward(std::span<const uint32_t> batch, RowMatrixF& logits) const;
+};
+
+// log Σ_c exp(logit_c) of one row, in double, shifted by the maximum.
+double log_sum_exp_row(const float* logits, Eigen::Index classes);
+
+// LeCun-style N(0, gain/fan_in) weights drawn in order from `rng` into x.
+void fill_fan_in_normal(std::span<float> x, size_t fan_in, double gain, RngStream& rng);
+
+}  // namespace bitlab

@@ -1,0 +1,210 @@
+// softmax_regression and deep_mlp: fully connected classifiers on the real data
+// sets (problems/datasets.hpp) with softmax cross-entropy. Softmax regression
+// is the MLP without hidden layers (convex); deep_mlp has any number of hidden
+// layers (`widths`) with relu, tanh or gelu.
+//
+// Forward and backward are hand-written over the whole batch with Eigen matrix
+// products (the cost of a step); the finite-difference test in
+// tests/test_real_problems.cpp checks the gradient.
+//
+// Parameters, layer l = 1..L (L = hidden layers + 1):
+//   [W_l (out_l × in_l, row-major), b_l (out_l)] for l = 1..L, tensors
+//   "fc<l>.weight", "fc<l>.bias".
+// Forward:  a_0 = X;  z_l = a_{l−1} W_lᵀ + b_l;  a_l = act(z_l) (l < L);  logits = z_L.
+// Backward: δ_L = dloss/dlogits;  ∇W_l = δ_lᵀ a_{l−1};  ∇b_l = Σ_rows δ_l;
+//           δ_{l−1} = (δ_l W_l) ⊙ act'(z_{l−1}).
+// gelu is the exact one, z·Φ(z) (PyTorch's default), not the tanh approximation.
+#include <cmath>
+
+#include "problems/classifier.hpp"
+#include "problems/real_problems.hpp"
+
+namespace bitlab {
+
+Schema<SoftmaxRegressionOptions> SoftmaxRegressionOptions::schema() {
+  Schema<SoftmaxRegressionOptions> s;
+  return add_dataset_fields(s, {"digits", "breast_cancer", "wine", "fashion_mnist"});
+}
+
+Schema<DeepMlpOptions> DeepMlpOptions::schema() {
+  using O = DeepMlpOptions;
+  Schema<O> s;
+  add_dataset_fields(s, {"digits", "breast_cancer", "wine", "fashion_mnist"})
+      .field("widths", &O::widths, "widths of the hidden layers, input side first",
+             {Rule<std::vector<int64_t>>{
+                 [](const std::vector<int64_t>& w) {
+                   return !w.empty() && std::ranges::all_of(w, [](int64_t v) { return v >= 1; });
+                 },
+                 "must be a non-empty list of widths >= 1 (softmax_regression has none)"}})
+      .field("activation", &O::activation, "hidden-layer activation (gelu: exact, z·Φ(z))",
+             {rules::one_of({"relu", "tanh", "gelu"})});
+  return s;
+}
+
+namespace {
+
+enum class Activation { kRelu, kTanh, kGelu };
+
+Activation parse_activation(const std::string& name) {
+  if (name == "relu") return Activation::kRelu;
+  if (name == "tanh") return Activation::kTanh;
+  return Activation::kGelu;
+}
+
+struct DenseWorkspace final : ClassifierWorkspace {
+  std::vector<RowMatrixF> pre;  // z_l, l = 1..L−1 (index l−1)
+  std::vector<RowMatrixF> act;  // a_l, l = 1..L−1 (index l−1)
+  RowMatrixF delta, next;       // δ_l while going back (logits: z_L, then δ_L)
+};
+
+class DenseClassifier final : public ClassifierProblem {
+ public:
+  DenseClassifier(const DatasetOptions& data, const std::vector<int64_t>& widths,
+                  const std::string& activation)
+      : ClassifierProblem(data), activation_(parse_activation(activation)) {
+    sizes_.push_back(data_.train.x.cols());
+    for (const int64_t w : widths) sizes_.push_back(w);
+    sizes_.push_back(data_.classes);
+    std::vector<std::pair<std::string, size_t>> parts;
+    for (size_t l = 1; l < sizes_.size(); ++l) {
+      const std::string name = "fc" + std::to_string(l);
+      parts.push_back({name + ".weight", size_t(sizes_[l] * sizes_[l - 1])});
+      parts.push_back({name + ".bias", size_t(sizes_[l])});
+    }
+    tensors_ = make_tensors(parts);
+  }
+  explicit DenseClassifier(const SoftmaxRegressionOptions& o) : DenseClassifier(o, {}, "relu") {}
+  explicit DenseClassifier(const DeepMlpOptions& o) : DenseClassifier(o, o.widths, o.activation) {}
+
+  size_t dim() const override { return tensors_.back().offset + tensors_.back().size; }
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+
+  // Weights N(0, gain/fan_in): gain 2 (He) before a relu, 1 (LeCun) otherwise;
+  // biases 0.
+  void init_params(std::span<float> x, uint64_t seed) const override {
+    std::fill(x.begin(), x.end(), 0.0f);
+    RngStream rng(seed, Purpose::kInit);
+    for (size_t l = 0; l + 1 < sizes_.size(); ++l) {
+      const TensorInfo& w = tensors_[2 * l];
+      const bool relu_next = activation_ == Activation::kRelu && l + 2 < sizes_.size();
+      fill_fan_in_normal(x.subspan(w.offset, w.size), size_t(sizes_[l]), relu_next ? 2.0 : 1.0,
+                         rng);
+    }
+  }
+
+  std::unique_ptr<Workspace> make_workspace() const override {
+    return std::make_unique<DenseWorkspace>();
+  }
+
+  void backward(std::span<const float> x, std::span<float> g, Workspace& workspace) const override {
+    auto& ws = static_cast<DenseWorkspace&>(workspace);
+    ws.delta.swap(ws.logits);
+    const size_t layers = sizes_.size() - 1;
+    for (size_t l = layers; l >= 1; --l) {
+      const RowMatrixF& input = l == 1 ? ws.rows : ws.act[l - 2];
+      weight_grad(g, l).noalias() = ws.delta.transpose() * input;
+      bias_grad(g, l) = ws.delta.colwise().sum().transpose();
+      if (l == 1) break;
+      ws.next.noalias() = ws.delta * weight(x, l);
+      apply_activation_grad(ws.pre[l - 2], ws.act[l - 2], ws.next);
+      ws.delta.swap(ws.next);
+    }
+  }
+
+ protected:
+  void forward_logits(std::span<const float> x, const RowMatrixF& rows, Workspace& workspace,
+                      RowMatrixF& logits) const override {
+    auto& ws = static_cast<DenseWorkspace&>(workspace);
+    const size_t layers = sizes_.size() - 1;
+    ws.pre.resize(layers - 1);
+    ws.act.resize(layers - 1);
+    const RowMatrixF* input = &rows;
+    for (size_t l = 1; l <= layers; ++l) {
+      RowMatrixF& z = l == layers ? logits : ws.pre[l - 1];
+      z.resize(rows.rows(), sizes_[l]);
+      z.noalias() = *input * weight(x, l).transpose();
+      z.rowwise() += bias(x, l).transpose();
+      if (l == layers) break;
+      apply_activation(z, ws.act[l - 1]);
+      input = &ws.act[l - 1];
+    }
+  }
+
+ private:
+  using ConstMat = Eigen::Map<const RowMatrixF>;
+  using ConstVec = Eigen::Map<const Eigen::VectorXf>;
+
+  ConstMat weight(std::span<const float> x, size_t l) const {
+    return ConstMat(x.data() + tensors_[2 * (l - 1)].offset, sizes_[l], sizes_[l - 1]);
+  }
+  ConstVec bias(std::span<const float> x, size_t l) const {
+    return ConstVec(x.data() + tensors_[2 * l - 1].offset, sizes_[l]);
+  }
+  Eigen::Map<RowMatrixF> weight_grad(std::span<float> g, size_t l) const {
+    return Eigen::Map<RowMatrixF>(g.data() + tensors_[2 * (l - 1)].offset, sizes_[l],
+                                  sizes_[l - 1]);
+  }
+  Eigen::Map<Eigen::VectorXf> bias_grad(std::span<float> g, size_t l) const {
+    return Eigen::Map<Eigen::VectorXf>(g.data() + tensors_[2 * l - 1].offset, sizes_[l]);
+  }
+
+  void apply_activation(const RowMatrixF& z, RowMatrixF& a) const {
+    switch (activation_) {
+      case Activation::kRelu:
+        a = z.cwiseMax(0.0f);
+        break;
+      case Activation::kTanh:
+        a = z.array().tanh();
+        break;
+      case Activation::kGelu:
+        a.resize(z.rows(), z.cols());
+        for (Eigen::Index i = 0; i < z.size(); ++i) {
+          const double v = z.data()[i];
+          a.data()[i] = static_cast<float>(v * 0.5 * (1.0 + std::erf(v * M_SQRT1_2)));
+        }
+        break;
+    }
+  }
+
+  // d ⊙= act'(z) (a = act(z) is at hand for tanh).
+  void apply_activation_grad(const RowMatrixF& z, const RowMatrixF& a, RowMatrixF& d) const {
+    switch (activation_) {
+      case Activation::kRelu:
+        d.array() *= (z.array() > 0.0f).cast<float>();
+        break;
+      case Activation::kTanh:
+        d.array() *= 1.0f - a.array().square();
+        break;
+      case Activation::kGelu:
+        // d/dz z·Φ(z) = Φ(z) + z·φ(z).
+        for (Eigen::Index i = 0; i < z.size(); ++i) {
+          const double v = z.data()[i];
+          const double cdf = 0.5 * (1.0 + std::erf(v * M_SQRT1_2));
+          const double pdf = std::exp(-0.5 * v * v) * 0.5 * M_2_SQRTPI * M_SQRT1_2;
+          d.data()[i] = static_cast<float>(d.data()[i] * (cdf + v * pdf));
+        }
+        break;
+    }
+  }
+
+  Activation activation_;
+  std::vector<Eigen::Index> sizes_;  // input, hidden widths..., classes
+  std::vector<TensorInfo> tensors_;
+};
+
+}  // namespace
+
+RegistryEntry<Problem> softmax_regression_entry() {
+  return make_registry_entry<Problem, DenseClassifier, SoftmaxRegressionOptions>(
+      "softmax_regression",
+      "multinomial logistic regression on a real data set (digits, breast_cancer, wine, "
+      "fashion_mnist); convex");
+}
+
+RegistryEntry<Problem> deep_mlp_entry() {
+  return make_registry_entry<Problem, DenseClassifier, DeepMlpOptions>(
+      "deep_mlp",
+      "MLP classifier with any hidden widths (relu, tanh, gelu) on a real data set; non-convex");
+}
+
+}  // namespace bitlab
