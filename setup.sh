@@ -15,7 +15,9 @@ JOBS="$(nproc 2>/dev/null || echo 2)"
 PACKAGES=(build-essential cmake ninja-build git libeigen3-dev libomp-dev libcli11-dev
           nlohmann-json3-dev doctest-dev
           # bitlab plot and the notebooks (run with Debian's /usr/bin/python3)
-          python3-matplotlib python3-pandas jupyter-nbconvert python3-ipykernel)
+          python3-matplotlib python3-pandas jupyter-nbconvert python3-ipykernel
+          # the transformer problem's text corpus (/usr/share/games/fortunes/)
+          fortunes fortunes-min)
 
 install_missing() {
   local missing=()

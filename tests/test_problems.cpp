@@ -100,13 +100,14 @@ std::vector<double> evaluate(const Problem& p, std::span<const float> x) {
 }  // namespace
 
 TEST_SUITE("problems") {
-  TEST_CASE("the registry lists the four problems in order") {
+  TEST_CASE("the registry lists the problems in order") {
     const auto& reg = problem_registry();
-    REQUIRE(reg.size() == 4);
+    REQUIRE(reg.size() == 5);
     CHECK(reg[0].name == "quadratic");
     CHECK(reg[1].name == "least_squares");
     CHECK(reg[2].name == "logistic");
     CHECK(reg[3].name == "mlp");
+    CHECK(reg[4].name == "transformer");
     for (const auto& e : reg) {
       CHECK(!e.summary.empty());
       for (const auto& f : e.fields) CHECK_MESSAGE(!f.doc.empty(), e.name << "." << f.name);
