@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -46,7 +45,7 @@ std::vector<std::string> split_fortunes(const std::string& text) {
 
 namespace {
 
-// A byte that plain text may hold: printable ASCII, UTF-8 continuation and
+// A byte that plain text is made of: printable ASCII, UTF-8 continuation and
 // lead bytes, and the whitespace/overstrike controls the fortune files use
 // (tab, newline, carriage return, form feed, backspace).
 bool text_byte(unsigned char c) {
@@ -69,16 +68,22 @@ std::string read_text_file(const std::string& file, const std::string& path) {
   ss << in.rdbuf();
   std::string text = ss.str();
   if (text.empty()) config_fail(path, file, "file is empty");
-  for (size_t i = 0; i < text.size(); ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (!text_byte(c)) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02x", c);
-      config_fail(path, file,
-                  std::string("not a text file (control byte ") + hex + " at offset " +
-                      std::to_string(i) +
-                      "; the .dat index files are binary: name the plain file)");
-    }
+  // Binary if it holds a NUL byte or if more than 1 % of its bytes are other
+  // control characters (the real fortune files hold a few: BEL, ESC).
+  const size_t nul = text.find('\0');
+  if (nul != std::string::npos) {
+    config_fail(path, file,
+                "not a text file (NUL byte at offset " + std::to_string(nul) +
+                    "; the .dat index files are binary: name the plain file)");
+  }
+  const auto controls = static_cast<size_t>(std::count_if(
+      text.begin(), text.end(), [](char c) { return !text_byte(static_cast<unsigned char>(c)); }));
+  if (controls * 100 > text.size()) {
+    config_fail(path, file,
+                "not a text file (" + std::to_string(controls) + " of " +
+                    std::to_string(text.size()) +
+                    " bytes are control characters; at most 1 % "
+                    "may be)");
   }
   return text;
 }

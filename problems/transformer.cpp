@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "problems/synthetic.hpp"
 #include "problems/text_corpus.hpp"
@@ -110,21 +111,28 @@ std::vector<TensorInfo> transformer_tensors(const TransformerShape& s) {
   std::vector<std::pair<std::string, size_t>> parts = {{"tok_emb.weight", v * d},
                                                        {"pos_emb.weight", t * d}};
   for (int64_t l = 0; l < s.layers; ++l) {
-    const std::string p = "h" + std::to_string(l) + ".";
-    parts.insert(parts.end(), {{p + "ln1.gain", d},
-                               {p + "ln1.bias", d},
-                               {p + "attn.qkv.weight", 3 * d * d},
-                               {p + "attn.qkv.bias", 3 * d},
-                               {p + "attn.proj.weight", d * d},
-                               {p + "attn.proj.bias", d},
-                               {p + "ln2.gain", d},
-                               {p + "ln2.bias", d},
-                               {p + "mlp.fc.weight", f * d},
-                               {p + "mlp.fc.bias", f},
-                               {p + "mlp.proj.weight", d * f},
-                               {p + "mlp.proj.bias", d}});
+    std::string p = "h";
+    p += std::to_string(l);
+    p += ".";
+    for (const auto& [name, size] :
+         std::initializer_list<std::pair<const char*, size_t>>{{"ln1.gain", d},
+                                                               {"ln1.bias", d},
+                                                               {"attn.qkv.weight", 3 * d * d},
+                                                               {"attn.qkv.bias", 3 * d},
+                                                               {"attn.proj.weight", d * d},
+                                                               {"attn.proj.bias", d},
+                                                               {"ln2.gain", d},
+                                                               {"ln2.bias", d},
+                                                               {"mlp.fc.weight", f * d},
+                                                               {"mlp.fc.bias", f},
+                                                               {"mlp.proj.weight", d * f},
+                                                               {"mlp.proj.bias", d}}) {
+      parts.emplace_back(p + name, size);
+    }
   }
-  parts.insert(parts.end(), {{"ln_f.gain", d}, {"ln_f.bias", d}, {"head.weight", v * d}});
+  parts.emplace_back("ln_f.gain", d);
+  parts.emplace_back("ln_f.bias", d);
+  parts.emplace_back("head.weight", v * d);
   return make_tensors(parts);
 }
 
@@ -200,6 +208,12 @@ double TransformerNet<S>::loss(std::span<const S> x, std::span<const int32_t> wi
   const size_t ln_f = kFirstBlock + kPerBlock * static_cast<size_t>(shape_.layers);
   const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(dh)));
 
+  // Window b's query, key and value columns of head hd: T × dh blocks of qkv.
+  const auto head_qkv = [&](const Matrix& qkv, Eigen::Index b, Eigen::Index hd) {
+    return std::tuple{qkv.block(b * T, hd * dh, T, dh), qkv.block(b * T, d + hd * dh, T, dh),
+                      qkv.block(b * T, 2 * d + hd * dh, T, dh)};
+  };
+
   // ---- forward ----
   const CMat tok = mat(kTokEmb, V, d), pos = mat(kPosEmb, T, d);
   ws.h.resize(N, d);
@@ -221,9 +235,7 @@ double TransformerNet<S>::loss(std::span<const S> x, std::span<const int32_t> wi
     L.att.resize(N, d);
     for (Eigen::Index b = 0; b < B; ++b) {
       for (Eigen::Index hd = 0; hd < H; ++hd) {
-        const auto q = L.qkv.block(b * T, hd * dh, T, dh);
-        const auto k = L.qkv.block(b * T, d + hd * dh, T, dh);
-        const auto v = L.qkv.block(b * T, 2 * d + hd * dh, T, dh);
+        const auto [q, k, v] = head_qkv(L.qkv, b, hd);
         auto p = L.probs.block((b * H + hd) * T, 0, T, T);
         p.noalias() = q * k.transpose();
         for (Eigen::Index i = 0; i < T; ++i) {
@@ -318,9 +330,7 @@ double TransformerNet<S>::loss(std::span<const S> x, std::span<const int32_t> wi
     ws.dprobs.resize(T, T);
     for (Eigen::Index b = 0; b < B; ++b) {
       for (Eigen::Index hd = 0; hd < H; ++hd) {
-        const auto q = L.qkv.block(b * T, hd * dh, T, dh);
-        const auto k = L.qkv.block(b * T, d + hd * dh, T, dh);
-        const auto v = L.qkv.block(b * T, 2 * d + hd * dh, T, dh);
+        const auto [q, k, v] = head_qkv(L.qkv, b, hd);
         const auto p = L.probs.block((b * H + hd) * T, 0, T, T);
         const auto dy = ws.datt.block(b * T, hd * dh, T, dh);
         ws.dqkv.block(b * T, 2 * d + hd * dh, T, dh).noalias() = p.transpose() * dy;

@@ -14,6 +14,7 @@
 #include "problems/transformer.hpp"
 #include "sim/run.hpp"
 #include "tests/cli_fixtures.hpp"
+#include "tests/fixtures.hpp"
 
 using namespace bitlab;
 using namespace bitlab::testing;
@@ -58,15 +59,6 @@ bool fortunes_installed() {
     if (!fs::exists(f)) return false;
   }
   return true;
-}
-
-std::string config_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace
@@ -246,29 +238,33 @@ TEST_SUITE("transformer") {
     const auto binary = d.file("binary", std::string("abc\n%\nde\0f\n", 11));
     const auto blank = d.file("blank", "\n%\n  \n%\n");
     const auto ok = d.file("ok", "one\n%\ntwo\n%\n");
-    CHECK(config_error([&] {
+    CHECK(config_error_message([&] {
             load_text_corpus({{ok, "/nope/x"}, 0.5, 0});
           }) == "problem.files.1 = \"/nope/x\": file not found");
-    const std::string missing = config_error([&] {
+    const std::string missing = config_error_message([&] {
       load_text_corpus({{std::string(kFortuneDir) + "no-such-file"}, 0.5, 0});
     });
     CHECK(missing.find("no-such-file\": file not found") != std::string::npos);
     CHECK(missing.find("fortunes-min") != std::string::npos);
-    CHECK(config_error([&] {
+    CHECK(config_error_message([&] {
             load_text_corpus({{empty}, 0.5, 0});
           }) == "problem.files.0 = \"" + empty + "\": file is empty");
-    CHECK(config_error([&] {
+    CHECK(config_error_message([&] {
             load_text_corpus({{binary}, 0.5, 0});
-          }).find("\": not a text file (control byte 0x00 at offset 8") != std::string::npos);
-    CHECK(config_error([&] {
+          }).find("\": not a text file (NUL byte at offset 8") != std::string::npos);
+    const auto controls = d.file("controls", "a\x01\x02\n%\nb\n");
+    CHECK(config_error_message([&] {
+            load_text_corpus({{controls}, 0.5, 0});
+          }).find("not a text file (2 of 8 bytes are control characters") != std::string::npos);
+    CHECK(config_error_message([&] {
             load_text_corpus({{blank}, 0.5, 0});
           }).find("holds no fortunes") != std::string::npos);
-    CHECK(config_error([&] {
+    CHECK(config_error_message([&] {
             load_text_corpus({{ok}, 0.9, 0});
           }) ==
           "problem.test_fraction = 0.9: leaves 2 of 2 fortunes held out; each split needs at "
           "least one fortune");
-    CHECK(config_error([&] {
+    CHECK(config_error_message([&] {
             load_text_corpus({{d.path.string()}, 0.5, 0});
           }).find("is a directory") != std::string::npos);
   }
