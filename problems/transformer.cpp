@@ -95,8 +95,10 @@ void layer_norm_backward(const typename TransformerNet<S>::Matrix& dout,
   dgain = (dout.array() * xhat.array()).colwise().sum();
   dbias = dout.colwise().sum();
   const auto d = static_cast<S>(dout.cols());
+  // dxhat = dout ∘ gain is formed twice rather than kept in a temporary:
+  // a dynamic-size temporary would allocate in the step loop.
   for (Eigen::Index r = 0; r < dout.rows(); ++r) {
-    const auto dxhat = (dout.row(r).array() * gain.array()).eval();
+    const auto dxhat = dout.row(r).array() * gain.array();
     const S m1 = dxhat.sum() / d;
     const S m2 = (dxhat * xhat.row(r).array()).sum() / d;
     dx.row(r).array() += rstd(r) * (dxhat - m1 - xhat.row(r).array() * m2);

@@ -11,8 +11,10 @@
 //                          h += mlp_proj(GELU(mlp_fc(LN2(h))))
 //   logits = head(LN_f(h))   (untied: head.weight is its own tensor, no bias)
 //   loss   = mean over every predicted token of −log softmax(logits)[next token]
-// GELU is GPT-2's tanh approximation. No dropout (the papers' fine-tuning
-// recipes use it; a deterministic simulator has no use for it here).
+// GELU is GPT-2's tanh approximation. Departures from GPT-2, all for size
+// and determinism: characters (bytes) instead of BPE tokens; an untied output
+// projection (GPT-2 ties it to tok_emb), without bias as in GPT-2; no dropout;
+// layer-norm statistics in the model's scalar type (float in runs).
 #pragma once
 
 #include <Eigen/Dense>
