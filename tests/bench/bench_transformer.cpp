@@ -94,8 +94,10 @@ int main(int argc, char** argv) {
   const PeakFlops peak = peak_fp32_gflops();
   std::printf("peak fp32 (%s, %d threads, measured): %.1f GFLOP/s\n", peak.isa, peak.threads,
               peak.gflops);
-#ifdef __AVX2__
-  std::printf("this build: AVX2 (BITLAB_NATIVE=ON)\n");
+#if defined(__AVX512F__)
+  std::printf("this build: AVX-512 Eigen kernels (BITLAB_NATIVE=ON)\n");
+#elif defined(__AVX2__)
+  std::printf("this build: AVX2 Eigen kernels (BITLAB_NATIVE=ON)\n");
 #else
   std::printf("this build: SSE2 Eigen kernels (BITLAB_NATIVE=OFF, the default)\n");
 #endif
