@@ -23,7 +23,9 @@ PACKAGES=(build-essential cmake ninja-build git libeigen3-dev libomp-dev libcli1
           # bitlab plot and the notebooks (run with Debian's /usr/bin/python3)
           python3-matplotlib python3-pandas jupyter-nbconvert python3-ipykernel
           # real data sets (problems/datasets.cpp): Fashion-MNIST, scikit-learn's CSVs, gzip
-          dataset-fashion-mnist python3-sklearn zlib1g-dev)
+          dataset-fashion-mnist python3-sklearn zlib1g-dev
+          # the transformer problem's text corpus (/usr/share/games/fortunes/)
+          fortunes fortunes-min)
 
 install_missing() {
   local missing=()

@@ -1,6 +1,7 @@
 // The problems `bitlab` knows by name, in the order `bitlab list` shows them.
 #include "problems/real_problems.hpp"
 #include "problems/synthetic.hpp"
+#include "problems/transformer.hpp"
 
 namespace bitlab {
 
@@ -15,6 +16,8 @@ const std::vector<RegistryEntry<Problem>>& problem_registry() {
       softmax_regression_entry(),
       deep_mlp_entry(),
       cnn_entry(),
+      // a tiny decoder-only transformer LM on Debian's fortunes
+      transformer_entry(),
   };
   return registry;
 }

@@ -151,6 +151,20 @@ struct JsonCodec<std::vector<int64_t>> {
   static Json write(const std::vector<int64_t>& v) { return Json(v); }
 };
 
+template <>
+struct JsonCodec<std::vector<std::string>> {
+  static const char* type_name() { return "list of strings"; }
+  static std::vector<std::string> read(const Json& j, std::string_view path) {
+    if (!j.is_array()) config_fail(path, j, "must be a list of strings");
+    std::vector<std::string> out;
+    for (size_t i = 0; i < j.size(); ++i) {
+      out.push_back(JsonCodec<std::string>::read(j[i], join_path(path, std::to_string(i))));
+    }
+    return out;
+  }
+  static Json write(const std::vector<std::string>& v) { return Json(v); }
+};
+
 // ---- rules -----------------------------------------------------------------
 
 template <class V>

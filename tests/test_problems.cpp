@@ -103,7 +103,7 @@ std::vector<double> evaluate(const Problem& p, std::span<const float> x) {
 TEST_SUITE("problems") {
   TEST_CASE("the registry lists the synthetic, then the real problems, in order") {
     const auto& reg = problem_registry();
-    REQUIRE(reg.size() == 7);
+    REQUIRE(reg.size() == 8);
     CHECK(reg[0].name == "quadratic");
     CHECK(reg[1].name == "least_squares");
     CHECK(reg[2].name == "logistic");
@@ -111,6 +111,7 @@ TEST_SUITE("problems") {
     CHECK(reg[4].name == "softmax_regression");
     CHECK(reg[5].name == "deep_mlp");
     CHECK(reg[6].name == "cnn");
+    CHECK(reg[7].name == "transformer");
     for (const auto& e : reg) {
       CHECK(!e.summary.empty());
       for (const auto& f : e.fields) CHECK_MESSAGE(!f.doc.empty(), e.name << "." << f.name);

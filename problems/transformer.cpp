@@ -1,0 +1,536 @@
+// transformer: the network (forward and hand-written backward over the whole
+// batch with Eigen matrix products) and the problem wrapping it (see
+// transformer.hpp for the architecture). tests/test_transformer.cpp checks the
+// gradient against central finite differences in double for coordinates of
+// every tensor.
+#include "problems/transformer.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "problems/synthetic.hpp"
+#include "problems/text_corpus.hpp"
+
+namespace bitlab {
+
+namespace {
+
+// Per-block tensor order (see transformer_tensors).
+enum BlockTensor : size_t {
+  kLn1Gain,
+  kLn1Bias,
+  kQkvWeight,
+  kQkvBias,
+  kProjWeight,
+  kProjBias,
+  kLn2Gain,
+  kLn2Bias,
+  kFcWeight,
+  kFcBias,
+  kMlpProjWeight,
+  kMlpProjBias,
+  kPerBlock
+};
+constexpr size_t kTokEmb = 0, kPosEmb = 1, kFirstBlock = 2;
+
+// Layer-norm epsilon (PyTorch's and GPT-2's default).
+constexpr double kLnEps = 1e-5;
+// sqrt(2/π), GPT-2's tanh approximation of GELU.
+constexpr double kGeluC = 0.7978845608028654;
+constexpr double kGeluA = 0.044715;
+
+template <class S>
+struct TransformerWorkspace final : Workspace {
+  using Matrix = typename TransformerNet<S>::Matrix;
+  using Vector = Eigen::Matrix<S, Eigen::Dynamic, 1>;
+  // What the forward pass keeps for the backward pass, per block.
+  struct Block {
+    Matrix xhat1, a1;  // N × d: normalised input of LN1, LN1 output
+    Vector rstd1;      // N: 1/sqrt(var + eps) of LN1
+    Matrix qkv;        // N × 3d
+    Matrix probs;      // (windows·heads·T) × T: attention probabilities, 0 above the diagonal
+    Matrix att;        // N × d: heads' outputs side by side
+    Matrix xhat2, a2;  // N × d
+    Vector rstd2;      // N
+    Matrix pre, act;   // N × (mlp_ratio·d): MLP pre-activation and GELU output
+  };
+  std::vector<int32_t> windows;  // the problem's copy of the batch's tokens
+  std::vector<Block> blocks;
+  Matrix h;          // N × d: the residual stream, then dloss/dh in the backward pass
+  Matrix xhatf, af;  // final layer norm
+  Vector rstdf;
+  Matrix logits;   // N × vocab
+  Matrix dlogits;  // N × vocab
+  Matrix da, dqkv, datt, dpre, dprobs;
+};
+
+// out = LN(x)·gain + bias row by row; keeps xhat and rstd for the backward.
+template <class S, class Gain>
+void layer_norm(const typename TransformerNet<S>::Matrix& x, const Gain& gain, const Gain& bias,
+                typename TransformerNet<S>::Matrix& xhat, Eigen::Matrix<S, Eigen::Dynamic, 1>& rstd,
+                typename TransformerNet<S>::Matrix& out) {
+  const Eigen::Index n = x.rows(), d = x.cols();
+  xhat.resize(n, d);
+  out.resize(n, d);
+  rstd.resize(n);
+  for (Eigen::Index r = 0; r < n; ++r) {
+    const S mu = x.row(r).mean();
+    xhat.row(r).array() = x.row(r).array() - mu;
+    const S var = xhat.row(r).squaredNorm() / static_cast<S>(d);
+    rstd(r) = static_cast<S>(1.0 / std::sqrt(static_cast<double>(var) + kLnEps));
+    xhat.row(r) *= rstd(r);
+    out.row(r).array() = xhat.row(r).array() * gain.array() + bias.array();
+  }
+}
+
+// Backward of layer_norm: writes dgain, dbias; ADDS dloss/dx into dx.
+template <class S, class Gain, class GainGrad>
+void layer_norm_backward(const typename TransformerNet<S>::Matrix& dout,
+                         const typename TransformerNet<S>::Matrix& xhat,
+                         const Eigen::Matrix<S, Eigen::Dynamic, 1>& rstd, const Gain& gain,
+                         GainGrad dgain, GainGrad dbias, typename TransformerNet<S>::Matrix& dx) {
+  dgain = (dout.array() * xhat.array()).colwise().sum();
+  dbias = dout.colwise().sum();
+  const auto d = static_cast<S>(dout.cols());
+  // dxhat = dout ∘ gain is formed twice rather than kept in a temporary:
+  // a dynamic-size temporary would allocate in the step loop.
+  for (Eigen::Index r = 0; r < dout.rows(); ++r) {
+    const auto dxhat = dout.row(r).array() * gain.array();
+    const S m1 = dxhat.sum() / d;
+    const S m2 = (dxhat * xhat.row(r).array()).sum() / d;
+    dx.row(r).array() += rstd(r) * (dxhat - m1 - xhat.row(r).array() * m2);
+  }
+}
+
+}  // namespace
+
+std::vector<TensorInfo> transformer_tensors(const TransformerShape& s) {
+  const auto v = static_cast<size_t>(s.vocab), t = static_cast<size_t>(s.context),
+             d = static_cast<size_t>(s.d_model), f = static_cast<size_t>(s.mlp_ratio * s.d_model);
+  std::vector<std::pair<std::string, size_t>> parts = {{"tok_emb.weight", v * d},
+                                                       {"pos_emb.weight", t * d}};
+  for (int64_t l = 0; l < s.layers; ++l) {
+    std::string p = "h";
+    p += std::to_string(l);
+    p += ".";
+    for (const auto& [name, size] :
+         std::initializer_list<std::pair<const char*, size_t>>{{"ln1.gain", d},
+                                                               {"ln1.bias", d},
+                                                               {"attn.qkv.weight", 3 * d * d},
+                                                               {"attn.qkv.bias", 3 * d},
+                                                               {"attn.proj.weight", d * d},
+                                                               {"attn.proj.bias", d},
+                                                               {"ln2.gain", d},
+                                                               {"ln2.bias", d},
+                                                               {"mlp.fc.weight", f * d},
+                                                               {"mlp.fc.bias", f},
+                                                               {"mlp.proj.weight", d * f},
+                                                               {"mlp.proj.bias", d}}) {
+      parts.emplace_back(p + name, size);
+    }
+  }
+  parts.emplace_back("ln_f.gain", d);
+  parts.emplace_back("ln_f.bias", d);
+  parts.emplace_back("head.weight", v * d);
+  return make_tensors(parts);
+}
+
+double transformer_matmul_flops(const TransformerShape& s, int64_t windows) {
+  const double t = static_cast<double>(s.context), d = static_cast<double>(s.d_model),
+               r = static_cast<double>(s.mlp_ratio), v = static_cast<double>(s.vocab);
+  // Forward, per window: per block qkv (3d²), proj (d²), MLP (2·r·d²) per
+  // token, and Q·Kᵀ plus P·V (T²·d each, summed over heads); the head (d·V
+  // per token). The backward pass runs two products of the same size for
+  // each forward one (input and weight gradients; dP, dV, dQ, dK).
+  const double block = 2.0 * t * d * d * (4.0 + 2.0 * r) + 4.0 * t * t * d;
+  const double forward = static_cast<double>(s.layers) * block + 2.0 * t * d * v;
+  return 3.0 * forward * static_cast<double>(windows);
+}
+
+template <class S>
+TransformerNet<S>::TransformerNet(const TransformerShape& shape)
+    : shape_(shape), tensors_(transformer_tensors(shape)) {}
+
+template <class S>
+void TransformerNet<S>::init(std::span<S> x, uint64_t seed, double init_std) const {
+  RngStream rng(seed, Purpose::kInit);
+  const double residual_std = init_std / std::sqrt(2.0 * static_cast<double>(shape_.layers));
+  for (size_t k = 0; k < tensors_.size(); ++k) {
+    const TensorInfo& t = tensors_[k];
+    const bool in_block = k >= kFirstBlock && k < kFirstBlock + kPerBlock * shape_.layers;
+    const size_t role = in_block ? (k - kFirstBlock) % kPerBlock : kPerBlock;
+    const bool gain = t.name.ends_with(".gain");
+    const bool bias = t.name.ends_with(".bias");
+    const double std = (role == kProjWeight || role == kMlpProjWeight) ? residual_std : init_std;
+    for (size_t i = 0; i < t.size; ++i) {
+      x[t.offset + i] = gain ? S(1) : bias ? S(0) : static_cast<S>(std * rng.next_normal());
+    }
+  }
+}
+
+template <class S>
+std::unique_ptr<Workspace> TransformerNet<S>::make_workspace() const {
+  return std::make_unique<TransformerWorkspace<S>>();
+}
+
+template <class S>
+const typename TransformerNet<S>::Matrix& TransformerNet<S>::logits(const Workspace& ws) {
+  return static_cast<const TransformerWorkspace<S>&>(ws).logits;
+}
+
+template <class S>
+double TransformerNet<S>::loss(std::span<const S> x, std::span<const int32_t> windows, size_t count,
+                               std::span<S> g, Workspace& workspace) const {
+  using RowVector = Eigen::Matrix<S, 1, Eigen::Dynamic>;
+  using CMat = Eigen::Map<const Matrix>;
+  using CVec = Eigen::Map<const RowVector>;
+  using GMat = Eigen::Map<Matrix>;
+  using GVec = Eigen::Map<RowVector>;
+  auto& ws = static_cast<TransformerWorkspace<S>&>(workspace);
+  const Eigen::Index T = shape_.context, d = shape_.d_model, H = shape_.heads, dh = d / H,
+                     V = shape_.vocab, F = shape_.mlp_ratio * shape_.d_model;
+  const auto B = static_cast<Eigen::Index>(count);
+  const Eigen::Index N = B * T;
+  const auto mat = [&](size_t k, Eigen::Index rows, Eigen::Index cols) {
+    return CMat(x.data() + tensors_[k].offset, rows, cols);
+  };
+  const auto vec = [&](size_t k) {
+    return CVec(x.data() + tensors_[k].offset, static_cast<Eigen::Index>(tensors_[k].size));
+  };
+  const auto gmat = [&](size_t k, Eigen::Index rows, Eigen::Index cols) {
+    return GMat(g.data() + tensors_[k].offset, rows, cols);
+  };
+  const auto gvec = [&](size_t k) {
+    return GVec(g.data() + tensors_[k].offset, static_cast<Eigen::Index>(tensors_[k].size));
+  };
+  const auto blk = [](int64_t l, size_t role) { return kFirstBlock + kPerBlock * l + role; };
+  const size_t ln_f = kFirstBlock + kPerBlock * static_cast<size_t>(shape_.layers);
+  const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(dh)));
+
+  // Window b's query, key and value columns of head hd: T × dh blocks of qkv.
+  const auto head_qkv = [&](const Matrix& qkv, Eigen::Index b, Eigen::Index hd) {
+    return std::tuple{qkv.block(b * T, hd * dh, T, dh), qkv.block(b * T, d + hd * dh, T, dh),
+                      qkv.block(b * T, 2 * d + hd * dh, T, dh)};
+  };
+
+  // ---- forward ----
+  const CMat tok = mat(kTokEmb, V, d), pos = mat(kPosEmb, T, d);
+  ws.h.resize(N, d);
+  for (Eigen::Index b = 0; b < B; ++b) {
+    for (Eigen::Index t = 0; t < T; ++t) {
+      ws.h.row(b * T + t) = tok.row(windows[b * (T + 1) + t]) + pos.row(t);
+    }
+  }
+  ws.blocks.resize(static_cast<size_t>(shape_.layers));
+  for (int64_t l = 0; l < shape_.layers; ++l) {
+    auto& L = ws.blocks[static_cast<size_t>(l)];
+    layer_norm<S>(ws.h, vec(blk(l, kLn1Gain)), vec(blk(l, kLn1Bias)), L.xhat1, L.rstd1, L.a1);
+    L.qkv.resize(N, 3 * d);
+    L.qkv.noalias() = L.a1 * mat(blk(l, kQkvWeight), 3 * d, d).transpose();
+    L.qkv.rowwise() += vec(blk(l, kQkvBias));
+    // Causal self-attention, one (window, head) at a time: P = softmax(Q·Kᵀ/√dh)
+    // over keys j ≤ i, output P·V.
+    L.probs.resize(B * H * T, T);
+    L.att.resize(N, d);
+    for (Eigen::Index b = 0; b < B; ++b) {
+      for (Eigen::Index hd = 0; hd < H; ++hd) {
+        const auto [q, k, v] = head_qkv(L.qkv, b, hd);
+        auto p = L.probs.block((b * H + hd) * T, 0, T, T);
+        p.noalias() = q * k.transpose();
+        for (Eigen::Index i = 0; i < T; ++i) {
+          const Eigen::Index last = shape_.causal ? i : T - 1;
+          auto row = p.row(i).head(last + 1);
+          row *= scale;
+          const S m = row.maxCoeff();
+          row = (row.array() - m).exp();
+          row /= row.sum();
+          p.row(i).tail(T - 1 - last).setZero();
+        }
+        L.att.block(b * T, hd * dh, T, dh).noalias() = p * v;
+      }
+    }
+    ws.h.noalias() += L.att * mat(blk(l, kProjWeight), d, d).transpose();
+    ws.h.rowwise() += vec(blk(l, kProjBias));
+    layer_norm<S>(ws.h, vec(blk(l, kLn2Gain)), vec(blk(l, kLn2Bias)), L.xhat2, L.rstd2, L.a2);
+    L.pre.resize(N, F);
+    L.pre.noalias() = L.a2 * mat(blk(l, kFcWeight), F, d).transpose();
+    L.pre.rowwise() += vec(blk(l, kFcBias));
+    L.act.resize(N, F);
+    L.act = L.pre.unaryExpr([](S z) {
+      return static_cast<S>(0.5) * z *
+             (S(1) + std::tanh(static_cast<S>(kGeluC) * (z + static_cast<S>(kGeluA) * z * z * z)));
+    });
+    ws.h.noalias() += L.act * mat(blk(l, kMlpProjWeight), d, F).transpose();
+    ws.h.rowwise() += vec(blk(l, kMlpProjBias));
+  }
+  layer_norm<S>(ws.h, vec(ln_f), vec(ln_f + 1), ws.xhatf, ws.rstdf, ws.af);
+  const CMat head = mat(ln_f + 2, V, d);
+  ws.logits.resize(N, V);
+  ws.logits.noalias() = ws.af * head.transpose();
+
+  // ---- loss: log-sum-exp in double, shifted by the row maximum ----
+  const bool grad = !g.empty();
+  if (grad) ws.dlogits.resize(N, V);
+  double loss = 0.0;
+  const double inv_n = 1.0 / static_cast<double>(N);
+  for (Eigen::Index b = 0; b < B; ++b) {
+    for (Eigen::Index t = 0; t < T; ++t) {
+      const Eigen::Index r = b * T + t;
+      const int32_t y = windows[b * (T + 1) + t + 1];
+      const double m = ws.logits.row(r).maxCoeff();
+      double s = 0.0;
+      for (Eigen::Index c = 0; c < V; ++c) s += std::exp(double(ws.logits(r, c)) - m);
+      const double lse = m + std::log(s);
+      loss += lse - double(ws.logits(r, y));
+      if (grad) {
+        for (Eigen::Index c = 0; c < V; ++c) {
+          const double p = std::exp(double(ws.logits(r, c)) - lse);
+          ws.dlogits(r, c) = static_cast<S>((p - (c == y ? 1.0 : 0.0)) * inv_n);
+        }
+      }
+    }
+  }
+  if (!grad) return loss * inv_n;
+
+  // ---- backward ----
+  gmat(ln_f + 2, V, d).noalias() = ws.dlogits.transpose() * ws.af;
+  ws.da.resize(N, d);
+  ws.da.noalias() = ws.dlogits * head;
+  ws.h.setZero();  // from here on: dloss/dh
+  layer_norm_backward<S>(ws.da, ws.xhatf, ws.rstdf, vec(ln_f), gvec(ln_f), gvec(ln_f + 1), ws.h);
+  for (int64_t l = shape_.layers - 1; l >= 0; --l) {
+    auto& L = ws.blocks[static_cast<size_t>(l)];
+    // MLP: h_out = h_mid + GELU(LN2(h_mid)·Wfcᵀ + bfc)·Wprojᵀ + bproj.
+    gmat(blk(l, kMlpProjWeight), d, F).noalias() = ws.h.transpose() * L.act;
+    gvec(blk(l, kMlpProjBias)) = ws.h.colwise().sum();
+    ws.dpre.resize(N, F);
+    ws.dpre.noalias() = ws.h * mat(blk(l, kMlpProjWeight), d, F);
+    ws.dpre.array() *=
+        L.pre
+            .unaryExpr([](S z) {
+              const S u = static_cast<S>(kGeluC) * (z + static_cast<S>(kGeluA) * z * z * z);
+              const S th = std::tanh(u);
+              const S du = static_cast<S>(kGeluC) * (S(1) + static_cast<S>(3.0 * kGeluA) * z * z);
+              return static_cast<S>(0.5) * (S(1) + th) +
+                     static_cast<S>(0.5) * z * (S(1) - th * th) * du;
+            })
+            .array();
+    gmat(blk(l, kFcWeight), F, d).noalias() = ws.dpre.transpose() * L.a2;
+    gvec(blk(l, kFcBias)) = ws.dpre.colwise().sum();
+    ws.da.noalias() = ws.dpre * mat(blk(l, kFcWeight), F, d);
+    layer_norm_backward<S>(ws.da, L.xhat2, L.rstd2, vec(blk(l, kLn2Gain)), gvec(blk(l, kLn2Gain)),
+                           gvec(blk(l, kLn2Bias)), ws.h);
+    // Attention: h_mid = h_in + att·Wprojᵀ + bproj.
+    gmat(blk(l, kProjWeight), d, d).noalias() = ws.h.transpose() * L.att;
+    gvec(blk(l, kProjBias)) = ws.h.colwise().sum();
+    ws.datt.resize(N, d);
+    ws.datt.noalias() = ws.h * mat(blk(l, kProjWeight), d, d);
+    ws.dqkv.resize(N, 3 * d);
+    ws.dprobs.resize(T, T);
+    for (Eigen::Index b = 0; b < B; ++b) {
+      for (Eigen::Index hd = 0; hd < H; ++hd) {
+        const auto [q, k, v] = head_qkv(L.qkv, b, hd);
+        const auto p = L.probs.block((b * H + hd) * T, 0, T, T);
+        const auto dy = ws.datt.block(b * T, hd * dh, T, dh);
+        ws.dqkv.block(b * T, 2 * d + hd * dh, T, dh).noalias() = p.transpose() * dy;
+        ws.dprobs.noalias() = dy * v.transpose();
+        // Softmax backward: dS = P ∘ (dP − rowsum(dP ∘ P)), times the 1/√dh
+        // of the scores; masked entries have P = 0 and get dS = 0.
+        for (Eigen::Index i = 0; i < T; ++i) {
+          const S s = (ws.dprobs.row(i).array() * p.row(i).array()).sum();
+          ws.dprobs.row(i).array() = p.row(i).array() * (ws.dprobs.row(i).array() - s) * scale;
+        }
+        ws.dqkv.block(b * T, hd * dh, T, dh).noalias() = ws.dprobs * k;
+        ws.dqkv.block(b * T, d + hd * dh, T, dh).noalias() = ws.dprobs.transpose() * q;
+      }
+    }
+    gmat(blk(l, kQkvWeight), 3 * d, d).noalias() = ws.dqkv.transpose() * L.a1;
+    gvec(blk(l, kQkvBias)) = ws.dqkv.colwise().sum();
+    ws.da.noalias() = ws.dqkv * mat(blk(l, kQkvWeight), 3 * d, d);
+    layer_norm_backward<S>(ws.da, L.xhat1, L.rstd1, vec(blk(l, kLn1Gain)), gvec(blk(l, kLn1Gain)),
+                           gvec(blk(l, kLn1Bias)), ws.h);
+  }
+  // Embeddings: scatter-add dloss/dh_0 into the rows that were looked up.
+  GMat dtok = gmat(kTokEmb, V, d), dpos = gmat(kPosEmb, T, d);
+  dtok.setZero();
+  dpos.setZero();
+  for (Eigen::Index b = 0; b < B; ++b) {
+    for (Eigen::Index t = 0; t < T; ++t) {
+      dtok.row(windows[b * (T + 1) + t]) += ws.h.row(b * T + t);
+      dpos.row(t) += ws.h.row(b * T + t);
+    }
+  }
+  return loss * inv_n;
+}
+
+template class TransformerNet<float>;
+template class TransformerNet<double>;
+
+// ---- the problem -----------------------------------------------------------
+
+TransformerOptions::TransformerOptions() : files(default_fortune_files()) {}
+
+Schema<TransformerOptions> TransformerOptions::schema() {
+  using O = TransformerOptions;
+  return Schema<O>()
+      .field("files", &O::files,
+             "fortune files (plain text, fortunes separated by lines holding a single %); the "
+             "default is the Debian package fortunes-min's three files",
+             {Rule<std::vector<std::string>>{
+                 [](const std::vector<std::string>& v) { return !v.empty(); },
+                 "must name at least one file"}})
+      .field(
+          "test_fraction", &O::test_fraction,
+          "share of the fortunes held out (split by whole fortunes, seeded by data_seed)",
+          {Rule<double>{[](const double& v) { return v > 0.0 && v < 1.0; }, "must be in (0, 1)"}})
+      .field("context", &O::context, "tokens (characters) per window: the attention span",
+             {rules::at_least<int64_t>(2)})
+      .field("stride", &O::stride,
+             "distance in tokens between the starts of consecutive training windows",
+             {rules::at_least<int64_t>(1)})
+      .field("d_model", &O::d_model, "width of the residual stream", {rules::at_least<int64_t>(1)})
+      .field("layers", &O::layers, "transformer blocks", {rules::at_least<int64_t>(1)})
+      .field("heads", &O::heads, "attention heads per block (must divide d_model)",
+             {rules::at_least<int64_t>(1)})
+      .field("mlp_ratio", &O::mlp_ratio, "MLP hidden width / d_model",
+             {rules::at_least<int64_t>(1)})
+      .field("init_std", &O::init_std,
+             "standard deviation of the initial weights (GPT-2: 0.02; residual projections get "
+             "init_std/sqrt(2·layers))",
+             {rules::greater(0.0)})
+      .field("eval_windows", &O::eval_windows,
+             "held-out windows (non-overlapping, from the start of the held-out text) for "
+             "eval_loss; as many evenly spaced training windows give train_subset_loss",
+             {rules::at_least<int64_t>(1)})
+      .field("data_seed", &O::data_seed, "seed of the train/test split of the fortunes")
+      .check([](const O& o, const std::string& path) {
+        if (o.d_model % o.heads != 0) {
+          config_fail(join_path(path, "heads"), o.heads,
+                      "must divide d_model = " + std::to_string(o.d_model));
+        }
+      });
+}
+
+namespace {
+
+class Transformer final : public Problem {
+ public:
+  explicit Transformer(const TransformerOptions& o)
+      : corpus_(load_text_corpus({o.files, o.test_fraction, o.data_seed, "problem"})),
+        net_(shape_of(o, corpus_.vocab_size())),
+        init_std_(o.init_std) {
+    const auto T = static_cast<size_t>(o.context);
+    const size_t train_len = corpus_.train_tokens.size(), test_len = corpus_.test_tokens.size();
+    if (train_len < T + 1) {
+      config_fail(
+          "problem.context", o.context,
+          "needs context + 1 tokens, but the training text has only " + std::to_string(train_len));
+    }
+    for (size_t s = 0; s + T + 1 <= train_len; s += static_cast<size_t>(o.stride)) {
+      train_starts_.push_back(s);
+    }
+    const size_t held_out = std::min(static_cast<size_t>(o.eval_windows), (test_len - 1) / T);
+    if (held_out == 0) {
+      config_fail("problem.context", o.context,
+                  "needs context + 1 tokens, but the held-out text has only " +
+                      std::to_string(test_len) + " (raise problem.test_fraction)");
+    }
+    for (size_t k = 0; k < held_out; ++k) test_starts_.push_back(k * T);
+    const size_t subset = std::min(static_cast<size_t>(o.eval_windows), train_starts_.size());
+    for (size_t k = 0; k < subset; ++k) {
+      subset_starts_.push_back(train_starts_[k * train_starts_.size() / subset]);
+    }
+  }
+
+  size_t dim() const override { return net_.dim(); }
+  const std::vector<TensorInfo>& tensors() const override { return net_.tensors(); }
+  size_t num_train() const override { return train_starts_.size(); }
+
+  void init_params(std::span<float> x, uint64_t seed) const override {
+    net_.init(x, seed, init_std_);
+  }
+
+  std::unique_ptr<Workspace> make_workspace() const override { return net_.make_workspace(); }
+
+  double loss_grad(std::span<const float> x, std::span<const uint32_t> batch, std::span<float> g,
+                   const RngStream& /*noise*/, Workspace& workspace) const override {
+    if (batch.empty()) {
+      std::fill(g.begin(), g.end(), 0.0f);
+      return 0.0;
+    }
+    auto& ws = static_cast<TransformerWorkspace<float>&>(workspace);
+    gather(
+        corpus_.train_tokens, batch.size(), [&](size_t i) { return train_starts_[batch[i]]; },
+        ws.windows);
+    return net_.loss(x, ws.windows, batch.size(), g, ws);
+  }
+
+  std::vector<std::string> eval_columns() const override {
+    return {"eval_loss", "eval_perplexity", "train_subset_loss"};
+  }
+
+  // Mean token loss over fixed windows, in chunks of kEvalChunk windows run
+  // in parallel (each chunk's loss is independent of the thread count and
+  // the chunks are summed in order, so the result is too).
+  void evaluate(std::span<const float> x, std::span<double> out) const override {
+    out[0] = mean_loss(x, corpus_.test_tokens, test_starts_);
+    out[1] = std::exp(out[0]);
+    out[2] = mean_loss(x, corpus_.train_tokens, subset_starts_);
+  }
+
+  const TextCorpus& corpus() const { return corpus_; }
+
+ private:
+  static constexpr size_t kEvalChunk = 16;
+
+  static TransformerShape shape_of(const TransformerOptions& o, int32_t vocab) {
+    return {vocab, o.context, o.d_model, o.layers, o.heads, o.mlp_ratio, true};
+  }
+
+  // Copies `count` windows of context + 1 tokens starting at start(i).
+  template <class Start>
+  void gather(const std::vector<int32_t>& tokens, size_t count, Start start,
+              std::vector<int32_t>& out) const {
+    const auto w = static_cast<size_t>(net_.shape().context + 1);
+    out.resize(count * w);
+    for (size_t i = 0; i < count; ++i) {
+      std::copy_n(tokens.begin() + static_cast<std::ptrdiff_t>(start(i)), w, out.begin() + i * w);
+    }
+  }
+
+  double mean_loss(std::span<const float> x, const std::vector<int32_t>& tokens,
+                   const std::vector<size_t>& starts) const {
+    const size_t chunks = (starts.size() + kEvalChunk - 1) / kEvalChunk;
+    std::vector<double> sums(chunks, 0.0);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t c = 0; c < chunks; ++c) {
+      const size_t first = c * kEvalChunk, count = std::min(kEvalChunk, starts.size() - first);
+      TransformerWorkspace<float> ws;
+      gather(
+          tokens, count, [&](size_t i) { return starts[first + i]; }, ws.windows);
+      sums[c] = net_.loss(x, ws.windows, count, {}, ws) * static_cast<double>(count);
+    }
+    double total = 0.0;
+    for (const double s : sums) total += s;
+    return total / static_cast<double>(starts.size());
+  }
+
+  TextCorpus corpus_;
+  TransformerNet<float> net_;
+  double init_std_;
+  std::vector<size_t> train_starts_, test_starts_, subset_starts_;
+};
+
+}  // namespace
+
+RegistryEntry<Problem> transformer_entry() {
+  return make_registry_entry<Problem, Transformer, TransformerOptions>(
+      "transformer",
+      "tiny decoder-only transformer (GPT-2-shaped, pre-LN, untied head) as a character-level "
+      "language model on Debian's fortune files");
+}
+
+}  // namespace bitlab
