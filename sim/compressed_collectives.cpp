@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "sim/float16.hpp"
+#include "sim/kernels/reference.hpp"
 
 namespace bitlab {
 
@@ -115,7 +116,7 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
   comm.record(make_comm_record("alltoall", "pairwise", kInt[bits], "all", n, 1, wire1 * n,
                                pairwise_alltoall_cost(n, wire1 * n)));
   // Worker r averages the dequantized chunks (the fixed tree over workers).
-  mean_over_workers({quantized_.data(), D, D, n}, mean_, WireDtype::kFp32);
+  cpu::dequantize_reduce(quantized_.data(), D, n, D, mean_.data());
   // Stage 2: the averaged chunks go back to everyone.
   int64_t wire2 = 0;
   const char* dtype2 = "fp32";

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "sim/cuda/kernels.hpp"
 #include "sim/kernels/reference.hpp"
@@ -275,6 +276,42 @@ __global__ void ema_error_kernel(float* __restrict__ e, const float* __restrict_
     e[k] = ema_error_element(e[k], h[k], ch[k], b, c);
 }
 
+// LoCo's dequantize-reduce: out[k] = (Σ_i q_i[k]) / n with the sum in the
+// CPU's pairwise-tree order (the postfix program of worker_tree_program,
+// in device memory; every thread walks the same program, so there is no
+// divergence, and the loads of worker i's values are coalesced across the
+// warp). The division by fl(n) is the CPU's too.
+__global__ void dequantize_reduce_kernel(const float* __restrict__ q, size_t stride,
+                                         const int32_t* __restrict__ program, size_t length,
+                                         size_t len, float nf, float* __restrict__ out) {
+  for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < len;
+       k += static_cast<size_t>(gridDim.x) * blockDim.x)
+    out[k] = worker_tree_sum(program, length, q + k, stride) / nf;
+}
+
+// The tree program for n workers on the device, rebuilt only when n changes.
+// The upload is a synchronous cudaMemcpy on the default stream, so it waits
+// for a queued kernel still reading the previous program.
+const int32_t* worker_tree_on_device(int n) {
+  static int32_t* buf = nullptr;
+  static size_t cap = 0;
+  static int cached_n = 0;
+  if (n != cached_n) {
+    const std::vector<int32_t> program = worker_tree_program(n);
+    if (program.size() > cap) {
+      if (buf) check(cudaFree(buf), "cudaFree(worker tree)");
+      buf = nullptr;
+      cap = 0;
+      check(cudaMalloc(&buf, program.size() * sizeof(int32_t)), "cudaMalloc(worker tree)");
+      cap = program.size();
+    }
+    check(cudaMemcpy(buf, program.data(), program.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+          "cudaMemcpy(worker tree)");
+    cached_n = n;
+  }
+  return buf;
+}
+
 __global__ void fp16_kernel(const float* __restrict__ x, size_t n, uint16_t* __restrict__ out) {
   for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<size_t>(gridDim.x) * blockDim.x)
@@ -411,6 +448,14 @@ void quantize_groups(const float* x, size_t n, float* out, const QuantizeSpec& s
 void ema_error_update(float* e, const float* h, const float* ch, size_t n, float beta) {
   ema_error_kernel<<<grid_for(n), kThreads>>>(e, h, ch, n, beta, 1.0f - beta);
   check_launch("ema_error_kernel");
+}
+
+void dequantize_reduce(const float* q, size_t q_stride, int n, size_t len, float* out) {
+  if (len == 0) return;
+  const int32_t* program = worker_tree_on_device(n);  // throws for n outside [1, 2^30]
+  dequantize_reduce_kernel<<<grid_for(len), kThreads>>>(
+      q, q_stride, program, 2 * static_cast<size_t>(n) - 1, len, static_cast<float>(n), out);
+  check_launch("dequantize_reduce_kernel");
 }
 
 void fp32_to_fp16(const float* x, size_t n, uint16_t* out) {

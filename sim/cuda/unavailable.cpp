@@ -75,6 +75,9 @@ void quantize_groups(const float*, size_t, float*, const QuantizeSpec&, const Rn
 void ema_error_update(float*, const float*, const float*, size_t, float) {
   unavailable("ema_error_update");
 }
+void dequantize_reduce(const float*, size_t, int, size_t, float*) {
+  unavailable("dequantize_reduce");
+}
 void fp32_to_fp16(const float*, size_t, uint16_t*) {
   unavailable("fp32_to_fp16");
 }

@@ -31,6 +31,8 @@
 //   quantize_groups   read 4d, write 4d (4-bit, groups of 128, nearest; the
 //                     simulator's quantize-dequantize writes floats)
 //   ema_error_update  read e h ĥ, write e: 16d
+//   dequantize_reduce read the n workers' dequantized values, write the
+//                     mean: 4nd + 4d (n = 4: 20d)
 //   fp32_to_fp16      read 4d, write 2d (the uncompressed baseline)
 // Target (the issue): ≥ 70 % of peak for d ≥ 2^24.
 #include <cuda_runtime.h>
@@ -149,12 +151,14 @@ int main(int argc, char** argv) {
     cuda::DeviceArray<uint8_t> bits(static_cast<size_t>(n) * D / 8), sbits(D / 8);
     cuda::DeviceArray<float> scales(n), cscales(n);
     cuda::DeviceArray<uint16_t> half(d);
+    cuda::DeviceArray<float> qs(static_cast<size_t>(n) * d);  // LoCo: n workers' Q(x_i)
     fill(b.get(), d, 0, -1.0f, 2.0f);
     fill(g.get(), d, 1, -1.0f, 2.0f);
     fill(x.get(), d, 2, -1.0f, 2.0f);
     fill(m.get(), d, 3, -0.1f, 0.2f);
     fill(v.get(), d, 4, 0.0f, 0.01f);
     fill(den.get(), d, 5, 0.01f, 0.1f);
+    fill(qs.get(), static_cast<size_t>(n) * d, 6, -1.0f, 2.0f);
     e.zero();
     s.zero();
     u.zero();
@@ -206,6 +210,8 @@ int main(int argc, char** argv) {
     }));
     row("ema_error_update", 16 * df,
         timer.median([&] { cuda::ema_error_update(m.get(), g.get(), out.get(), d, 0.8f); }));
+    row("dequantize_reduce", 4.0 * n * df + 4 * df,
+        timer.median([&] { cuda::dequantize_reduce(qs.get(), d, n, d, out.get()); }));
     const double t_half = timer.median([&] { cuda::fp32_to_fp16(b.get(), d, half.get()); });
     row("fp32_to_fp16", 6 * df, t_half);
     // One worker's share of the 1-bit path (its compression, its server
