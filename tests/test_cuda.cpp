@@ -19,10 +19,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -195,6 +197,16 @@ const KernelSet kGpu{"gpu",
                      BITLAB_KERNEL_LIST(BITLAB_GPU_KERNEL)};
 #undef BITLAB_CPU_KERNEL
 #undef BITLAB_GPU_KERNEL
+
+// The numbered variants of the GPU's 1-bit worker stage, as functions with
+// the reference's signature (to swap into a KernelSet).
+template <int V>
+void worker_variant(const float* b, size_t d, float* e, size_t D, uint8_t* bits, float* scale) {
+  cuda::onebit_worker_compress_variant(V, b, d, e, D, bits, scale);
+}
+constexpr decltype(&cpu::onebit_worker_compress) kWorkerVariants[] = {worker_variant<1>,
+                                                                      worker_variant<2>};
+static_assert(std::size(kWorkerVariants) == cuda::kWorkerCompressVariants);
 
 // `count` elements of T in a KernelSet's memory, filled from / read back to
 // host vectors.
@@ -582,6 +594,48 @@ TEST_SUITE("cuda") {
         CHECK_SAME(compare_floats(got.out, want.out, {}, "out"));
       }
     }
+  }
+
+  TEST_CASE("every numbered variant of the 1-bit worker stage matches the CPU") {
+    if (!gpu_or_skip()) return;
+    for (int variant = 1; variant <= cuda::kWorkerCompressVariants; ++variant) {
+      KernelSet k = kGpu;
+      k.onebit_worker_compress = kWorkerVariants[variant - 1];
+      for (size_t d : kSizes) {
+        for (bool with_inf : {false, true}) {
+          CAPTURE(variant);
+          CAPTURE(d);
+          CAPTURE(with_inf);
+          const OneBitOutputs want = run_onebit(kCpu, d, with_inf, nullptr, nullptr);
+          const OneBitOutputs got = run_onebit(k, d, with_inf, &want, &want);
+          CHECK_SAME(compare_bytes(got.worker_bits, want.worker_bits, "worker_bits"));
+          check_scales_and_errors(got.worker_scales, want.worker_scales, got.worker_e,
+                                  want.worker_e, "worker_e");
+        }
+        // b one float past an aligned address (variant 2 then reads b element
+        // by element) and e as run_onebit places it.
+        CAPTURE(variant);
+        CAPTURE(d);
+        const size_t D = onebit_padded_dim(std::max<size_t>(d, 1), kWorkers);
+        std::vector<float> b0(d + 1, 0.0f);
+        const std::vector<float> x = awkward(d, 21), e0 = awkward(D, 22, false, 0.1f);
+        std::copy(x.begin(), x.end(), b0.begin() + 1);
+        auto run = [&](const KernelSet& ks) {
+          Buf<float> b(ks, b0), e(ks, e0), scale(ks, 1);
+          Buf<uint8_t> bits(ks, D / 8);
+          ks.onebit_worker_compress(b.get() + 1, d, e.get(), D, bits.get(), scale.get());
+          return std::make_tuple(bits.host(), scale.host(), e.host());
+        };
+        const auto [want_bits, want_scale, want_e] = run(kCpu);
+        const auto [got_bits, got_scale, got_e] = run(k);
+        CHECK_SAME(compare_bytes(got_bits, want_bits, "bits (b misaligned)"));
+        check_scales_and_errors(got_scale, want_scale, got_e, want_e, "e (b misaligned)");
+      }
+    }
+    // An unknown variant number is refused before anything is launched.
+    CHECK_THROWS_AS(
+        cuda::onebit_worker_compress_variant(3, nullptr, 0, nullptr, 8, nullptr, nullptr),
+        std::invalid_argument);
   }
 
   TEST_CASE("elementwise kernels (Adam, 1-bit Adam, 0/1 Adam) are bit-identical to the CPU") {

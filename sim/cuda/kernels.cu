@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -118,6 +119,113 @@ __global__ void pack_subtract(float* __restrict__ u, size_t len, const float* __
       p[t] = v - (pos ? a : -a);
     }
     bits[j] = static_cast<uint8_t>(byte);
+  }
+}
+
+// ---- 1-bit worker stage, variant 2 (onebit_worker_compress_variant): the
+// passes of variant 1 (worker_add_sumsq, finalize_scale, pack_subtract) with
+// 16-byte float4 loads and stores that are contiguous across a warp (variant
+// 1's pack_subtract has each thread read 8 floats 32 B away from its
+// neighbour's) and block sums by warp shuffles (one barrier instead of eight).
+// Same element arithmetic, so the same bits and errors given the scale; the
+// in-block order of the double sum differs (as variant 1's differs from the
+// CPU's). Needs e 16-byte aligned (the caller checks); b is read as float4
+// when it is 16-byte aligned, element by element otherwise.
+
+// Sum of v over the thread block (kThreads threads, all of them calling),
+// valid in thread 0: shuffles inside each warp, then warp 0's lane 0 adds the
+// warp sums in warp order.
+__device__ double block_sum_shuffle(double v) {
+  constexpr int kWarps = kThreads / 32;
+  __shared__ double warp_sums[kWarps];
+  for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double total = 0.0;
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < kWarps; ++w) total += warp_sums[w];
+  }
+  return total;
+}
+
+// Pass 1 of variant 2: as worker_add_sumsq, one thread block per 4096
+// elements, float4 f covering elements 4f..4f+3 (D is a multiple of 8, so a
+// block holds whole float4s). Padding components are written back unchanged.
+__global__ void worker_add_sumsq_vec(const float* __restrict__ b, size_t d, bool b_aligned,
+                                     float* __restrict__ e, size_t D,
+                                     double* __restrict__ partial) {
+  float4* e4 = reinterpret_cast<float4*>(e);
+  const size_t lo = static_cast<size_t>(blockIdx.x) * (kBlock / 4);
+  const size_t hi = min(D / 4, lo + kBlock / 4);
+  double ss = 0.0;
+  for (size_t f = lo + threadIdx.x; f < hi; f += kThreads) {
+    float4 u = e4[f];
+    const size_t k = 4 * f;
+    if (k + 4 <= d) {
+      if (b_aligned) {
+        const float4 v = reinterpret_cast<const float4*>(b)[f];
+        u.x += v.x;
+        u.y += v.y;
+        u.z += v.z;
+        u.w += v.w;
+      } else {
+        u.x += b[k];
+        u.y += b[k + 1];
+        u.z += b[k + 2];
+        u.w += b[k + 3];
+      }
+      e4[f] = u;
+    } else if (k < d) {  // the float4 of element d − 1 (d − k ≤ 3 elements of b)
+      u.x += b[k];
+      if (k + 1 < d) u.y += b[k + 1];
+      if (k + 2 < d) u.z += b[k + 2];
+      e4[f] = u;
+    }
+    ss += static_cast<double>(u.x) * static_cast<double>(u.x);
+    ss += static_cast<double>(u.y) * static_cast<double>(u.y);
+    ss += static_cast<double>(u.z) * static_cast<double>(u.z);
+    ss += static_cast<double>(u.w) * static_cast<double>(u.w);
+  }
+  const double total = block_sum_shuffle(ss);
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
+}
+
+// u − a·sign(u) of one element, accumulating its sign bit into `nibble`.
+__device__ float sign_step(float v, float a, int bit, unsigned& nibble) {
+  const bool pos = v >= 0.0f;
+  nibble |= static_cast<unsigned>(pos) << bit;
+  return v - (pos ? a : -a);
+}
+
+// Pass 2 of variant 2: thread f packs the nibble of float4 f (elements
+// 4f..4f+3 → bits 3..0) and subtracts; the even lane of each pair gets its
+// odd neighbour's nibble by a shuffle and writes byte f/2 (high nibble first,
+// so element k is still bit 7 − k mod 8). len is a multiple of 8, so the
+// float4 count is even and an even f in range has its partner in range.
+// Warp-uniform trip count: every lane runs every iteration (the shuffle needs
+// the whole warp); lanes past the end touch no memory. Warps start at
+// multiples of 32 and the stride is one, so a lane's parity is f's.
+__global__ void pack_subtract_vec(float* __restrict__ u, size_t len,
+                                  const float* __restrict__ scale, uint8_t* __restrict__ bits) {
+  const float a = *scale;
+  float4* u4 = reinterpret_cast<float4*>(u);
+  const size_t count = len / 4;
+  const unsigned lane = threadIdx.x & 31;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t base = blockIdx.x * static_cast<size_t>(blockDim.x) + (threadIdx.x - lane);
+       base < count; base += stride) {
+    const size_t f = base + lane;
+    unsigned nibble = 0;
+    if (f < count) {
+      float4 v = u4[f];
+      v.x = sign_step(v.x, a, 3, nibble);
+      v.y = sign_step(v.y, a, 2, nibble);
+      v.z = sign_step(v.z, a, 1, nibble);
+      v.w = sign_step(v.w, a, 0, nibble);
+      u4[f] = v;
+    }
+    const unsigned low = __shfl_down_sync(0xffffffffu, nibble, 1);
+    if (f < count && (f & 1) == 0) bits[f / 2] = static_cast<uint8_t>((nibble << 4) | low);
   }
 }
 
@@ -362,16 +470,38 @@ void device_synchronize() {
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
-void onebit_worker_compress(const float* b, size_t d, float* e, size_t D, uint8_t* bits,
-                            float* scale) {
+void onebit_worker_compress_variant(int variant, const float* b, size_t d, float* e, size_t D,
+                                    uint8_t* bits, float* scale) {
+  if (variant < 1 || variant > kWorkerCompressVariants)
+    throw std::invalid_argument("onebit_worker_compress_variant: variant " +
+                                std::to_string(variant) + " does not exist (1 or 2)");
+  const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  // Variant 2 needs float4 access to e; without it variant 1 runs.
+  const bool vec = variant == 2 && aligned16(e);
   const size_t blocks = (D + kBlock - 1) / kBlock;
   double* part = partials(blocks);
-  worker_add_sumsq<<<static_cast<unsigned>(blocks), kThreads>>>(b, d, e, D, part);
-  check_launch("worker_add_sumsq");
+  if (vec) {
+    worker_add_sumsq_vec<<<static_cast<unsigned>(blocks), kThreads>>>(b, d, aligned16(b), e, D,
+                                                                      part);
+    check_launch("worker_add_sumsq_vec");
+  } else {
+    worker_add_sumsq<<<static_cast<unsigned>(blocks), kThreads>>>(b, d, e, D, part);
+    check_launch("worker_add_sumsq");
+  }
   finalize_scale<<<1, kThreads>>>(part, blocks, static_cast<double>(D), scale);
   check_launch("finalize_scale");
-  pack_subtract<<<grid_for(D / 8), kThreads>>>(e, D, scale, bits);
-  check_launch("pack_subtract");
+  if (vec) {
+    pack_subtract_vec<<<grid_for(D / 4), kThreads>>>(e, D, scale, bits);
+    check_launch("pack_subtract_vec");
+  } else {
+    pack_subtract<<<grid_for(D / 8), kThreads>>>(e, D, scale, bits);
+    check_launch("pack_subtract");
+  }
+}
+
+void onebit_worker_compress(const float* b, size_t d, float* e, size_t D, uint8_t* bits,
+                            float* scale) {
+  onebit_worker_compress_variant(kWorkerCompressDefault, b, d, e, D, bits, scale);
 }
 
 void onebit_server_reduce(const uint8_t* bits, size_t bits_stride, const float* scales, int n,

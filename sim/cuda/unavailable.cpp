@@ -39,6 +39,9 @@ void device_synchronize() {
 void onebit_worker_compress(const float*, size_t, float*, size_t, uint8_t*, float*) {
   unavailable("onebit_worker_compress");
 }
+void onebit_worker_compress_variant(int, const float*, size_t, float*, size_t, uint8_t*, float*) {
+  unavailable("onebit_worker_compress_variant");
+}
 void onebit_server_reduce(const uint8_t*, size_t, const float*, int, size_t, float*, float*,
                           uint8_t*, float*) {
   unavailable("onebit_server_reduce");

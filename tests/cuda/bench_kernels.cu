@@ -15,7 +15,8 @@
 //
 // Bytes necessarily touched (each array read or written once, 4 B a float,
 // 1 bit a sign; D = d padded to the 1-bit allreduce's multiple, n = 4):
-//   worker_compress   read b (4d), read e (4D), write e (4D), write bits (D/8)
+//   worker_compress   read b (4d), read e (4D), write e (4D), write bits
+//                     (D/8); the same rule for each numbered variant (_vN)
 //                     — our kernels make two passes over e (the scale needs
 //                     the whole norm before any sign can be subtracted), so
 //                     100 % is out of reach: 2 passes move 4d + 16D + D/8
@@ -141,6 +142,8 @@ int main(int argc, char** argv) {
       cuda::device_name().c_str(), peak / 1e9, clock_khz / 1000, bus_bits, copy_bw / 1e9,
       timer.repeats, timer.flush_bytes >> 20);
   std::printf("%-18s %10s %12s %10s %8s %8s\n", "kernel", "d", "time_us", "GB/s", "%copy", "%peak");
+  std::printf(
+      "(worker_compress_vN: numbered variants of the 1-bit worker stage, * = the default)\n");
 
   const int n = 4;
   for (int lg : {20, 24, 26}) {
@@ -171,9 +174,19 @@ int main(int argc, char** argv) {
     };
     // The worker stage of every worker compresses its own b; timing one is
     // representative (the kernels are the same for each).
-    const double t_worker = timer.median(
-        [&] { cuda::onebit_worker_compress(b.get(), d, e.get(), D, bits.get(), scales.get()); });
-    row("worker_compress", 4 * df + 8 * Df + Df / 8, t_worker);
+    // Every numbered variant (kernels.hpp), so the default can be chosen on a
+    // GPU; the path figure below uses the default's time.
+    double t_worker = 0.0;
+    for (int variant = 1; variant <= cuda::kWorkerCompressVariants; ++variant) {
+      const double t = timer.median([&] {
+        cuda::onebit_worker_compress_variant(variant, b.get(), d, e.get(), D, bits.get(),
+                                             scales.get());
+      });
+      const std::string name = "worker_compress_v" + std::to_string(variant) +
+                               (variant == cuda::kWorkerCompressDefault ? "*" : "");
+      row(name.c_str(), 4 * df + 8 * Df + Df / 8, t);
+      if (variant == cuda::kWorkerCompressDefault) t_worker = t;
+    }
     for (int i = 1; i < n; ++i)  // the other workers' bits: copies of worker 0's
       check(cudaMemcpy(bits.get() + i * D / 8, bits.get(), D / 8, cudaMemcpyDeviceToDevice),
             "copy");
