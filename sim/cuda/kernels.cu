@@ -204,7 +204,7 @@ __device__ float sign_step(float v, float a, int bit, unsigned& nibble) {
 // float4 count is even and an even f in range has its partner in range.
 // Warp-uniform trip count: every lane runs every iteration (the shuffle needs
 // the whole warp); lanes past the end touch no memory. Warps start at
-// multiples of 32 and the stride is one, so a lane's parity is f's.
+// multiples of 32 and the grid stride is one too, so a lane's parity is f's.
 __global__ void pack_subtract_vec(float* __restrict__ u, size_t len,
                                   const float* __restrict__ scale, uint8_t* __restrict__ bits) {
   const float a = *scale;
@@ -388,7 +388,10 @@ __global__ void ema_error_kernel(float* __restrict__ e, const float* __restrict_
 // CPU's pairwise-tree order (the postfix program of worker_tree_program,
 // in device memory; every thread walks the same program, so there is no
 // divergence, and the loads of worker i's values are coalesced across the
-// warp). The division by fl(n) is the CPU's too.
+// warp). The division by fl(n) is the CPU's too. The value stack is indexed
+// at run time, so it lives in local memory (128 B a thread, ptxas -v; L1
+// traffic, not DRAM); a variant holding it in registers for small fixed n is
+// an idea not tried here.
 __global__ void dequantize_reduce_kernel(const float* __restrict__ q, size_t stride,
                                          const int32_t* __restrict__ program, size_t length,
                                          size_t len, float nf, float* __restrict__ out) {
