@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "sim/float16.hpp"
+#include "sim/kernels/reference.hpp"
 
 namespace bitlab {
 
@@ -132,8 +133,7 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
   {
     const size_t lo = static_cast<size_t>(mine.begin) * chunk;
     const size_t len = static_cast<size_t>(mine.size()) * chunk;
-    mean_over_workers({quantized_.data() + lo, D, len, n}, std::span<float>(mean_).subspan(lo, len),
-                      WireDtype::kFp32);
+    cpu::dequantize_reduce(quantized_.data() + lo, D, n, len, mean_.data() + lo);
   }
   // Stage 2: the averaged chunks go back to everyone.
   int64_t wire2 = 0;

@@ -8,7 +8,7 @@
 //
 // Tolerances (see sim/cuda/kernels.hpp for why):
 //   - packed bits, bytes: identical;
-//   - elementwise updates, decode: identical (same bits, or both NaN: the
+//   - elementwise updates, decode, LoCo's dequantize-reduce: identical (same bits, or both NaN: the
 //     GPU's NaN is 0x7fffffff, x86's default NaN 0xffc00000);
 //   - the 1-bit scales: at most 1 ulp apart (double sums in a different
 //     order within a 4096-block, rounded to float); the errors then differ by
@@ -19,9 +19,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -149,7 +152,8 @@ void check_identical(const Named& got, const Named& want) {
   X(zero_one_sync)            \
   X(binarize_pack)            \
   X(quantize_groups)          \
-  X(ema_error_update)
+  X(ema_error_update)         \
+  X(dequantize_reduce)
 
 struct KernelSet {
   const char* name;
@@ -193,6 +197,16 @@ const KernelSet kGpu{"gpu",
                      BITLAB_KERNEL_LIST(BITLAB_GPU_KERNEL)};
 #undef BITLAB_CPU_KERNEL
 #undef BITLAB_GPU_KERNEL
+
+// The numbered variants of the GPU's 1-bit worker stage, as functions with
+// the reference's signature (to swap into a KernelSet).
+template <int V>
+void worker_variant(const float* b, size_t d, float* e, size_t D, uint8_t* bits, float* scale) {
+  cuda::onebit_worker_compress_variant(V, b, d, e, D, bits, scale);
+}
+constexpr decltype(&cpu::onebit_worker_compress) kWorkerVariants[] = {worker_variant<1>,
+                                                                      worker_variant<2>};
+static_assert(std::size(kWorkerVariants) == cuda::kWorkerCompressVariants);
 
 // `count` elements of T in a KernelSet's memory, filled from / read back to
 // host vectors.
@@ -582,6 +596,48 @@ TEST_SUITE("cuda") {
     }
   }
 
+  TEST_CASE("every numbered variant of the 1-bit worker stage matches the CPU") {
+    if (!gpu_or_skip()) return;
+    for (int variant = 1; variant <= cuda::kWorkerCompressVariants; ++variant) {
+      KernelSet k = kGpu;
+      k.onebit_worker_compress = kWorkerVariants[variant - 1];
+      for (size_t d : kSizes) {
+        for (bool with_inf : {false, true}) {
+          CAPTURE(variant);
+          CAPTURE(d);
+          CAPTURE(with_inf);
+          const OneBitOutputs want = run_onebit(kCpu, d, with_inf, nullptr, nullptr);
+          const OneBitOutputs got = run_onebit(k, d, with_inf, &want, &want);
+          CHECK_SAME(compare_bytes(got.worker_bits, want.worker_bits, "worker_bits"));
+          check_scales_and_errors(got.worker_scales, want.worker_scales, got.worker_e,
+                                  want.worker_e, "worker_e");
+        }
+        // b one float past an aligned address (variant 2 then reads b element
+        // by element) and e as run_onebit places it.
+        CAPTURE(variant);
+        CAPTURE(d);
+        const size_t D = onebit_padded_dim(std::max<size_t>(d, 1), kWorkers);
+        std::vector<float> b0(d + 1, 0.0f);
+        const std::vector<float> x = awkward(d, 21), e0 = awkward(D, 22, false, 0.1f);
+        std::copy(x.begin(), x.end(), b0.begin() + 1);
+        auto run = [&](const KernelSet& ks) {
+          Buf<float> b(ks, b0), e(ks, e0), scale(ks, 1);
+          Buf<uint8_t> bits(ks, D / 8);
+          ks.onebit_worker_compress(b.get() + 1, d, e.get(), D, bits.get(), scale.get());
+          return std::make_tuple(bits.host(), scale.host(), e.host());
+        };
+        const auto [want_bits, want_scale, want_e] = run(kCpu);
+        const auto [got_bits, got_scale, got_e] = run(k);
+        CHECK_SAME(compare_bytes(got_bits, want_bits, "bits (b misaligned)"));
+        check_scales_and_errors(got_scale, want_scale, got_e, want_e, "e (b misaligned)");
+      }
+    }
+    // An unknown variant number is refused before anything is launched.
+    CHECK_THROWS_AS(
+        cuda::onebit_worker_compress_variant(3, nullptr, 0, nullptr, 8, nullptr, nullptr),
+        std::invalid_argument);
+  }
+
   TEST_CASE("elementwise kernels (Adam, 1-bit Adam, 0/1 Adam) are bit-identical to the CPU") {
     if (!gpu_or_skip()) return;
     const AdamCoeffs bc = make_adam_coeffs(1e-3, 0.9, 0.999, 1e-8, 0.01, true, 7);
@@ -663,6 +719,75 @@ TEST_SUITE("cuda") {
           Named want = run(kCpu);
           want[1].second = want[0].second;
           check_identical(run(kGpu), want);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("reference conventions: the worker-tree program sums in mean_over_workers' order") {
+    // What the CUDA dequantize-reduce runs per element (worker_tree_sum over
+    // the program) against the simulator's mean (cpu::dequantize_reduce),
+    // bit for bit, for every n up to 20 and a few larger ones.
+    const size_t len = 37, stride = 40;
+    for (int n :
+         {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 31, 33, 64, 100}) {
+      CAPTURE(n);
+      const std::vector<int32_t> program = worker_tree_program(n);
+      REQUIRE(program.size() == 2 * static_cast<size_t>(n) - 1);
+      std::vector<float> q(stride * n);
+      for (int i = 0; i < n; ++i) {
+        // Magnitudes spread over 2^−8..2^8 so the summation order shows in the bits.
+        const std::vector<float> x = awkward(len, 40 + i, i == n / 2, std::ldexp(1.0f, i % 17 - 8));
+        std::copy(x.begin(), x.end(), q.begin() + i * stride);
+      }
+      std::vector<float> want(len), got(len);
+      cpu::dequantize_reduce(q.data(), stride, n, len, want.data());
+      for (size_t k = 0; k < len; ++k)
+        got[k] = worker_tree_sum(program.data(), program.size(), q.data() + k, stride) /
+                 static_cast<float>(n);
+      CHECK_SAME(compare_floats(got, want, {}, "tree mean"));
+    }
+    // The order is observable, so the check above can fail: for n = 3 the
+    // tree is q0 + (q1 + q2); summing 0, 1, 2 in sequence gives another result.
+    const std::vector<float> q{1.0f, 1e8f, -1e8f};
+    const std::vector<int32_t> p3 = worker_tree_program(3);
+    CHECK(p3 == std::vector<int32_t>{0, 1, 2, kWorkerTreeAdd, kWorkerTreeAdd});
+    float mean = 0.0f;
+    cpu::dequantize_reduce(q.data(), 1, 3, 1, &mean);
+    CHECK(mean == 1.0f / 3.0f);
+    CHECK(worker_tree_sum(p3.data(), p3.size(), q.data(), 1) == 1.0f);
+    CHECK((q[0] + q[1]) + q[2] == 0.0f);  // the sequential order would differ
+    CHECK_THROWS_AS(worker_tree_program(0), std::invalid_argument);
+  }
+
+  TEST_CASE("LoCo's dequantize-reduce kernel is bit-identical to the CPU") {
+    if (!gpu_or_skip()) return;
+    const QuantizeSpec spec{4, 128, false, false};  // LoCo's 4-bit codes
+    for (size_t d : kSizes) {
+      for (int n : {1, 3, 4, 16}) {
+        for (bool with_inf : {false, true}) {
+          CAPTURE(d);
+          CAPTURE(n);
+          CAPTURE(with_inf);
+          // Worker i's dequantized values at i·stride; the gap after each
+          // holds NaN, which must not reach the mean.
+          const size_t stride = d + 5;
+          std::vector<float> q(stride * n, std::numeric_limits<float>::quiet_NaN());
+          for (int i = 0; i < n; ++i) {
+            const std::vector<float> x = awkward(d, 50 + i, with_inf, 1.0f + i);
+            float* qi = q.data() + i * stride;
+            if (with_inf) {  // raw values: ±inf, denormals, ±0 summed as they are
+              std::copy(x.begin(), x.end(), qi);
+            } else {
+              cpu::quantize_groups(x.data(), d, qi, spec, RngStream(3, Purpose::kCompress, i), 0);
+            }
+          }
+          auto run = [&](const KernelSet& k) {
+            Buf<float> qb(k, q), out(k, d);
+            k.dequantize_reduce(qb.get(), stride, n, d, out.get());
+            return out.host();
+          };
+          CHECK_SAME(compare_floats(run(kGpu), run(kCpu), {}, "mean"));
         }
       }
     }

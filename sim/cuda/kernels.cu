@@ -15,8 +15,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "sim/cuda/kernels.hpp"
 #include "sim/kernels/reference.hpp"
@@ -117,6 +119,113 @@ __global__ void pack_subtract(float* __restrict__ u, size_t len, const float* __
       p[t] = v - (pos ? a : -a);
     }
     bits[j] = static_cast<uint8_t>(byte);
+  }
+}
+
+// ---- 1-bit worker stage, variant 2 (onebit_worker_compress_variant): the
+// passes of variant 1 (worker_add_sumsq, finalize_scale, pack_subtract) with
+// 16-byte float4 loads and stores that are contiguous across a warp (variant
+// 1's pack_subtract has each thread read 8 floats 32 B away from its
+// neighbour's) and block sums by warp shuffles (one barrier instead of eight).
+// Same element arithmetic, so the same bits and errors given the scale; the
+// in-block order of the double sum differs (as variant 1's differs from the
+// CPU's). Needs e 16-byte aligned (the caller checks); b is read as float4
+// when it is 16-byte aligned, element by element otherwise.
+
+// Sum of v over the thread block (kThreads threads, all of them calling),
+// valid in thread 0: shuffles inside each warp, then warp 0's lane 0 adds the
+// warp sums in warp order.
+__device__ double block_sum_shuffle(double v) {
+  constexpr int kWarps = kThreads / 32;
+  __shared__ double warp_sums[kWarps];
+  for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double total = 0.0;
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < kWarps; ++w) total += warp_sums[w];
+  }
+  return total;
+}
+
+// Pass 1 of variant 2: as worker_add_sumsq, one thread block per 4096
+// elements, float4 f covering elements 4f..4f+3 (D is a multiple of 8, so a
+// block holds whole float4s). Padding components are written back unchanged.
+__global__ void worker_add_sumsq_vec(const float* __restrict__ b, size_t d, bool b_aligned,
+                                     float* __restrict__ e, size_t D,
+                                     double* __restrict__ partial) {
+  float4* e4 = reinterpret_cast<float4*>(e);
+  const size_t lo = static_cast<size_t>(blockIdx.x) * (kBlock / 4);
+  const size_t hi = min(D / 4, lo + kBlock / 4);
+  double ss = 0.0;
+  for (size_t f = lo + threadIdx.x; f < hi; f += kThreads) {
+    float4 u = e4[f];
+    const size_t k = 4 * f;
+    if (k + 4 <= d) {
+      if (b_aligned) {
+        const float4 v = reinterpret_cast<const float4*>(b)[f];
+        u.x += v.x;
+        u.y += v.y;
+        u.z += v.z;
+        u.w += v.w;
+      } else {
+        u.x += b[k];
+        u.y += b[k + 1];
+        u.z += b[k + 2];
+        u.w += b[k + 3];
+      }
+      e4[f] = u;
+    } else if (k < d) {  // the float4 of element d − 1 (d − k ≤ 3 elements of b)
+      u.x += b[k];
+      if (k + 1 < d) u.y += b[k + 1];
+      if (k + 2 < d) u.z += b[k + 2];
+      e4[f] = u;
+    }
+    ss += static_cast<double>(u.x) * static_cast<double>(u.x);
+    ss += static_cast<double>(u.y) * static_cast<double>(u.y);
+    ss += static_cast<double>(u.z) * static_cast<double>(u.z);
+    ss += static_cast<double>(u.w) * static_cast<double>(u.w);
+  }
+  const double total = block_sum_shuffle(ss);
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
+}
+
+// u − a·sign(u) of one element, accumulating its sign bit into `nibble`.
+__device__ float sign_step(float v, float a, int bit, unsigned& nibble) {
+  const bool pos = v >= 0.0f;
+  nibble |= static_cast<unsigned>(pos) << bit;
+  return v - (pos ? a : -a);
+}
+
+// Pass 2 of variant 2: thread f packs the nibble of float4 f (elements
+// 4f..4f+3 → bits 3..0) and subtracts; the even lane of each pair gets its
+// odd neighbour's nibble by a shuffle and writes byte f/2 (high nibble first,
+// so element k is still bit 7 − k mod 8). len is a multiple of 8, so the
+// float4 count is even and an even f in range has its partner in range.
+// Warp-uniform trip count: every lane runs every iteration (the shuffle needs
+// the whole warp); lanes past the end touch no memory. Warps start at
+// multiples of 32 and the grid stride is one too, so a lane's parity is f's.
+__global__ void pack_subtract_vec(float* __restrict__ u, size_t len,
+                                  const float* __restrict__ scale, uint8_t* __restrict__ bits) {
+  const float a = *scale;
+  float4* u4 = reinterpret_cast<float4*>(u);
+  const size_t count = len / 4;
+  const unsigned lane = threadIdx.x & 31;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t base = blockIdx.x * static_cast<size_t>(blockDim.x) + (threadIdx.x - lane);
+       base < count; base += stride) {
+    const size_t f = base + lane;
+    unsigned nibble = 0;
+    if (f < count) {
+      float4 v = u4[f];
+      v.x = sign_step(v.x, a, 3, nibble);
+      v.y = sign_step(v.y, a, 2, nibble);
+      v.z = sign_step(v.z, a, 1, nibble);
+      v.w = sign_step(v.w, a, 0, nibble);
+      u4[f] = v;
+    }
+    const unsigned low = __shfl_down_sync(0xffffffffu, nibble, 1);
+    if (f < count && (f & 1) == 0) bits[f / 2] = static_cast<uint8_t>((nibble << 4) | low);
   }
 }
 
@@ -275,6 +384,45 @@ __global__ void ema_error_kernel(float* __restrict__ e, const float* __restrict_
     e[k] = ema_error_element(e[k], h[k], ch[k], b, c);
 }
 
+// LoCo's dequantize-reduce: out[k] = (Σ_i q_i[k]) / n with the sum in the
+// CPU's pairwise-tree order (the postfix program of worker_tree_program,
+// in device memory; every thread walks the same program, so there is no
+// divergence, and the loads of worker i's values are coalesced across the
+// warp). The division by fl(n) is the CPU's too. The value stack is indexed
+// at run time, so it lives in local memory (128 B a thread, ptxas -v; L1
+// traffic, not DRAM); a variant holding it in registers for small fixed n is
+// an idea not tried here.
+__global__ void dequantize_reduce_kernel(const float* __restrict__ q, size_t stride,
+                                         const int32_t* __restrict__ program, size_t length,
+                                         size_t len, float nf, float* __restrict__ out) {
+  for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < len;
+       k += static_cast<size_t>(gridDim.x) * blockDim.x)
+    out[k] = worker_tree_sum(program, length, q + k, stride) / nf;
+}
+
+// The tree program for n workers on the device, rebuilt only when n changes.
+// The upload is a synchronous cudaMemcpy on the default stream, so it waits
+// for a queued kernel still reading the previous program.
+const int32_t* worker_tree_on_device(int n) {
+  static int32_t* buf = nullptr;
+  static size_t cap = 0;
+  static int cached_n = 0;
+  if (n != cached_n) {
+    const std::vector<int32_t> program = worker_tree_program(n);
+    if (program.size() > cap) {
+      if (buf) check(cudaFree(buf), "cudaFree(worker tree)");
+      buf = nullptr;
+      cap = 0;
+      check(cudaMalloc(&buf, program.size() * sizeof(int32_t)), "cudaMalloc(worker tree)");
+      cap = program.size();
+    }
+    check(cudaMemcpy(buf, program.data(), program.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+          "cudaMemcpy(worker tree)");
+    cached_n = n;
+  }
+  return buf;
+}
+
 __global__ void fp16_kernel(const float* __restrict__ x, size_t n, uint16_t* __restrict__ out) {
   for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<size_t>(gridDim.x) * blockDim.x)
@@ -325,16 +473,38 @@ void device_synchronize() {
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
-void onebit_worker_compress(const float* b, size_t d, float* e, size_t D, uint8_t* bits,
-                            float* scale) {
+void onebit_worker_compress_variant(int variant, const float* b, size_t d, float* e, size_t D,
+                                    uint8_t* bits, float* scale) {
+  if (variant < 1 || variant > kWorkerCompressVariants)
+    throw std::invalid_argument("onebit_worker_compress_variant: variant " +
+                                std::to_string(variant) + " does not exist (1 or 2)");
+  const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  // Variant 2 needs float4 access to e; without it variant 1 runs.
+  const bool vec = variant == 2 && aligned16(e);
   const size_t blocks = (D + kBlock - 1) / kBlock;
   double* part = partials(blocks);
-  worker_add_sumsq<<<static_cast<unsigned>(blocks), kThreads>>>(b, d, e, D, part);
-  check_launch("worker_add_sumsq");
+  if (vec) {
+    worker_add_sumsq_vec<<<static_cast<unsigned>(blocks), kThreads>>>(b, d, aligned16(b), e, D,
+                                                                      part);
+    check_launch("worker_add_sumsq_vec");
+  } else {
+    worker_add_sumsq<<<static_cast<unsigned>(blocks), kThreads>>>(b, d, e, D, part);
+    check_launch("worker_add_sumsq");
+  }
   finalize_scale<<<1, kThreads>>>(part, blocks, static_cast<double>(D), scale);
   check_launch("finalize_scale");
-  pack_subtract<<<grid_for(D / 8), kThreads>>>(e, D, scale, bits);
-  check_launch("pack_subtract");
+  if (vec) {
+    pack_subtract_vec<<<grid_for(D / 4), kThreads>>>(e, D, scale, bits);
+    check_launch("pack_subtract_vec");
+  } else {
+    pack_subtract<<<grid_for(D / 8), kThreads>>>(e, D, scale, bits);
+    check_launch("pack_subtract");
+  }
+}
+
+void onebit_worker_compress(const float* b, size_t d, float* e, size_t D, uint8_t* bits,
+                            float* scale) {
+  onebit_worker_compress_variant(kWorkerCompressDefault, b, d, e, D, bits, scale);
 }
 
 void onebit_server_reduce(const uint8_t* bits, size_t bits_stride, const float* scales, int n,
@@ -411,6 +581,14 @@ void quantize_groups(const float* x, size_t n, float* out, const QuantizeSpec& s
 void ema_error_update(float* e, const float* h, const float* ch, size_t n, float beta) {
   ema_error_kernel<<<grid_for(n), kThreads>>>(e, h, ch, n, beta, 1.0f - beta);
   check_launch("ema_error_kernel");
+}
+
+void dequantize_reduce(const float* q, size_t q_stride, int n, size_t len, float* out) {
+  if (len == 0) return;
+  const int32_t* program = worker_tree_on_device(n);  // throws for n outside [1, 2^30]
+  dequantize_reduce_kernel<<<grid_for(len), kThreads>>>(
+      q, q_stride, program, 2 * static_cast<size_t>(n) - 1, len, static_cast<float>(n), out);
+  check_launch("dequantize_reduce_kernel");
 }
 
 void fp32_to_fp16(const float* x, size_t n, uint16_t* out) {

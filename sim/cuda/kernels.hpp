@@ -95,6 +95,23 @@ class DeviceArray {
 // null); quantize_groups runs one thread block per group.
 #include "sim/kernels/kernel_api.inc"
 
+// Numbered variants of onebit_worker_compress (kernels.cu describes them):
+//   1 = two passes (sum of squares + e += b, then pack + subtract) with scalar
+//       accesses and shared-memory block sums;
+//   2 = the same two passes with float4 accesses contiguous across each warp
+//       and warp-shuffle block sums (runs variant 1 when e is not 16-byte
+//       aligned).
+// Both give the CPU's bits and errors (the scale within 1 ulp, as any
+// in-block order of the double sum). onebit_worker_compress runs
+// kWorkerCompressDefault = 1: the simpler code, with no alignment condition.
+// Which is faster has not been measured (no GPU yet): bench_kernels times
+// both (rows worker_compress_v1 / _v2); make 2 the default if it wins at
+// d ≥ 2^24. Throws std::invalid_argument for another variant number.
+inline constexpr int kWorkerCompressVariants = 2;
+inline constexpr int kWorkerCompressDefault = 1;
+void onebit_worker_compress_variant(int variant, const float* b, size_t d, float* e, size_t D,
+                                    uint8_t* bits, float* scale);
+
 // ---- for the benchmark: a plain fp32 → fp16 conversion (round to nearest
 // even, __float2half_rn) of n elements, the uncompressed baseline.
 void fp32_to_fp16(const float* x, size_t n, uint16_t* out);

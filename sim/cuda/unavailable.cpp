@@ -39,6 +39,9 @@ void device_synchronize() {
 void onebit_worker_compress(const float*, size_t, float*, size_t, uint8_t*, float*) {
   unavailable("onebit_worker_compress");
 }
+void onebit_worker_compress_variant(int, const float*, size_t, float*, size_t, uint8_t*, float*) {
+  unavailable("onebit_worker_compress_variant");
+}
 void onebit_server_reduce(const uint8_t*, size_t, const float*, int, size_t, float*, float*,
                           uint8_t*, float*) {
   unavailable("onebit_server_reduce");
@@ -74,6 +77,9 @@ void quantize_groups(const float*, size_t, float*, const QuantizeSpec&, const Rn
 }
 void ema_error_update(float*, const float*, const float*, size_t, float) {
   unavailable("ema_error_update");
+}
+void dequantize_reduce(const float*, size_t, int, size_t, float*) {
+  unavailable("dequantize_reduce");
 }
 void fp32_to_fp16(const float*, size_t, uint16_t*) {
   unavailable("fp32_to_fp16");

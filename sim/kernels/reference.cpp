@@ -7,6 +7,8 @@
 #include <cmath>
 #include <vector>
 
+#include "sim/comm.hpp"
+
 namespace bitlab::cpu {
 namespace {
 
@@ -181,6 +183,11 @@ void ema_error_update(float* e, const float* h, const float* ch, size_t n, float
   // two weights still sum to 1 there.
   const float c = 1.0f - beta;
   for (size_t k = 0; k < n; ++k) e[k] = ema_error_element(e[k], h[k], ch[k], beta, c);
+}
+
+void dequantize_reduce(const float* q, size_t q_stride, int n, size_t len, float* out) {
+  // The simulator's own mean (fixed pairwise tree, fp32 wire: no rounding).
+  mean_over_workers({const_cast<float*>(q), q_stride, len, n}, {out, len}, WireDtype::kFp32);
 }
 
 }  // namespace bitlab::cpu

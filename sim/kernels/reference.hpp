@@ -15,6 +15,7 @@
 
 #include "sim/kernels/elements.hpp"
 #include "sim/kernels/quantize_elements.hpp"
+#include "sim/kernels/worker_tree.hpp"
 #include "sim/quantize.hpp"
 #include "sim/rng.hpp"
 

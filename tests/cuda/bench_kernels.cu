@@ -15,7 +15,8 @@
 //
 // Bytes necessarily touched (each array read or written once, 4 B a float,
 // 1 bit a sign; D = d padded to the 1-bit allreduce's multiple, n = 4):
-//   worker_compress   read b (4d), read e (4D), write e (4D), write bits (D/8)
+//   worker_compress   read b (4d), read e (4D), write e (4D), write bits
+//                     (D/8); the same rule for each numbered variant (_vN)
 //                     — our kernels make two passes over e (the scale needs
 //                     the whole norm before any sign can be subtracted), so
 //                     100 % is out of reach: 2 passes move 4d + 16D + D/8
@@ -31,6 +32,8 @@
 //   quantize_groups   read 4d, write 4d (4-bit, groups of 128, nearest; the
 //                     simulator's quantize-dequantize writes floats)
 //   ema_error_update  read e h ĥ, write e: 16d
+//   dequantize_reduce read the n workers' dequantized values, write the
+//                     mean: 4nd + 4d (n = 4: 20d)
 //   fp32_to_fp16      read 4d, write 2d (the uncompressed baseline)
 // Target (the issue): ≥ 70 % of peak for d ≥ 2^24.
 #include <cuda_runtime.h>
@@ -139,6 +142,8 @@ int main(int argc, char** argv) {
       cuda::device_name().c_str(), peak / 1e9, clock_khz / 1000, bus_bits, copy_bw / 1e9,
       timer.repeats, timer.flush_bytes >> 20);
   std::printf("%-18s %10s %12s %10s %8s %8s\n", "kernel", "d", "time_us", "GB/s", "%copy", "%peak");
+  std::printf(
+      "(worker_compress_vN: numbered variants of the 1-bit worker stage, * = the default)\n");
 
   const int n = 4;
   for (int lg : {20, 24, 26}) {
@@ -149,12 +154,14 @@ int main(int argc, char** argv) {
     cuda::DeviceArray<uint8_t> bits(static_cast<size_t>(n) * D / 8), sbits(D / 8);
     cuda::DeviceArray<float> scales(n), cscales(n);
     cuda::DeviceArray<uint16_t> half(d);
+    cuda::DeviceArray<float> qs(static_cast<size_t>(n) * d);  // LoCo: n workers' Q(x_i)
     fill(b.get(), d, 0, -1.0f, 2.0f);
     fill(g.get(), d, 1, -1.0f, 2.0f);
     fill(x.get(), d, 2, -1.0f, 2.0f);
     fill(m.get(), d, 3, -0.1f, 0.2f);
     fill(v.get(), d, 4, 0.0f, 0.01f);
     fill(den.get(), d, 5, 0.01f, 0.1f);
+    fill(qs.get(), static_cast<size_t>(n) * d, 6, -1.0f, 2.0f);
     e.zero();
     s.zero();
     u.zero();
@@ -167,9 +174,19 @@ int main(int argc, char** argv) {
     };
     // The worker stage of every worker compresses its own b; timing one is
     // representative (the kernels are the same for each).
-    const double t_worker = timer.median(
-        [&] { cuda::onebit_worker_compress(b.get(), d, e.get(), D, bits.get(), scales.get()); });
-    row("worker_compress", 4 * df + 8 * Df + Df / 8, t_worker);
+    // Every numbered variant (kernels.hpp), so the default can be chosen on a
+    // GPU; the path figure below uses the default's time.
+    double t_worker = 0.0;
+    for (int variant = 1; variant <= cuda::kWorkerCompressVariants; ++variant) {
+      const double t = timer.median([&] {
+        cuda::onebit_worker_compress_variant(variant, b.get(), d, e.get(), D, bits.get(),
+                                             scales.get());
+      });
+      const std::string name = "worker_compress_v" + std::to_string(variant) +
+                               (variant == cuda::kWorkerCompressDefault ? "*" : "");
+      row(name.c_str(), 4 * df + 8 * Df + Df / 8, t);
+      if (variant == cuda::kWorkerCompressDefault) t_worker = t;
+    }
     for (int i = 1; i < n; ++i)  // the other workers' bits: copies of worker 0's
       check(cudaMemcpy(bits.get() + i * D / 8, bits.get(), D / 8, cudaMemcpyDeviceToDevice),
             "copy");
@@ -206,6 +223,8 @@ int main(int argc, char** argv) {
     }));
     row("ema_error_update", 16 * df,
         timer.median([&] { cuda::ema_error_update(m.get(), g.get(), out.get(), d, 0.8f); }));
+    row("dequantize_reduce", 4.0 * n * df + 4 * df,
+        timer.median([&] { cuda::dequantize_reduce(qs.get(), d, n, d, out.get()); }));
     const double t_half = timer.median([&] { cuda::fp32_to_fp16(b.get(), d, half.get()); });
     row("fp32_to_fp16", 6 * df, t_half);
     // One worker's share of the 1-bit path (its compression, its server

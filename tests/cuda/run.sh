@@ -38,7 +38,7 @@ if [ -z "$sanitizer" ]; then
 else
   # The kernel-level cases (the training run repeats the same kernels 200
   # times and would only make the sanitizer slow).
-  cases='1-bit allreduce kernels*,elementwise kernels*,BinSGDM binarization*'
+  cases='1-bit allreduce kernels*,every numbered variant*,elementwise kernels*,BinSGDM binarization*,LoCo*'
   for tool in memcheck initcheck racecheck; do
     echo "== compute-sanitizer --tool $tool" >&2
     BITLAB_REQUIRE_GPU=1 "$sanitizer" --tool "$tool" --error-exitcode 1 \
