@@ -220,6 +220,19 @@ void Communicator::gather_columns(void* base, std::span<const int64_t> bounds) {
   transport().allgatherv(static_cast<uint8_t*>(base), counts_, displs_);
 }
 
+const Communicator::NodeTransports& Communicator::node_transports(int node_size) {
+  for (const NodeTransports& t : node_transports_) {
+    if (t.node_size == node_size) return t;
+  }
+  NodeTransports t;
+  t.node_size = node_size;
+  const int node = rank_ * block_ / node_size;
+  t.node = transport().split(node, rank_);
+  t.leaders = transport().split(rank_ * block_ % node_size == 0 ? 0 : -1, rank_);
+  node_transports_.push_back(std::move(t));
+  return node_transports_.back();
+}
+
 void Communicator::share_rows(void* base, size_t row_stride_bytes) {
   if (!distributed()) return;
   gather_columns(base, server_bounds(static_cast<int64_t>(row_stride_bytes)));

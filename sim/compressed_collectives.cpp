@@ -1,5 +1,6 @@
 #include "sim/compressed_collectives.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -114,33 +115,58 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
                         static_cast<uint64_t>(step));
     c_->apply(in[i], comp[i], rng);
   }
-  // Across ranks every worker's packed wire image (encode: the same stream as
-  // apply) reaches every rank, which decodes it — decode(encode(x)) == C(x)
-  // bit for bit — and forms the means itself. Departure: the hierarchical
-  // variant also allgathers every worker's image over the world communicator
-  // (no node sub-communicators yet), so it hands MPI more than the one image
-  // per node that crosses nodes in the model.
-  if (comm.distributed()) {
-    allgather_messages(
-        comm, wire,
-        [&](int i, uint8_t* dst) {
-          const RngStream rng(seed, Purpose::kCompress, shared ? 0u : static_cast<uint32_t>(i),
-                              static_cast<uint64_t>(step));
-          c_->encode(in[i], {dst, static_cast<size_t>(wire)}, rng);
-        },
-        [&](int i, const uint8_t* src) {
-          c_->decode({src, static_cast<size_t>(wire)}, comp[i]);
-        });
-  }
+  const auto encode_worker = [&](int i, uint8_t* dst) {
+    const RngStream rng(seed, Purpose::kCompress, shared ? 0u : static_cast<uint32_t>(i),
+                        static_cast<uint64_t>(step));
+    c_->encode(in[i], {dst, static_cast<size_t>(wire)}, rng);
+  };
+  const auto decode_worker = [&](int i, const uint8_t* src) {
+    c_->decode({src, static_cast<size_t>(wire)}, comp[i]);
+  };
+  // Across ranks the packed wire images travel (encode: the same stream as
+  // apply) and the receivers decode them — decode(encode(x)) == C(x) bit for
+  // bit. Flat: every worker's image reaches every rank over the world
+  // communicator. Hierarchical, when each rank holds whole nodes or an equal
+  // share of one (g a multiple or a divisor of the b workers per rank): over
+  // node sub-communicators, as modelled (see below). Otherwise (departure)
+  // every worker's image is allgathered over the world communicator and each
+  // rank forms every node's mean itself.
+  const int b = mine.size();
+  const bool by_node = comm.distributed() && hierarchical() && (g_ % b == 0 || b % g_ == 0);
+  if (comm.distributed() && !by_node) allgather_messages(comm, wire, encode_worker, decode_worker);
   if (!hierarchical()) {
     mean_over_workers(comp, out, WireDtype::kFp32);
     comm.record(make_comm_record("allgather", "ring", dtype, "all", n, 1, wire * n,
                                  ring_allgather_cost(n, wire * n)));
     return;
   }
-  // Stage 1, inside each node: allgather of the g images, node mean.
+  // Across ranks (by_node): this rank's nodes are those holding one of its
+  // workers; it leads node k when it owns worker k·g (the node's first rank).
+  const auto holds = [&](int k) {
+    return !by_node || (k * g_ < mine.end && (k + 1) * g_ > mine.begin);
+  };
+  const int lead_lo = (mine.begin + g_ - 1) / g_, lead_hi = (mine.end + g_ - 1) / g_;
+  const auto leads = [&](int k) { return !by_node || (k >= lead_lo && k < lead_hi); };
+  const Communicator::NodeTransports* nt = by_node ? &comm.node_transports(g_) : nullptr;
+  // Stage 1, inside each node: allgather of the g images, node mean. Across
+  // ranks (g > b): the node's ranks allgather their workers' images over the
+  // node communicator (g ≤ b: the node lies on this rank, nothing moves).
+  if (by_node && g_ > b) {
+    const int k = mine.begin / g_;
+    const int64_t block = b * wire;
+    const int members = g_ / b;
+    std::vector<int64_t> counts(members, block), displs(members);
+    for (int j = 0; j < members; ++j) displs[j] = j * block;
+    std::vector<uint8_t> buf(static_cast<size_t>(g_ * wire));
+    for (int i = mine.begin; i < mine.end; ++i) encode_worker(i, buf.data() + (i - k * g_) * wire);
+    nt->node->allgatherv(buf.data(), counts, displs);
+    for (int i = k * g_; i < (k + 1) * g_; ++i) {
+      if (i < mine.begin || i >= mine.end) decode_worker(i, buf.data() + (i - k * g_) * wire);
+    }
+  }
   WorkerBuffers node_means{node_mean_.data(), stride_, d_, nodes_};
   for (int k = 0; k < nodes_; ++k) {
+    if (!holds(k)) continue;
     const WorkerBuffers members{compressed_.data() + static_cast<size_t>(k) * g_ * stride_, stride_,
                                 d_, g_};
     mean_over_workers(members, node_means[k], WireDtype::kFp32);
@@ -148,11 +174,36 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
   comm.record(make_comm_record("allgather", "ring", dtype, "intra", g_, nodes_, wire * g_,
                                ring_allgather_cost(g_, wire * g_)));
   // Stage 2: each node's leader compresses the node mean; leaders allgather.
+  // Across ranks the leaders' images travel over the leaders' communicator
+  // (g ≥ b: the first rank of every node) or, when every rank leads b/g whole
+  // nodes, over the world communicator: one image per node crosses nodes.
+  std::vector<uint8_t> node_images(by_node ? static_cast<size_t>(nodes_ * wire) : 0);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int k = 0; k < nodes_; ++k) {
+    if (!leads(k)) continue;
     const RngStream rng(seed, Purpose::kCompress, shared ? 0u : static_cast<uint32_t>(n + k),
                         static_cast<uint64_t>(step));
+    if (by_node) {
+      c_->encode(node_means[k], {node_images.data() + k * wire, static_cast<size_t>(wire)}, rng);
+    }
     c_->apply(node_means[k], node_means[k], rng);
+  }
+  if (by_node) {
+    Transport* leaders = g_ >= b ? nt->leaders.get() : &comm.transport();
+    if (leaders != nullptr) {
+      const int64_t block = std::max(1, b / g_) * wire;
+      std::vector<int64_t> counts(leaders->ranks(), block), displs(leaders->ranks());
+      for (int j = 0; j < leaders->ranks(); ++j) displs[j] = j * block;
+      leaders->allgatherv(node_images.data(), counts, displs);
+    }
+    // Stage 3 across ranks (g > b): the node's leader broadcasts the gathered
+    // images over the node communicator.
+    if (g_ > b) nt->node->broadcast(node_images.data(), nodes_ * wire, 0);
+    for (int k = 0; k < nodes_; ++k) {
+      if (k < lead_lo || k >= lead_hi) {
+        c_->decode({node_images.data() + k * wire, static_cast<size_t>(wire)}, node_means[k]);
+      }
+    }
   }
   comm.record(make_comm_record("allgather", "ring", dtype, "inter", nodes_, 1, wire * nodes_,
                                ring_allgather_cost(nodes_, wire * nodes_)));

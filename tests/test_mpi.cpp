@@ -80,6 +80,12 @@ TEST_SUITE("mpi") {
              "local_step_scaler": 2, "local_step_clipper": 4})"},
         {"loco", R"({"name": "loco", "lr": 0.01})"},
         {"loco (hierarchical, node_size 4)", R"({"name": "loco", "lr": 0.01, "node_size": 4})"},
+        // node_size 2: with 2 ranks each rank holds two whole nodes, with 4
+        // ranks each rank is one node; node_size 4 with 4 ranks: two ranks
+        // per node (node and leader sub-communicators).
+        {"loco (hierarchical, node_size 2)", R"({"name": "loco", "lr": 0.01, "node_size": 2})"},
+        {"binsgdm (hierarchical, node_size 4)",
+         R"({"name": "binsgdm", "lr": 0.01, "node_size": 4})"},
         {"binsgdm", R"({"name": "binsgdm", "lr": 0.01})"},
     };
     for (const auto& [label, optimizer] : optimizers) {
@@ -116,7 +122,9 @@ TEST_SUITE("mpi") {
   // step in the compressed phase rank 0's count of bytes handed to MPI equals
   // the count derived by hand from the exchange layout. The same wire sizes
   // are read back from comm_log.csv, so measured and logged bytes are tied.
-  TEST_CASE("bytes handed to MPI are the compressed messages (1-bit Adam, LoCo; 4 ranks)") {
+  TEST_CASE(
+      "bytes handed to MPI are the compressed messages (1-bit Adam, LoCo flat and hierarchical; 4 "
+      "ranks)") {
     // n = 8 workers on R = 4 ranks: b = 2 workers per rank; the MLP has
     // d = (8·16 + 16) + (16·4 + 4) = 212 parameters.
     const int64_t n = 8, ranks = 4, b = n / ranks, d = 212;
@@ -163,11 +171,23 @@ TEST_SUITE("mpi") {
     // chunks as fp16: (R−1)·b·128·2.
     const int64_t loco_msg = 128 * 4 / 8 + 4;
     const int64_t loco = (ranks - 1) * b * b * loco_msg + (ranks - 1) * b * 128 * 2;
+    // Hierarchical LoCo (node_size g = 4: nodes {ranks 0, 1} and {2, 3}):
+    // one image of d = 212 values is 212·4/8 = 106 bytes of codes + 2 group
+    // scales·4 = 114. Rank 0 (node 0's leader) sends its b images to the
+    // other rank of its node (stage 1, node communicator), its node's image to
+    // the other leader (stage 2, leaders' communicator: one image per node
+    // crosses nodes) and the 2 gathered node images to the other rank of its
+    // node (stage 3, node broadcast).
+    const int64_t image = 212 * 4 / 8 + 2 * 4;
+    const int64_t hierarchical = b * image * (4 / b - 1) + image + 2 * image;
     const std::vector<Case> cases = {
         {R"({"name": "onebit_adam", "lr": 0.01, "freeze_step": 8})",
          losses + onebit,
          {n * onebit_chunk, 4 * n, n * onebit_chunk, 4 * n}},
         {R"({"name": "loco", "lr": 0.01})", losses + loco, {n * loco_msg, n * 128 * 2}},
+        {R"({"name": "loco", "lr": 0.01, "node_size": 4})",
+         losses + hierarchical,
+         {4 * image, 2 * image, 2 * image}},
     };
     for (const Case& c : cases) {
       CAPTURE(c.optimizer);
