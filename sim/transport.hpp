@@ -10,7 +10,9 @@
 //
 // LocalTransport is the simulator: one rank that owns every worker, where
 // every exchange is a no-op. MpiTransport (sim/mpi_transport.cpp, built only
-// when CMake finds MPI) runs the same calls over MPI_COMM_WORLD.
+// when CMake finds MPI) runs the same calls over MPI_COMM_WORLD, and over the
+// sub-communicators split from it (the hierarchical collectives' node and
+// leader communicators).
 #pragma once
 
 #include <cstdint>
