@@ -79,6 +79,10 @@ TEST_SUITE("mpi") {
          R"({"name": "zero_one_adam", "lr": 0.01, "var_freeze_step": 8, "var_update_scaler": 2,
              "local_step_scaler": 2, "local_step_clipper": 4})"},
         {"loco", R"({"name": "loco", "lr": 0.01})"},
+        // The re-quantized gather (codes + scales both ways) with stochastic
+        // rounding: chunk messages cut from one encoded buffer keep its draws.
+        {"loco (stochastic, quantized gather)",
+         R"({"name": "loco", "lr": 0.01, "rounding": "stochastic", "gather": "quantized"})"},
         {"loco (hierarchical, node_size 4)", R"({"name": "loco", "lr": 0.01, "node_size": 4})"},
         // node_size 2: with 2 ranks each rank holds two whole nodes, with 4
         // ranks each rank is one node; node_size 4 with 4 ranks: two ranks
