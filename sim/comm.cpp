@@ -220,6 +220,19 @@ void Communicator::gather_columns(void* base, std::span<const int64_t> bounds) {
   transport().allgatherv(static_cast<uint8_t*>(base), counts_, displs_);
 }
 
+const Communicator::NodeTransports& Communicator::node_transports(int node_size) {
+  for (const NodeTransports& t : node_transports_) {
+    if (t.node_size == node_size) return t;
+  }
+  NodeTransports t;
+  t.node_size = node_size;
+  const int node = rank_ * block_ / node_size;
+  t.node = transport().split(node, rank_);
+  t.leaders = transport().split(rank_ * block_ % node_size == 0 ? 0 : -1, rank_);
+  node_transports_.push_back(std::move(t));
+  return node_transports_.back();
+}
+
 void Communicator::share_rows(void* base, size_t row_stride_bytes) {
   if (!distributed()) return;
   gather_columns(base, server_bounds(static_cast<int64_t>(row_stride_bytes)));
@@ -232,17 +245,56 @@ void Communicator::exact_mean(const WorkerBuffers& in, std::span<float> out, Wir
   }
   // Rank q reduces elements [q·len/R, (q+1)·len/R): the per-element sum is
   // the same tree over all workers whoever computes it.
+  // The values travel in the wire dtype (4 or 2 bytes each): the tree rounds
+  // every input to the wire type first, and the mean is rounded to it, so
+  // 16-bit values lose nothing the simulator keeps.
+  const int64_t elem = wire_dtype_bytes(wire);
   std::vector<int64_t> bounds(ranks_ + 1);
   for (int q = 0; q <= ranks_; ++q) {
-    bounds[q] = static_cast<int64_t>(in.len * static_cast<size_t>(q) / ranks_) * 4;
+    bounds[q] = static_cast<int64_t>(in.len * static_cast<size_t>(q) / ranks_) * elem;
   }
-  scatter_columns(in.data, in.stride * sizeof(float), bounds);
-  const size_t lo = static_cast<size_t>(bounds[rank_] / 4);
-  const size_t len = static_cast<size_t>(bounds[rank_ + 1] / 4) - lo;
+  const size_t lo = static_cast<size_t>(bounds[rank_] / elem);
+  const size_t len = static_cast<size_t>(bounds[rank_ + 1] / elem) - lo;
+  if (wire == WireDtype::kFp32) {
+    scatter_columns(in.data, in.stride * sizeof(float), bounds);
+    if (len > 0) {
+      mean_over_workers({in.data + lo, in.stride, len, in.count}, out.subspan(lo, len), wire);
+    }
+    gather_columns(out.data(), bounds);
+    return;
+  }
+  const bool half = wire == WireDtype::kFp16;
+  const auto to_bits = [half](float v) {
+    return half ? float_to_half_bits(v) : float_to_bf16_bits(v);
+  };
+  const auto from_bits = [half](uint16_t h) {
+    return half ? half_bits_to_float(h) : bf16_bits_to_float(h);
+  };
+  // Rows of 16-bit values: my workers' rows written here, the other ranks'
+  // rows filled in my column range by the alltoall and widened (exactly)
+  // into `in`'s rows of those workers for the tree.
+  std::vector<uint16_t> rows(in.len * static_cast<size_t>(in.count));
+  const WorkerRange mine = local_workers();
+  for (int i = mine.begin; i < mine.end; ++i) {
+    const std::span<float> x = in[i];
+    for (size_t k = 0; k < in.len; ++k) rows[static_cast<size_t>(i) * in.len + k] = to_bits(x[k]);
+  }
+  scatter_columns(rows.data(), in.len * sizeof(uint16_t), bounds);
+  for (int i = 0; i < in.count; ++i) {
+    if (i >= mine.begin && i < mine.end) continue;
+    const std::span<float> x = in[i];
+    for (size_t k = lo; k < lo + len; ++k)
+      x[k] = from_bits(rows[static_cast<size_t>(i) * in.len + k]);
+  }
   if (len > 0) {
     mean_over_workers({in.data + lo, in.stride, len, in.count}, out.subspan(lo, len), wire);
   }
-  gather_columns(out.data(), bounds);
+  std::vector<uint16_t> result(in.len);
+  for (size_t k = lo; k < lo + len; ++k) result[k] = to_bits(out[k]);
+  gather_columns(result.data(), bounds);
+  for (size_t k = 0; k < in.len; ++k) {
+    if (k < lo || k >= lo + len) out[k] = from_bits(result[k]);
+  }
 }
 
 void Communicator::allreduce_mean(const WorkerBuffers& in, std::span<float> out, WireDtype wire,

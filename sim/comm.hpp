@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -150,6 +151,18 @@ class Communicator {
   // rank (an allgather of the owners' rows).
   void share_rows(void* base, size_t row_stride_bytes);
 
+  // Node sub-communicators for the hierarchical collectives, node k = workers
+  // [k·g, (k+1)·g) with g = node_size, when ranks hold whole shares of nodes
+  // (g a multiple of the workers per rank): `node` joins the ranks of this
+  // rank's node (node rank = world rank order), `leaders` the first rank of
+  // every node (nullptr on the other ranks). Split once per node size (a
+  // collective call: every rank reaches it in the same order).
+  struct NodeTransports {
+    int node_size = 0;
+    std::shared_ptr<Transport> node, leaders;  // shared: a Communicator stays copyable
+  };
+  const NodeTransports& node_transports(int node_size);
+
   // For collectives built on top (compressed ones): records a collective
   // whose data movement the caller performs itself.
   void record(CommRecord r) {
@@ -166,6 +179,7 @@ class Communicator {
   CommLog log_;
   std::vector<int64_t> counts_, displs_, rcounts_, rdispls_;  // exchange scratch
   std::vector<uint8_t> send_, recv_;
+  std::vector<NodeTransports> node_transports_;
 };
 
 }  // namespace bitlab

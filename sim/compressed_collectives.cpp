@@ -1,11 +1,87 @@
 #include "sim/compressed_collectives.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include "sim/float16.hpp"
 #include "sim/kernels/reference.hpp"
 
 namespace bitlab {
+
+namespace {
+
+// Across ranks (issue #8) the collectives hand MPI the compressed messages
+// themselves, one `unit`-byte message per (worker, server) or per worker, and
+// the receiving rank decodes them exactly as the simulator decodes: these two
+// exchanges are how. On one rank they are never called (nothing moves).
+//
+// Alltoall: worker i's message for server r goes to r's owner. Rank p sends
+// rank q the messages of its b workers for q's b servers (b² units, worker-
+// major); its own block stays in place (never encoded, never sent).
+template <class Encode, class Decode>
+void alltoall_messages(Communicator& comm, int64_t unit, Encode&& encode, Decode&& decode) {
+  const int ranks = comm.ranks(), me = comm.rank();
+  const WorkerRange mine = comm.local_workers();
+  const int64_t b = mine.size(), block = b * b * unit;
+  std::vector<int64_t> counts(ranks), displs(ranks);
+  for (int q = 0; q < ranks; ++q) {
+    counts[q] = q == me ? 0 : block;
+    displs[q] = q * block;
+  }
+  std::vector<uint8_t> send(static_cast<size_t>(block * ranks)), recv(send.size());
+  for (int q = 0; q < ranks; ++q) {
+    if (q == me) continue;
+    uint8_t* dst = send.data() + displs[q];
+    for (int i = mine.begin; i < mine.end; ++i) {
+      for (int r = q * static_cast<int>(b); r < (q + 1) * b; ++r, dst += unit) encode(i, r, dst);
+    }
+  }
+  comm.transport().alltoallv(send.data(), counts, displs, recv.data(), counts, displs);
+  for (int q = 0; q < ranks; ++q) {
+    if (q == me) continue;
+    const uint8_t* src = recv.data() + displs[q];
+    for (int i = q * static_cast<int>(b); i < (q + 1) * b; ++i) {
+      for (int r = mine.begin; r < mine.end; ++r, src += unit) decode(i, r, src);
+    }
+  }
+}
+
+// Allgather: the message of every worker (or server) u reaches every rank;
+// u's owner encodes it, the other ranks decode it.
+template <class Encode, class Decode>
+void allgather_messages(Communicator& comm, int64_t unit, Encode&& encode, Decode&& decode) {
+  const int ranks = comm.ranks();
+  const WorkerRange mine = comm.local_workers();
+  const int64_t block = mine.size() * unit;
+  std::vector<int64_t> counts(ranks, block), displs(ranks);
+  for (int q = 0; q < ranks; ++q) displs[q] = q * block;
+  std::vector<uint8_t> buf(static_cast<size_t>(block * ranks));
+  for (int u = mine.begin; u < mine.end; ++u) encode(u, buf.data() + u * unit);
+  comm.transport().allgatherv(buf.data(), counts, displs);
+  for (int u = 0; u < comm.workers(); ++u) {
+    if (u < mine.begin || u >= mine.end) decode(u, buf.data() + u * unit);
+  }
+}
+
+// Copies `bits` bits starting at bit `first` of an MSB-first stream into a
+// fresh MSB-first stream (unused low bits of its last byte 0): one chunk's
+// codes out of a whole buffer's quantize_encode image.
+void copy_bits(const uint8_t* src, size_t first, size_t bits, uint8_t* dst) {
+  const size_t bytes = (bits + 7) / 8;
+  if (first % 8 == 0) {
+    std::memcpy(dst, src + first / 8, bytes);
+  } else {
+    std::memset(dst, 0, bytes);
+    for (size_t k = 0; k < bits; ++k) {
+      const size_t s = first + k;
+      if (src[s / 8] & (0x80u >> (s % 8))) dst[k / 8] |= static_cast<uint8_t>(0x80u >> (k % 8));
+    }
+  }
+  if (bits % 8) dst[bytes - 1] &= static_cast<uint8_t>(0xFFu << (8 - bits % 8));
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------------------
 
@@ -40,21 +116,58 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
                         static_cast<uint64_t>(step));
     c_->apply(in[i], comp[i], rng);
   }
-  // Across ranks every worker's image reaches every rank, which then forms
-  // the means itself. Departure from the modelled exchange: the images travel
-  // decoded as fp32 rows over the world communicator, also for the
-  // hierarchical variant (no node sub-communicators yet), so the bytes handed
-  // to MPI exceed the logged ones.
-  comm.share_rows(compressed_.data(), stride_ * sizeof(float));
+  const auto encode_worker = [&](int i, uint8_t* dst) {
+    const RngStream rng(seed, Purpose::kCompress, shared ? 0u : static_cast<uint32_t>(i),
+                        static_cast<uint64_t>(step));
+    c_->encode(in[i], {dst, static_cast<size_t>(wire)}, rng);
+  };
+  const auto decode_worker = [&](int i, const uint8_t* src) {
+    c_->decode({src, static_cast<size_t>(wire)}, comp[i]);
+  };
+  // Across ranks the packed wire images travel (encode: the same stream as
+  // apply) and the receivers decode them — decode(encode(x)) == C(x) bit for
+  // bit. Flat: every worker's image reaches every rank over the world
+  // communicator. Hierarchical, when each rank holds whole nodes or an equal
+  // share of one (g a multiple or a divisor of the b workers per rank): over
+  // node sub-communicators, as modelled (see below). Otherwise (departure)
+  // every worker's image is allgathered over the world communicator and each
+  // rank forms every node's mean itself.
+  const int b = mine.size();
+  const bool by_node = comm.distributed() && hierarchical() && (g_ % b == 0 || b % g_ == 0);
+  if (comm.distributed() && !by_node) allgather_messages(comm, wire, encode_worker, decode_worker);
   if (!hierarchical()) {
     mean_over_workers(comp, out, WireDtype::kFp32);
     comm.record(make_comm_record("allgather", "ring", dtype, "all", n, 1, wire * n,
                                  ring_allgather_cost(n, wire * n)));
     return;
   }
-  // Stage 1, inside each node: allgather of the g images, node mean.
+  // Across ranks (by_node): this rank's nodes are those holding one of its
+  // workers; it leads node k when it owns worker k·g (the node's first rank).
+  const auto holds = [&](int k) {
+    return !by_node || (k * g_ < mine.end && (k + 1) * g_ > mine.begin);
+  };
+  const int lead_lo = (mine.begin + g_ - 1) / g_, lead_hi = (mine.end + g_ - 1) / g_;
+  const auto leads = [&](int k) { return !by_node || (k >= lead_lo && k < lead_hi); };
+  const Communicator::NodeTransports* nt = by_node ? &comm.node_transports(g_) : nullptr;
+  // Stage 1, inside each node: allgather of the g images, node mean. Across
+  // ranks (g > b): the node's ranks allgather their workers' images over the
+  // node communicator (g ≤ b: the node lies on this rank, nothing moves).
+  if (by_node && g_ > b) {
+    const int k = mine.begin / g_;
+    const int64_t block = b * wire;
+    const int members = g_ / b;
+    std::vector<int64_t> counts(members, block), displs(members);
+    for (int j = 0; j < members; ++j) displs[j] = j * block;
+    std::vector<uint8_t> buf(static_cast<size_t>(g_ * wire));
+    for (int i = mine.begin; i < mine.end; ++i) encode_worker(i, buf.data() + (i - k * g_) * wire);
+    nt->node->allgatherv(buf.data(), counts, displs);
+    for (int i = k * g_; i < (k + 1) * g_; ++i) {
+      if (i < mine.begin || i >= mine.end) decode_worker(i, buf.data() + (i - k * g_) * wire);
+    }
+  }
   WorkerBuffers node_means{node_mean_.data(), stride_, d_, nodes_};
   for (int k = 0; k < nodes_; ++k) {
+    if (!holds(k)) continue;
     const WorkerBuffers members{compressed_.data() + static_cast<size_t>(k) * g_ * stride_, stride_,
                                 d_, g_};
     mean_over_workers(members, node_means[k], WireDtype::kFp32);
@@ -62,11 +175,36 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
   comm.record(make_comm_record("allgather", "ring", dtype, "intra", g_, nodes_, wire * g_,
                                ring_allgather_cost(g_, wire * g_)));
   // Stage 2: each node's leader compresses the node mean; leaders allgather.
+  // Across ranks the leaders' images travel over the leaders' communicator
+  // (g ≥ b: the first rank of every node) or, when every rank leads b/g whole
+  // nodes, over the world communicator: one image per node crosses nodes.
+  std::vector<uint8_t> node_images(by_node ? static_cast<size_t>(nodes_ * wire) : 0);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int k = 0; k < nodes_; ++k) {
+    if (!leads(k)) continue;
     const RngStream rng(seed, Purpose::kCompress, shared ? 0u : static_cast<uint32_t>(n + k),
                         static_cast<uint64_t>(step));
+    if (by_node) {
+      c_->encode(node_means[k], {node_images.data() + k * wire, static_cast<size_t>(wire)}, rng);
+    }
     c_->apply(node_means[k], node_means[k], rng);
+  }
+  if (by_node) {
+    Transport* leaders = g_ >= b ? nt->leaders.get() : &comm.transport();
+    if (leaders != nullptr) {
+      const int64_t block = std::max(1, b / g_) * wire;
+      std::vector<int64_t> counts(leaders->ranks(), block), displs(leaders->ranks());
+      for (int j = 0; j < leaders->ranks(); ++j) displs[j] = j * block;
+      leaders->allgatherv(node_images.data(), counts, displs);
+    }
+    // Stage 3 across ranks (g > b): the node's leader broadcasts the gathered
+    // images over the node communicator.
+    if (g_ > b) nt->node->broadcast(node_images.data(), nodes_ * wire, 0);
+    for (int k = 0; k < nodes_; ++k) {
+      if (k < lead_lo || k >= lead_hi) {
+        c_->decode({node_images.data() + k * wire, static_cast<size_t>(wire)}, node_means[k]);
+      }
+    }
   }
   comm.record(make_comm_record("allgather", "ring", dtype, "inter", nodes_, 1, wire * nodes_,
                                ring_allgather_cost(nodes_, wire * nodes_)));
@@ -105,9 +243,12 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
                                  uint64_t seed, int64_t step) {
   const int n = n_;
   const size_t D = D_, d = d_, chunk = D_ / n_;
+  const int bits = spec_.bits;
   // Stage 1: every worker quantizes its zero-padded buffer (groups never
   // straddle a chunk: chunk is a multiple of group_size).
   const WorkerRange mine = comm.local_workers();
+  const size_t image_bytes = static_cast<size_t>(quantize_wire_bytes(D, spec_));
+  std::vector<uint8_t> images(comm.distributed() ? image_bytes * mine.size() : 0);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int i = mine.begin; i < mine.end; ++i) {
     thread_local std::vector<float> padded;
@@ -116,20 +257,43 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
     const RngStream rng(seed, Purpose::kCompress, static_cast<uint32_t>(i),
                         static_cast<uint64_t>(step));
     quantize_dequantize(padded, {quantized_.data() + static_cast<size_t>(i) * D, D}, spec_, rng);
+    // Across ranks: the packed image of the whole padded buffer (codes and
+    // group scales), from which each chunk's message is cut below.
+    if (comm.distributed()) {
+      quantize_encode(padded, {images.data() + (i - mine.begin) * image_bytes, image_bytes}, spec_,
+                      rng);
+    }
   }
-  const int bits = spec_.bits;
   static const char* kInt[] = {"", "int1", "int2", "int3", "int4", "int5", "int6", "int7", "int8"};
   const int64_t wire1 = quantize_wire_bytes(chunk, spec_);
   // alltoall: chunk r of each worker's codes (and its groups' scales) to worker r.
   comm.record(make_comm_record("alltoall", "pairwise", kInt[bits], "all", n, 1, wire1 * n,
                                pairwise_alltoall_cost(n, wire1 * n)));
   // Worker r averages the dequantized chunks (the fixed tree over workers).
-  // Across ranks, chunk r of every worker reaches r's owner first. Departure:
-  // the chunks travel dequantized as fp32, not as n-bit codes, so the bytes
-  // handed to MPI exceed the logged ones.
-  const std::vector<int64_t> chunk_bounds =
-      comm.server_bounds(static_cast<int64_t>(chunk * sizeof(float)));
-  comm.scatter_columns(quantized_.data(), D * sizeof(float), chunk_bounds);
+  // Across ranks, chunk r of every worker reaches r's owner first as its
+  // wire message — the chunk's packed codes then its groups' scales, exactly
+  // quantize_wire_bytes(chunk) — and is decoded there (quantize_decode of a
+  // chunk's codes and scales == quantize_dequantize of those elements).
+  if (comm.distributed()) {
+    const size_t code_bytes = (D * static_cast<size_t>(bits) + 7) / 8;
+    const size_t scale_bytes = spec_.fp16_scale ? 2 : 4;
+    const size_t chunk_code_bytes = (chunk * static_cast<size_t>(bits) + 7) / 8;
+    const size_t chunk_groups = chunk / spec_.group_size;
+    alltoall_messages(
+        comm, wire1,
+        [&](int i, int r, uint8_t* dst) {
+          const uint8_t* image = images.data() + (i - mine.begin) * image_bytes;
+          copy_bits(image, static_cast<size_t>(r) * chunk * bits, chunk * bits, dst);
+          std::memcpy(dst + chunk_code_bytes,
+                      image + code_bytes + static_cast<size_t>(r) * chunk_groups * scale_bytes,
+                      chunk_groups * scale_bytes);
+        },
+        [&](int i, int r, const uint8_t* src) {
+          quantize_decode({src, static_cast<size_t>(wire1)},
+                          {quantized_.data() + static_cast<size_t>(i) * D + r * chunk, chunk},
+                          spec_);
+        });
+  }
   {
     const size_t lo = static_cast<size_t>(mine.begin) * chunk;
     const size_t len = static_cast<size_t>(mine.size()) * chunk;
@@ -147,6 +311,11 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
       thread_local std::vector<float> copy;
       copy.assign(c.begin(), c.end());
       quantize_dequantize(copy, c, spec_, rng);
+      if (comm.distributed()) {
+        quantize_encode(copy,
+                        {images.data() + (r - mine.begin) * wire1, static_cast<size_t>(wire1)},
+                        spec_, rng);
+      }
     }
     wire2 = wire1;
     dtype2 = kInt[bits];
@@ -157,7 +326,39 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
   } else {
     wire2 = static_cast<int64_t>(4 * chunk);
   }
-  comm.gather_columns(mean_.data(), chunk_bounds);
+  // Across ranks: server r's averaged chunk in the gather precision — its
+  // re-quantized codes and scales, fp16 bits or fp32 — decoded by the others.
+  if (comm.distributed()) {
+    allgather_messages(
+        comm, wire2,
+        [&](int r, uint8_t* dst) {
+          const float* c = mean_.data() + static_cast<size_t>(r) * chunk;
+          if (gather_ == "quantized") {
+            std::memcpy(dst, images.data() + (r - mine.begin) * wire1, static_cast<size_t>(wire1));
+          } else if (gather_ == "fp16") {
+            for (size_t k = 0; k < chunk; ++k) {
+              const uint16_t h = float_to_half_bits(c[k]);
+              std::memcpy(dst + 2 * k, &h, 2);
+            }
+          } else {
+            std::memcpy(dst, c, 4 * chunk);
+          }
+        },
+        [&](int r, const uint8_t* src) {
+          float* c = mean_.data() + static_cast<size_t>(r) * chunk;
+          if (gather_ == "quantized") {
+            quantize_decode({src, static_cast<size_t>(wire1)}, {c, chunk}, spec_);
+          } else if (gather_ == "fp16") {
+            for (size_t k = 0; k < chunk; ++k) {
+              uint16_t h;
+              std::memcpy(&h, src + 2 * k, 2);
+              c[k] = half_bits_to_float(h);
+            }
+          } else {
+            std::memcpy(c, src, 4 * chunk);
+          }
+        });
+  }
   comm.record(make_comm_record("allgather", "ring", dtype2, "all", n, 1, wire2 * n,
                                ring_allgather_cost(n, wire2 * n)));
   std::copy(mean_.begin(), mean_.begin() + static_cast<ptrdiff_t>(d), out.begin());

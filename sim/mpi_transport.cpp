@@ -42,7 +42,19 @@ class MpiTransport final : public Transport {
     MPI_Comm_size(MPI_COMM_WORLD, &ranks_);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   }
+  // A sub-communicator (split): counts into the parent's stats.
+  MpiTransport(MPI_Comm comm, TransportStats* counts) : comm_(comm), counts_(counts) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &ranks_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  }
   ~MpiTransport() override {
+    if (comm_ != MPI_COMM_WORLD) {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Comm_free(&comm_);
+      return;
+    }
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (owns_init_ && !finalized) MPI_Finalize();
@@ -61,11 +73,11 @@ class MpiTransport final : public Transport {
     convert(recv_counts, rc_, "alltoallv count");
     convert(recv_displs, rd_, "alltoallv displacement");
     for (int q = 0; q < ranks_; ++q) {
-      if (q != rank_) stats_.bytes_sent += send_counts[q];
+      if (q != rank_) counts_->bytes_sent += send_counts[q];
     }
-    ++stats_.calls;
+    ++counts_->calls;
     check(MPI_Alltoallv(send, sc_.data(), sd_.data(), MPI_BYTE, recv, rc_.data(), rd_.data(),
-                        MPI_BYTE, MPI_COMM_WORLD),
+                        MPI_BYTE, comm_),
           "MPI_Alltoallv");
   }
 
@@ -73,29 +85,35 @@ class MpiTransport final : public Transport {
                   std::span<const int64_t> displs) override {
     convert(counts, rc_, "allgatherv count");
     convert(displs, rd_, "allgatherv displacement");
-    stats_.bytes_sent += counts[rank_] * (ranks_ - 1);
-    ++stats_.calls;
-    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, buf, rc_.data(), rd_.data(), MPI_BYTE,
-                         MPI_COMM_WORLD),
+    counts_->bytes_sent += counts[rank_] * (ranks_ - 1);
+    ++counts_->calls;
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, buf, rc_.data(), rd_.data(), MPI_BYTE, comm_),
           "MPI_Allgatherv");
   }
 
   void broadcast(uint8_t* buf, int64_t bytes, int root) override {
-    if (rank_ == root) stats_.bytes_sent += bytes * (ranks_ - 1);
-    ++stats_.calls;
-    check(MPI_Bcast(buf, to_int(bytes, "broadcast"), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+    if (rank_ == root) counts_->bytes_sent += bytes * (ranks_ - 1);
+    ++counts_->calls;
+    check(MPI_Bcast(buf, to_int(bytes, "broadcast"), MPI_BYTE, root, comm_), "MPI_Bcast");
   }
 
   void abort(int exit_status) override { MPI_Abort(MPI_COMM_WORLD, exit_status); }
 
+  std::unique_ptr<Transport> split(int color, int key) override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split");
+    if (sub == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiTransport>(sub, counts_);
+  }
+
   double max(double v) override {
     double out = v;
-    check(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+    check(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm_), "MPI_Allreduce");
     return out;
   }
   double sum(double v) override {
     double out = v;
-    check(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    check(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce");
     return out;
   }
 
@@ -104,6 +122,8 @@ class MpiTransport final : public Transport {
     out.resize(in.size());
     for (size_t q = 0; q < in.size(); ++q) out[q] = to_int(in[q], what);
   }
+  MPI_Comm comm_ = MPI_COMM_WORLD;
+  TransportStats* counts_ = &stats_;  // the world transport's stats
   int rank_ = 0, ranks_ = 1;
   bool owns_init_ = false;
   std::vector<int> sc_, sd_, rc_, rd_;

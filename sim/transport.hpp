@@ -10,7 +10,9 @@
 //
 // LocalTransport is the simulator: one rank that owns every worker, where
 // every exchange is a no-op. MpiTransport (sim/mpi_transport.cpp, built only
-// when CMake finds MPI) runs the same calls over MPI_COMM_WORLD.
+// when CMake finds MPI) runs the same calls over MPI_COMM_WORLD, and over the
+// sub-communicators split from it (the hierarchical collectives' node and
+// leader communicators).
 #pragma once
 
 #include <cstdint>
@@ -49,6 +51,12 @@ class Transport {
   virtual double max(double v) = 0;
   virtual double sum(double v) = 0;
 
+  // A transport over the ranks of this one that pass the same `color`
+  // (MPI_Comm_split), ordered by `key`; color < 0: this rank joins none
+  // (nullptr). Collective: every rank calls it, in the same order. Bytes the
+  // sub-transport moves count in this transport's stats.
+  virtual std::unique_ptr<Transport> split(int color, int key) = 0;
+
   // Ends every rank at once after an error that the other ranks may not
   // have seen (they would wait forever in the next exchange). One rank: a no-op.
   virtual void abort(int /*exit_status*/) {}
@@ -73,6 +81,9 @@ class LocalTransport final : public Transport {
   void broadcast(uint8_t*, int64_t, int) override {}
   double max(double v) override { return v; }
   double sum(double v) override { return v; }
+  std::unique_ptr<Transport> split(int color, int) override {
+    return color < 0 ? nullptr : std::make_unique<LocalTransport>();
+  }
 };
 
 // True when this build has the MPI backend (CMake found MPI).
