@@ -104,7 +104,6 @@ std::string error_path(const Json& raw,
 
 TEST_SUITE("cost") {
   TEST_CASE("the plan equals what a real run logs, for every optimizer") {
-    const int n = 4;
     const int64_t d = 203;  // not a multiple of any padding
     std::set<std::string> covered;
     auto check = [&](const char* text, bool exact = true, int64_t steps = 24, int workers = 4) {

@@ -65,8 +65,12 @@ __attribute__((target("avx512f"))) inline double fma_chains_avx512(long iters) {
   for (long i = 0; i < iters; ++i) {
     for (int a = 0; a < kAcc; ++a) acc[a] = _mm512_fmadd_ps(acc[a], m, c);
   }
+  alignas(64) float lanes[16];
   float sum = 0.0f;
-  for (int a = 0; a < kAcc; ++a) sum += _mm512_reduce_add_ps(acc[a]);
+  for (int a = 0; a < kAcc; ++a) {
+    _mm512_store_ps(lanes, acc[a]);
+    for (float v : lanes) sum += v;
+  }
   return static_cast<double>(sum);
 }
 template <int kAcc>
