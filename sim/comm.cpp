@@ -205,18 +205,6 @@ Communicator::ColumnBlock Communicator::alltoall_columns(void* base, size_t row_
   return {recv_.data(), static_cast<size_t>(my_width)};
 }
 
-void Communicator::scatter_columns(void* base, size_t row_stride_bytes,
-                                   std::span<const int64_t> bounds) {
-  if (!distributed()) return;
-  const ColumnBlock got = alltoall_columns(base, row_stride_bytes, 0, bounds);
-  // Unpack: every row's copy of my column block, back into the full rows.
-  auto* rows = static_cast<uint8_t*>(base);
-  for (int i = 0; i < workers_; ++i) {
-    std::memcpy(rows + static_cast<size_t>(i) * row_stride_bytes + bounds[rank_],
-                got.data + static_cast<size_t>(i) * got.row_stride, got.row_stride);
-  }
-}
-
 void Communicator::gather_columns(void* base, std::span<const int64_t> bounds) {
   if (!distributed()) return;
   counts_.assign(ranks_, 0);

@@ -149,17 +149,12 @@ class Communicator {
   // Column blocks owned by server (= worker) index: rank q owns
   // [begin_q·unit_bytes, end_q·unit_bytes).
   std::vector<int64_t> server_bounds(int64_t unit_bytes) const;
-  // Rows = workers, row i at base + i·row_stride_bytes, each written by its
-  // owner. Afterwards rank q holds the block [bounds[q], bounds[q+1]) of every
-  // worker's row (an alltoall).
-  void scatter_columns(void* base, size_t row_stride_bytes, std::span<const int64_t> bounds);
-  // The same alltoall into exchange-sized scratch, for rows held only by
-  // their owners: row i (global) at base + (i − first_row)·row_stride_bytes
-  // for the local workers. Returns this rank's column block
-  // [bounds[rank], bounds[rank+1]) of every worker's row: row i at
-  // data + i·row_stride. On one rank that is `base` itself (no copy); across
-  // ranks it is scratch of workers × block width, valid until the next
-  // exchange.
+  // Rows = workers, row i (global) at base + (i − first_row)·row_stride_bytes,
+  // held and written by its owner only. An alltoall: returns this rank's
+  // column block [bounds[rank], bounds[rank+1]) of every worker's row, row i
+  // at data + i·row_stride. On one rank that is `base` itself (no copy);
+  // across ranks it is exchange-sized scratch (workers × block width, not
+  // workers × row), valid until the next exchange.
   struct ColumnBlock {
     uint8_t* data;
     size_t row_stride;
