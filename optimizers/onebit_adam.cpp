@@ -148,8 +148,8 @@ void OneBitAdam::setup(Cluster& cluster) {
   }
   m_workers_.assign(static_cast<size_t>(workers_) * stride_, 0.0f);
   if (compress_) {
-    onebit_ =
-        std::make_unique<OneBitAllreduce>(workers_, dim_, static_cast<size_t>(opts_.pad_multiple));
+    onebit_ = std::make_unique<OneBitAllreduce>(
+        workers_, dim_, static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
     onebit_->set_error_feedback(opts_.error_feedback);
   } else {
     onebit_.reset();
@@ -216,7 +216,7 @@ void OneBitAdam::compressed_step(StepContext& ctx) {
 #pragma omp parallel for collapse(2) schedule(static) if (n * d > kParallelMinElements)
   for (int i = mine.begin; i < mine.end; ++i) {
     for (int64_t k = 0; k < d; ++k) {
-      mw[i * stride + k] = onebit_adam_local_momentum(mp[k], gp[i * gstride + k], c);
+      mw[i * stride + k] = onebit_adam_local_momentum(mp[k], gp[(i - g.first) * gstride + k], c);
     }
   }
 

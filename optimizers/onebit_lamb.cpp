@@ -99,8 +99,8 @@ void OneBitLamb::setup(Cluster& cluster) {
                 "must be a multiple of 8·workers = " + std::to_string(eight_n) +
                     " (0 picks the reference's workers·lcm(workers, 8))");
   }
-  onebit_ =
-      std::make_unique<OneBitAllreduce>(workers_, dim_, static_cast<size_t>(opts_.pad_multiple));
+  onebit_ = std::make_unique<OneBitAllreduce>(
+      workers_, dim_, static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
   onebit_->set_error_feedback(opts_.error_feedback);
 
   m_.assign(dim_, 0.0f);
@@ -230,7 +230,8 @@ void OneBitLamb::compressed_step(StepContext& ctx) {
 #pragma omp parallel for schedule(static) collapse(2) if (n * d > kParallelMinElements)
     for (int i = mine.begin; i < mine.end; ++i) {
       for (int64_t k = 0; k < d; ++k) {
-        const float gi = g.data[static_cast<size_t>(i) * g.stride + static_cast<size_t>(k)];
+        const float gi =
+            g.data[static_cast<size_t>(i - g.first) * g.stride + static_cast<size_t>(k)];
         w[static_cast<size_t>(i) * stride + static_cast<size_t>(k)] =
             (c.beta1 * m[k] + c.one_minus_beta1 * gi) * k_elem[k];
       }

@@ -116,8 +116,8 @@ void ZeroOneAdam::setup(Cluster& cluster) {
                 "must be a multiple of 8n = " + std::to_string(8 * n) +
                     " (n = " + std::to_string(n) + " workers)");
   }
-  onebit_ =
-      std::make_unique<OneBitAllreduce>(workers_, dim_, static_cast<size_t>(opts_.pad_multiple));
+  onebit_ = std::make_unique<OneBitAllreduce>(
+      workers_, dim_, static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
   // Per-worker parameters from the start: step() must not allocate.
   cluster.enable_local_params();
   stride_ = cluster.local_params().stride;

@@ -176,7 +176,7 @@ Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t se
       seed_(seed) {
   params_.assign(dim_, 0.0f);
   problem_.init_params(params(), seed);
-  grads_.assign(stride_ * static_cast<size_t>(workers_), 0.0f);
+  grads_.assign(stride_ * static_cast<size_t>(local_.size()), 0.0f);
   losses_.assign(workers_, 0.0);
   auto shards = make_shards(problem, opts, seed);
   samplers_.reserve(workers_);
@@ -197,18 +197,19 @@ Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t se
 
 void Cluster::enable_local_params() {
   if (has_local_params()) return;
-  local_params_.assign(stride_ * static_cast<size_t>(workers_), 0.0f);
-  for (int i = 0; i < workers_; ++i) std::copy(params_.begin(), params_.end(), params(i).begin());
+  local_params_.assign(stride_ * static_cast<size_t>(local_.size()), 0.0f);
+  for (int i = local_.begin; i < local_.end; ++i)
+    std::copy(params_.begin(), params_.end(), params(i).begin());
 }
 
 std::span<float> Cluster::params(int worker) {
   if (local_params_.empty()) return params();
-  return {local_params_.data() + stride_ * static_cast<size_t>(worker), dim_};
+  return {local_params_.data() + stride_ * static_cast<size_t>(worker - local_.begin), dim_};
 }
 
 WorkerBuffers Cluster::local_params() {
   if (local_params_.empty()) return {params_.data(), 0, dim_, workers_};  // all alias the shared
-  return {local_params_.data(), stride_, dim_, workers_};
+  return {local_params_.data(), stride_, dim_, workers_, local_.begin, local_.size()};
 }
 
 void Cluster::compute_gradients(int64_t step) {

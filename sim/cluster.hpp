@@ -69,9 +69,10 @@ std::vector<std::vector<uint32_t>> make_shards(const Problem& problem, const Clu
 class Cluster {
  public:
   // `local`: the workers this process computes (default: all, the
-  // simulator). Under the MPI backend each rank keeps the data indices and
-  // computes the gradients of its own block only; the other workers' buffers
-  // exist but hold whatever the collectives last exchanged.
+  // simulator). Under the MPI backend each rank keeps the data indices,
+  // gradient and local-parameter buffers of its own block only (the
+  // WorkerBuffers hold the local workers: first = local.begin), so per-rank
+  // memory for them scales with workers/ranks.
   Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t seed,
           WorkerRange local = {});
 
@@ -95,7 +96,9 @@ class Cluster {
   WorkerBuffers local_params();
 
   // Gradients of the last compute_gradients(), one buffer per worker.
-  WorkerBuffers grads() { return {grads_.data(), stride_, dim_, workers_}; }
+  WorkerBuffers grads() {
+    return {grads_.data(), stride_, dim_, workers_, local_.begin, local_.size()};
+  }
   std::span<float> grad(int worker) { return grads()[worker]; }
   double loss(int worker) const { return losses_[worker]; }
   std::span<const double> losses() const { return losses_; }
@@ -111,6 +114,11 @@ class Cluster {
   size_t batch_samples(int worker) const { return batch_samples_[worker]; }
   // Stride between worker buffers (dim rounded up to 16 floats = 64 bytes).
   size_t stride() const { return stride_; }
+  // Bytes this process holds in per-worker float buffers (gradients, local
+  // parameters): local workers × stride × 4 each.
+  size_t worker_buffer_bytes() const {
+    return (grads_.size() + local_params_.size()) * sizeof(float);
+  }
 
  private:
   const Problem& problem_;

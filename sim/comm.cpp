@@ -169,10 +169,11 @@ std::vector<int64_t> Communicator::server_bounds(int64_t unit_bytes) const {
   return b;
 }
 
-void Communicator::scatter_columns(void* base, size_t row_stride_bytes,
-                                   std::span<const int64_t> bounds) {
-  if (!distributed()) return;
+Communicator::ColumnBlock Communicator::alltoall_columns(void* base, size_t row_stride_bytes,
+                                                         int first_row,
+                                                         std::span<const int64_t> bounds) {
   auto* rows = static_cast<uint8_t*>(base);
+  if (!distributed()) return {rows + bounds[0], row_stride_bytes};
   const WorkerRange mine = local_workers();
   const int64_t my_width = bounds[rank_ + 1] - bounds[rank_];
   counts_.assign(ranks_, 0);
@@ -195,18 +196,13 @@ void Communicator::scatter_columns(void* base, size_t row_stride_bytes,
     const size_t w = static_cast<size_t>(bounds[q + 1] - bounds[q]);
     uint8_t* dst = send_.data() + displs_[q];
     for (int i = mine.begin; i < mine.end; ++i, dst += w) {
-      std::memcpy(dst, rows + static_cast<size_t>(i) * row_stride_bytes + bounds[q], w);
+      std::memcpy(dst, rows + static_cast<size_t>(i - first_row) * row_stride_bytes + bounds[q], w);
     }
   }
   transport().alltoallv(send_.data(), counts_, displs_, recv_.data(), rcounts_, rdispls_);
-  // Unpack: rank q's rows, my column block.
-  for (int q = 0; q < ranks_; ++q) {
-    const uint8_t* src = recv_.data() + rdispls_[q];
-    for (int i = q * block_; i < (q + 1) * block_; ++i, src += my_width) {
-      std::memcpy(rows + static_cast<size_t>(i) * row_stride_bytes + bounds[rank_], src,
-                  static_cast<size_t>(my_width));
-    }
-  }
+  // Rank q's block of rows arrives in worker order: recv_ is workers rows of
+  // my_width bytes.
+  return {recv_.data(), static_cast<size_t>(my_width)};
 }
 
 void Communicator::gather_columns(void* base, std::span<const int64_t> bounds) {
@@ -256,9 +252,11 @@ void Communicator::exact_mean(const WorkerBuffers& in, std::span<float> out, Wir
   const size_t lo = static_cast<size_t>(bounds[rank_] / elem);
   const size_t len = static_cast<size_t>(bounds[rank_ + 1] / elem) - lo;
   if (wire == WireDtype::kFp32) {
-    scatter_columns(in.data, in.stride * sizeof(float), bounds);
+    // Every worker's copy of my element range, workers × len floats.
+    const ColumnBlock got = alltoall_columns(in.data, in.stride * sizeof(float), in.first, bounds);
     if (len > 0) {
-      mean_over_workers({in.data + lo, in.stride, len, in.count}, out.subspan(lo, len), wire);
+      mean_over_workers({reinterpret_cast<float*>(got.data), len, len, workers_},
+                        out.subspan(lo, len), wire);
     }
     gather_columns(out.data(), bounds);
     return;
@@ -270,25 +268,23 @@ void Communicator::exact_mean(const WorkerBuffers& in, std::span<float> out, Wir
   const auto from_bits = [half](uint16_t h) {
     return half ? half_bits_to_float(h) : bf16_bits_to_float(h);
   };
-  // Rows of 16-bit values: my workers' rows written here, the other ranks'
-  // rows filled in my column range by the alltoall and widened (exactly)
-  // into `in`'s rows of those workers for the tree.
-  std::vector<uint16_t> rows(in.len * static_cast<size_t>(in.count));
+  // My workers' rows as 16-bit values; after the alltoall every worker's copy
+  // of my element range is widened (exactly) into floats for the tree.
   const WorkerRange mine = local_workers();
+  std::vector<uint16_t> rows(in.len * static_cast<size_t>(mine.size()));
   for (int i = mine.begin; i < mine.end; ++i) {
     const std::span<float> x = in[i];
-    for (size_t k = 0; k < in.len; ++k) rows[static_cast<size_t>(i) * in.len + k] = to_bits(x[k]);
+    uint16_t* row = rows.data() + static_cast<size_t>(i - mine.begin) * in.len;
+    for (size_t k = 0; k < in.len; ++k) row[k] = to_bits(x[k]);
   }
-  scatter_columns(rows.data(), in.len * sizeof(uint16_t), bounds);
-  for (int i = 0; i < in.count; ++i) {
-    if (i >= mine.begin && i < mine.end) continue;
-    const std::span<float> x = in[i];
-    for (size_t k = lo; k < lo + len; ++k)
-      x[k] = from_bits(rows[static_cast<size_t>(i) * in.len + k]);
+  const ColumnBlock got =
+      alltoall_columns(rows.data(), in.len * sizeof(uint16_t), mine.begin, bounds);
+  std::vector<float> wide(len * static_cast<size_t>(workers_));
+  for (int i = 0; i < workers_; ++i) {
+    const auto* src = reinterpret_cast<const uint16_t*>(got.data + i * got.row_stride);
+    for (size_t k = 0; k < len; ++k) wide[static_cast<size_t>(i) * len + k] = from_bits(src[k]);
   }
-  if (len > 0) {
-    mean_over_workers({in.data + lo, in.stride, len, in.count}, out.subspan(lo, len), wire);
-  }
+  if (len > 0) mean_over_workers({wide.data(), len, len, workers_}, out.subspan(lo, len), wire);
   std::vector<uint16_t> result(in.len);
   for (size_t k = lo; k < lo + len; ++k) result[k] = to_bits(out[k]);
   gather_columns(result.data(), bounds);
@@ -315,11 +311,12 @@ void Communicator::allreduce_mean(const WorkerBuffers& in, std::span<float> out,
 }
 
 void Communicator::allgather(const WorkerBuffers& in, std::span<float> out, WireDtype wire) {
-  share_rows(in.data, in.stride * sizeof(float));
-  for (int i = 0; i < in.count; ++i) {
+  // The resident rows into `out`, then the owners' blocks of `out` to all.
+  for (int i = in.first; i < in.first + in.resident_count(); ++i) {
     auto src = in[i];
     std::copy(src.begin(), src.end(), out.begin() + static_cast<ptrdiff_t>(i * in.len));
   }
+  share_rows(out.data(), in.len * sizeof(float));
   round_to_wire(out.first(in.len * in.count), wire);
   const int64_t s = static_cast<int64_t>(in.len) * in.count * wire_dtype_bytes(wire);
   const WireCost c = ring_allgather_cost(workers_, s);
@@ -335,14 +332,17 @@ void Communicator::allgather(const WorkerBuffers& in, std::span<float> out, Wire
 }
 
 void Communicator::broadcast(const WorkerBuffers& bufs, int root, WireDtype wire) {
-  auto src = bufs[root];
+  // The root's buffer, received by the ranks that do not hold it, lands in
+  // every resident buffer.
+  std::vector<float> src(bufs.len);
+  if (owner(root) == rank_) std::copy(bufs[root].begin(), bufs[root].end(), src.begin());
   if (distributed()) {
     transport().broadcast(reinterpret_cast<uint8_t*>(src.data()),
                           static_cast<int64_t>(src.size() * sizeof(float)), owner(root));
   }
   round_to_wire(src, wire);
-  for (int i = 0; i < bufs.count; ++i) {
-    if (i != root) std::copy(src.begin(), src.end(), bufs[i].begin());
+  for (int i = bufs.first; i < bufs.first + bufs.resident_count(); ++i) {
+    std::copy(src.begin(), src.end(), bufs[i].begin());
   }
   const int64_t s = static_cast<int64_t>(bufs.len) * wire_dtype_bytes(wire);
   const WireCost c = tree_broadcast_cost(workers_, s);

@@ -16,13 +16,22 @@
 
 namespace bitlab {
 
-// n buffers of `len` floats, buffer i at data + i * stride (one per worker).
+// Buffers of `len` floats, one per worker of `count`. Only the workers
+// [first, first + resident_count()) are held (the simulator holds all: first
+// 0, resident 0 = all); worker i's buffer is at data + (i − first) · stride.
+// Under the MPI backend a rank holds its own block only, so per-rank memory
+// scales with workers/ranks; indexing a worker it does not hold is a bug.
 struct WorkerBuffers {
   float* data = nullptr;
   size_t stride = 0;
   size_t len = 0;
   int count = 0;
-  std::span<float> operator[](int i) const { return {data + static_cast<size_t>(i) * stride, len}; }
+  int first = 0;     // global index of the first resident worker
+  int resident = 0;  // resident workers; 0 = all `count`
+  int resident_count() const { return resident ? resident : count; }
+  std::span<float> operator[](int i) const {
+    return {data + static_cast<size_t>(i - first) * stride, len};
+  }
 };
 
 // One collective as the network model needs to price it. Sizes follow the cost
@@ -140,10 +149,18 @@ class Communicator {
   // Column blocks owned by server (= worker) index: rank q owns
   // [begin_q·unit_bytes, end_q·unit_bytes).
   std::vector<int64_t> server_bounds(int64_t unit_bytes) const;
-  // Rows = workers, row i at base + i·row_stride_bytes, each written by its
-  // owner. Afterwards rank q holds the block [bounds[q], bounds[q+1]) of every
-  // worker's row (an alltoall).
-  void scatter_columns(void* base, size_t row_stride_bytes, std::span<const int64_t> bounds);
+  // Rows = workers, row i (global) at base + (i − first_row)·row_stride_bytes,
+  // held and written by its owner only. An alltoall: returns this rank's
+  // column block [bounds[rank], bounds[rank+1]) of every worker's row, row i
+  // at data + i·row_stride. On one rank that is `base` itself (no copy);
+  // across ranks it is exchange-sized scratch (workers × block width, not
+  // workers × row), valid until the next exchange.
+  struct ColumnBlock {
+    uint8_t* data;
+    size_t row_stride;
+  };
+  ColumnBlock alltoall_columns(void* base, size_t row_stride_bytes, int first_row,
+                               std::span<const int64_t> bounds);
   // One buffer whose block [bounds[q], bounds[q+1]) rank q wrote: afterwards
   // every rank holds all of it (an allgather).
   void gather_columns(void* base, std::span<const int64_t> bounds);

@@ -32,8 +32,12 @@ size_t onebit_padded_dim(size_t dim, int workers, size_t pad_multiple = 0);
 class OneBitAllreduce {
  public:
   // pad_multiple must be a multiple of 8n (so chunks are whole bytes); 0 picks
-  // the reference's n·lcm(n, 8).
-  OneBitAllreduce(int workers, size_t dim, size_t pad_multiple = 0);
+  // the reference's n·lcm(n, 8). `local`: the workers (= servers) this
+  // process runs (default: all, the simulator); it holds the worker errors,
+  // sign bits and server state of those only, so under the MPI backend the
+  // per-rank memory scales with workers/ranks. run() must then be given a
+  // Communicator whose local_workers() is this range.
+  OneBitAllreduce(int workers, size_t dim, size_t pad_multiple = 0, WorkerRange local = {});
 
   int workers() const { return n_; }
   size_t dim() const { return d_; }
@@ -59,15 +63,26 @@ class OneBitAllreduce {
   // `out` of run() (each worker decodes the same gathered bytes).
   void decode_for(int worker, std::span<float> out) const;
 
-  std::span<const float> worker_error(int i) const { return {e_.data() + i * D_, D_}; }
-  std::span<const float> server_error(int r) const { return {s_.data() + r * chunk(), chunk()}; }
+  // Worker / server i must be local.
+  std::span<const float> worker_error(int i) const {
+    return {e_.data() + static_cast<size_t>(i - local_.begin) * D_, D_};
+  }
+  std::span<const float> server_error(int r) const {
+    return {s_.data() + static_cast<size_t>(r - local_.begin) * chunk(), chunk()};
+  }
   float worker_scale(int i) const { return a_[i]; }
   float server_scale(int r) const { return c_[r]; }
   // Packed signs of u for worker i (D/8 bytes) and the servers' (D/8 bytes).
   std::span<const uint8_t> worker_bits(int i) const {
-    return {bits_.data() + i * (D_ / 8), D_ / 8};
+    return {bits_.data() + static_cast<size_t>(i - local_.begin) * (D_ / 8), D_ / 8};
   }
   std::span<const uint8_t> server_bits() const { return server_bits_; }
+
+  // Bytes held in the per-worker / per-server arrays (errors, sign bits,
+  // server sums): proportional to the local workers.
+  size_t resident_bytes() const {
+    return (e_.size() + s_.size() + acc_.size()) * sizeof(float) + bits_.size();
+  }
 
   // Bytes one worker sends per call: 2·(n−1)·D/(8n) + 2·4·(n−1).
   int64_t sent_bytes_per_call() const;
@@ -75,13 +90,14 @@ class OneBitAllreduce {
  private:
   int n_;
   size_t d_, D_;
+  WorkerRange local_;  // resident workers (and servers)
   bool error_feedback_ = true;
-  std::vector<float> e_;              // n × D worker errors
-  std::vector<float> s_;              // n × D/n server errors (= D)
-  std::vector<uint8_t> bits_;         // n × D/8 packed signs of u
+  std::vector<float> e_;              // local × D worker errors
+  std::vector<float> s_;              // local × D/n server errors (all: D)
+  std::vector<uint8_t> bits_;         // local × D/8 packed signs of u
   std::vector<uint8_t> server_bits_;  // D/8: chunk r at r·D/(8n)
   std::vector<float> a_, c_;          // worker and server scales
-  std::vector<float> acc_;            // D: the servers' sums over workers
+  std::vector<float> acc_;            // local × D/n: the servers' sums over workers
 };
 
 }  // namespace bitlab

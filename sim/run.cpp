@@ -458,12 +458,16 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   }
   summary["wall_s"] = wall;
   if (measured) {
-    summary["measured"] = {{"backend", transport.name()},
-                           {"ranks", transport.ranks()},
-                           {"wall_step_s_sum", measured_totals.wall_s},
-                           {"mpi_bytes_rank0", measured_totals.bytes_rank0},
-                           {"mpi_bytes_all_ranks", measured_totals.bytes_all},
-                           {"mpi_calls_rank0", measured_totals.calls_rank0}};
+    summary["measured"] = {
+        {"backend", transport.name()},
+        {"ranks", transport.ranks()},
+        {"wall_step_s_sum", measured_totals.wall_s},
+        {"mpi_bytes_rank0", measured_totals.bytes_rank0},
+        {"mpi_bytes_all_ranks", measured_totals.bytes_all},
+        {"mpi_calls_rank0", measured_totals.calls_rank0},
+        // Per-worker gradient / local-parameter buffers
+        // rank 0 holds: its block of workers only.
+        {"cluster_worker_buffer_bytes_rank0", sim.cluster().worker_buffer_bytes()}};
   }
   summary["steps_per_s"] = wall > 0 ? last.step / wall : 0.0;
   summary["bitlab_version"] = bitlab_version();

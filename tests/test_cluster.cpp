@@ -4,6 +4,7 @@
 #include <set>
 
 #include "sim/cluster.hpp"
+#include "sim/onebit_allreduce.hpp"
 #include "tests/fixtures.hpp"
 
 using namespace bitlab;
@@ -128,5 +129,31 @@ TEST_SUITE("cluster") {
     CHECK(c.params(2)[4] == 1.0f);
     c.compute_gradients(1);
     CHECK(c.grad(0)[1] == 2.0f);  // g_1 = x_1 (1 + 1)
+  }
+
+  TEST_CASE("a block of workers holds only its own per-worker buffers, with the same gradients") {
+    // What an MPI rank owning workers [2, 4) of 8 allocates: a quarter of
+    // the simulator's gradient / local-parameter / 1-bit allreduce arrays.
+    ToyProblem p(5, 64, 2);
+    Cluster all(opts(8, "iid", 4), p, 1);
+    Cluster block(opts(8, "iid", 4), p, 1, WorkerRange{2, 4});
+    all.enable_local_params();
+    block.enable_local_params();
+    CHECK(all.worker_buffer_bytes() == 2 * 8 * all.stride() * sizeof(float));
+    CHECK(block.worker_buffer_bytes() == 2 * 2 * block.stride() * sizeof(float));
+    CHECK(block.grads().first == 2);
+    CHECK(block.grads().resident_count() == 2);
+    all.compute_gradients(3);
+    block.compute_gradients(3);
+    for (int i = 2; i < 4; ++i) {
+      CAPTURE(i);
+      CHECK(std::equal(all.grad(i).begin(), all.grad(i).end(), block.grad(i).begin()));
+      CHECK(block.loss(i) == all.loss(i));
+    }
+    const OneBitAllreduce full(8, 1000), part(8, 1000, 0, WorkerRange{2, 4});
+    CHECK(part.resident_bytes() * 4 == full.resident_bytes());
+    // Per worker: D error floats + D/8 sign bytes; per server: 2·D/n floats.
+    const size_t D = full.padded_dim();
+    CHECK(part.resident_bytes() == 2 * (D * 4 + D / 8) + 2 * 2 * (D / 8) * 4);
   }
 }

@@ -115,7 +115,14 @@ TEST_SUITE("mpi") {
         const std::string transport = slurp(out / "transport.csv");
         CHECK(transport.rfind("step,wall_step_s,mpi_bytes_rank0", 0) == 0);
         CHECK(std::count(transport.begin(), transport.end(), '\n') == 25);
-        CHECK(slurp(out / "summary.json").find("\"mpi_bytes_rank0\"") != std::string::npos);
+        const std::string summary = slurp(out / "summary.json");
+        CHECK(summary.find("\"mpi_bytes_rank0\"") != std::string::npos);
+        // Memory is divided: rank 0 holds the gradient buffers (and 0/1
+        // Adam's local parameters) of its 8/ranks workers only, each of
+        // stride 224 floats (d = 212 rounded up to 16).
+        const int64_t copies = label.rfind("zero_one_adam", 0) == 0 ? 2 : 1;
+        CHECK(summary.find("\"cluster_worker_buffer_bytes_rank0\": " +
+                           std::to_string(copies * (8 / ranks) * 224 * 4)) != std::string::npos);
         // Only rank 0 printed the folder.
         CHECK(r.out == out.string() + "\n");
       }
