@@ -98,6 +98,8 @@ class Loco : public Optimizer {
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
   const char* phase() const override { return "compressed"; }
+  // Not yet divided across MPI ranks: every worker's h_i on every rank.
+  size_t worker_state_bytes() const override { return h_.size() * sizeof(float); }
 
   const LocoOptions& options() const { return opts_; }
   // e_i after the last step.
