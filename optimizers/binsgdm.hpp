@@ -60,6 +60,10 @@ class BinSgdm : public Optimizer {
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
   const char* phase() const override { return "onebit"; }
+  // Not yet divided across MPI ranks: every worker's rows on every rank.
+  size_t worker_state_bytes() const override {
+    return (m_.size() + b_.size() + bmax_.size() + z_.size()) * sizeof(float);
+  }
 
   const BinSgdmOptions& options() const { return opts_; }
   std::span<const float> m(int worker) const { return row(m_, worker); }

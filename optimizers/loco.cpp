@@ -86,7 +86,9 @@ void Loco::setup(Cluster& cluster) {
     config_fail("optimizer.node_size", Json(opts_.node_size),
                 "must divide the number of workers (" + std::to_string(workers_) + ")");
   }
-  h_.assign(static_cast<size_t>(workers_) * stride_, 0.0f);
+  // Rows for this process's workers only (all in the simulator): worker i at
+  // row i − local.begin (the collectives read only local workers' inputs).
+  h_.assign(static_cast<size_t>(cluster.local_workers().size()) * stride_, 0.0f);
   g_mean_.assign(dim_, 0.0f);
   m_.assign(dim_, 0.0f);
   if (adam_) {
@@ -119,8 +121,8 @@ void Loco::step(StepContext& ctx) {
   const int n = workers_;
   ef_->begin_step(ctx.step);  // periodic reset (reset_T)
   const WorkerBuffers g = ctx.cluster.grads();
-  const WorkerBuffers h{h_.data(), stride_, dim_, n};
   const WorkerRange mine = ctx.comm.local_workers();  // all workers in the simulator
+  const WorkerBuffers h{h_.data(), stride_, dim_, n, mine.begin, mine.size()};
   // h_i = g_i + e_i
 #pragma omp parallel for schedule(static) if (n > 1)
   for (int i = mine.begin; i < mine.end; ++i) ef_->compensate(i, g[i], h[i]);

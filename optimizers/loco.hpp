@@ -98,6 +98,8 @@ class Loco : public Optimizer {
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
   const char* phase() const override { return "compressed"; }
+  // The h_i of this process's workers (its rank's block under MPI).
+  size_t worker_state_bytes() const override { return h_.size() * sizeof(float); }
 
   const LocoOptions& options() const { return opts_; }
   // e_i after the last step.
@@ -119,7 +121,7 @@ class Loco : public Optimizer {
   int workers_ = 0;
   size_t dim_ = 0;
   size_t stride_ = 0;
-  std::vector<float> h_;  // workers × stride: compensated gradients
+  std::vector<float> h_;  // local workers × stride: compensated gradients
   std::vector<float> g_mean_;
   std::vector<float> m_;  // adam: first moment; momentum_sgd: momentum buffer
   std::vector<float> v_;  // adam only

@@ -146,7 +146,10 @@ void OneBitAdam::setup(Cluster& cluster) {
   } else {
     v_prev_.clear();
   }
-  m_workers_.assign(static_cast<size_t>(workers_) * stride_, 0.0f);
+  // Rows for this process's workers only (all in the simulator): worker i at
+  // row i − local_.begin.
+  local_ = cluster.local_workers();
+  m_workers_.assign(static_cast<size_t>(local_.size()) * stride_, 0.0f);
   if (compress_) {
     onebit_ = std::make_unique<OneBitAllreduce>(
         workers_, dim_, static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
@@ -216,12 +219,13 @@ void OneBitAdam::compressed_step(StepContext& ctx) {
 #pragma omp parallel for collapse(2) schedule(static) if (n * d > kParallelMinElements)
   for (int i = mine.begin; i < mine.end; ++i) {
     for (int64_t k = 0; k < d; ++k) {
-      mw[i * stride + k] = onebit_adam_local_momentum(mp[k], gp[(i - g.first) * gstride + k], c);
+      mw[(i - mine.begin) * stride + k] =
+          onebit_adam_local_momentum(mp[k], gp[(i - g.first) * gstride + k], c);
     }
   }
 
   // m = compressed_allreduce(m_i): identical on every worker.
-  const WorkerBuffers momenta{m_workers_.data(), stride, dim_, n};
+  const WorkerBuffers momenta{m_workers_.data(), stride, dim_, n, mine.begin, mine.size()};
   if (onebit_) {
     onebit_->run(ctx.comm, momenta, m_);
   } else {

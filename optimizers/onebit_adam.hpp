@@ -105,6 +105,7 @@ class OneBitAdam : public Optimizer {
   // "warmup" or "compressed": of the last step (before the first step: of
   // step 1).
   const char* phase() const override { return phase_; }
+  size_t worker_state_bytes() const override { return m_workers_.size() * sizeof(float); }
 
   const OneBitAdamOptions& options() const { return opts_; }
   // The synchronised momentum m and the second moment v (frozen as v* once
@@ -139,7 +140,8 @@ class OneBitAdam : public Optimizer {
   std::vector<float> m_;          // synchronised momentum
   std::vector<float> v_;          // second moment; v* after the switch
   std::vector<float> v_prev_;     // v_{t−1} (variance_stable only)
-  std::vector<float> m_workers_;  // n × stride: the m_i sent by each worker
+  WorkerRange local_;             // the workers this process computes
+  std::vector<float> m_workers_;  // local workers × stride: the m_i sent by each
   std::vector<float> mask_;       // dim 0/1 values, or empty
   std::unique_ptr<OneBitAllreduce> onebit_;
 };

@@ -110,7 +110,10 @@ void OneBitLamb::setup(Cluster& cluster) {
   u_prelim_.assign(dim_, 0.0f);
   u_.assign(dim_, 0.0f);
   k_elem_.assign(dim_, 1.0f);
-  worker_m_.assign(stride_ * static_cast<size_t>(workers_), 0.0f);
+  // Rows for this process's workers only (all in the simulator): worker i at
+  // row i − local_.begin.
+  local_ = cluster.local_workers();
+  worker_m_.assign(stride_ * static_cast<size_t>(local_.size()), 0.0f);
   const size_t P = tensors_.size();
   coeff_frozen_.assign(P, 0.0);
   scaling_.assign(P, 0.0);
@@ -232,7 +235,7 @@ void OneBitLamb::compressed_step(StepContext& ctx) {
       for (int64_t k = 0; k < d; ++k) {
         const float gi =
             g.data[static_cast<size_t>(i - g.first) * g.stride + static_cast<size_t>(k)];
-        w[static_cast<size_t>(i) * stride + static_cast<size_t>(k)] =
+        w[static_cast<size_t>(i - mine.begin) * stride + static_cast<size_t>(k)] =
             (c.beta1 * m[k] + c.one_minus_beta1 * gi) * k_elem[k];
       }
     }
@@ -240,8 +243,10 @@ void OneBitLamb::compressed_step(StepContext& ctx) {
 
   // m = compressed_allreduce(all tensors' momenta as ONE flat buffer) (§1):
   // four collectives, logged by OneBitAllreduce.
-  onebit_->run(ctx.comm, WorkerBuffers{worker_m_.data(), stride_, dim_, workers_},
-               std::span<float>(m_));
+  onebit_->run(
+      ctx.comm,
+      WorkerBuffers{worker_m_.data(), stride_, dim_, workers_, local_.begin, local_.size()},
+      std::span<float>(m_));
 
   const std::span<float> params = ctx.cluster.params();
   for (size_t p = 0; p < tensors_.size(); ++p) {

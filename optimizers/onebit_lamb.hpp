@@ -105,6 +105,7 @@ class OneBitLamb : public Optimizer {
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
   const char* phase() const override { return phase_; }
+  size_t worker_state_bytes() const override { return worker_m_.size() * sizeof(float); }
 
   const OneBitLambOptions& options() const { return opts_; }
   bool compressing() const { return switched_; }
@@ -145,7 +146,8 @@ class OneBitLamb : public Optimizer {
   std::vector<float> v_fresh_;   // v_fresh
   std::vector<float> u_prelim_;  // m ⊘ (sqrt(v)+ε)
   std::vector<float> u_;         // u_prelim + wd·x
-  std::vector<float> worker_m_;  // n × stride_: each worker's scaled momentum
+  WorkerRange local_;            // the workers this process computes
+  std::vector<float> worker_m_;  // local workers × stride_: each one's scaled momentum
   std::vector<float> k_elem_;    // float(k_p) of each element's tensor
   std::unique_ptr<OneBitAllreduce> onebit_;
   std::vector<double> coeff_frozen_;  // C_p at the switch

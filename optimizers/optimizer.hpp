@@ -29,6 +29,11 @@ class Optimizer {
   virtual void step(StepContext& ctx) = 0;
   // Phase of the last step (algorithm-specific; the baselines are "full").
   virtual const char* phase() const { return "full"; }
+  // Bytes of per-worker state (one row per worker) this process holds: under
+  // the MPI backend 1-bit Adam, 1-bit LAMB, 0/1 Adam and LoCo (h_i) hold their
+  // rank's block of workers only; BinSGDM still holds every worker's rows.
+  // 0 for optimizers with shared state only.
+  virtual size_t worker_state_bytes() const { return 0; }
 };
 
 const std::vector<RegistryEntry<Optimizer>>& optimizer_registry();

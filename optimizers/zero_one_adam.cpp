@@ -126,8 +126,10 @@ void ZeroOneAdam::setup(Cluster& cluster) {
   v_.assign(dim_, 0.0f);
   denom_.assign(dim_, 0.0f);
   ubar_.assign(dim_, 0.0f);
-  m_local_.assign(stride_ * workers_, 0.0f);
-  u_.assign(stride_ * workers_, 0.0f);
+  // Rows for this process's workers only (all in the simulator): worker i at
+  // row i − local_.begin.
+  m_local_.assign(stride_ * static_cast<size_t>(local_.size()), 0.0f);
+  u_.assign(stride_ * static_cast<size_t>(local_.size()), 0.0f);
   schedule_ = ZeroOneSchedule(opts_);
   frozen_ = false;
   lrs_ = 0.0;
@@ -149,7 +151,8 @@ void ZeroOneAdam::transition() {
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
   for (int64_t k = 0; k < d; ++k) den[k] = std::sqrt(v[k]) + eps;
   for (int i = local_.begin; i < local_.end; ++i) {
-    std::copy(m_.begin(), m_.end(), m_local_.begin() + static_cast<ptrdiff_t>(i * stride_));
+    std::copy(m_.begin(), m_.end(),
+              m_local_.begin() + static_cast<ptrdiff_t>((i - local_.begin) * stride_));
   }
   std::fill(u_.begin(), u_.end(), 0.0f);
   lrs_ = 0.0;
@@ -218,8 +221,8 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   //   x_i −= δ ; u_i −= δ
   for (int i = local_.begin; i < local_.end; ++i) {
     float* x = cl.params(i).data();
-    float* m = m_local_.data() + static_cast<size_t>(i) * stride_;
-    float* u = u_.data() + static_cast<size_t>(i) * stride_;
+    float* m = m_local_.data() + static_cast<size_t>(i - local_.begin) * stride_;
+    float* u = u_.data() + static_cast<size_t>(i - local_.begin) * stride_;
     const float* g = cl.grad(i).data();
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
     for (int64_t k = 0; k < d; ++k) zero_one_local_element(x[k], m[k], u[k], g[k], den[k], lc);
@@ -233,23 +236,28 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   const double lrs = zero_one_check_lrs(lrs_, ctx.step);
   // ū = 1-bit allreduce(u_i ⊙ (sqrt(v)+ε)), computed in place in u (zeroed after).
   for (int i = local_.begin; i < local_.end; ++i) {
-    float* u = u_.data() + static_cast<size_t>(i) * stride_;
+    float* u = u_.data() + static_cast<size_t>(i - local_.begin) * stride_;
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
     for (int64_t k = 0; k < d; ++k) u[k] *= den[k];
   }
-  onebit_->run(ctx.comm, WorkerBuffers{u_.data(), stride_, dim_, workers_}, ubar_);
+  onebit_->run(ctx.comm,
+               WorkerBuffers{u_.data(), stride_, dim_, workers_, local_.begin, local_.size()},
+               ubar_);
   // m = −ū/lrs ; x = x_sync + ū ⊘ (sqrt(v)+ε), on the shared copy, then on
-  // every worker; u = 0 ; lrs = 0.
+  // every worker; u = 0 ; lrs = 0. m0 is the first local worker's m_i (worker
+  // 0's in the simulator): every rank computes the same m = −ū/lrs into it.
   float* xs = cl.params().data();
   float* m0 = m_local_.data();
   const float* ub = ubar_.data();
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
   for (int64_t k = 0; k < d; ++k) zero_one_sync_element(m0[k], xs[k], ub[k], den[k], lrs);
   for (int i = local_.begin; i < local_.end; ++i) {
-    float* u = u_.data() + static_cast<size_t>(i) * stride_;
+    float* u = u_.data() + static_cast<size_t>(i - local_.begin) * stride_;
     std::fill(u, u + dim_, 0.0f);
     std::copy(xs, xs + dim_, cl.params(i).data());
-    if (i > 0) std::copy(m0, m0 + dim_, m_local_.data() + static_cast<size_t>(i) * stride_);
+    if (i > local_.begin) {
+      std::copy(m0, m0 + dim_, m_local_.data() + static_cast<size_t>(i - local_.begin) * stride_);
+    }
   }
   lrs_ = 0.0;
 }

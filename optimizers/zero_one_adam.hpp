@@ -168,9 +168,13 @@ class ZeroOneAdam : public Optimizer {
   const OneBitAllreduce& allreduce() const { return *onebit_; }
   // Stage A's shared momentum (stage B: the value at the transition).
   std::span<const float> m() const { return m_; }
-  // Worker i's momentum m_i (stage B; set to m() at the transition).
-  std::span<const float> m_local(int i) const { return {m_local_.data() + i * stride_, dim_}; }
-  std::span<const float> u(int i) const { return {u_.data() + i * stride_, dim_}; }
+  // Worker i's momentum m_i (stage B; set to m() at the transition), for a
+  // worker this process computes.
+  std::span<const float> m_local(int i) const { return {row(m_local_, i), dim_}; }
+  std::span<const float> u(int i) const { return {row(u_, i), dim_}; }
+  size_t worker_state_bytes() const override {
+    return (m_local_.size() + u_.size()) * sizeof(float);
+  }
   std::span<const float> v() const { return v_; }
   // sqrt(v) + ε, fixed at the transition (zeros before it).
   std::span<const float> denom() const { return denom_; }
@@ -181,6 +185,9 @@ class ZeroOneAdam : public Optimizer {
   bool frozen() const { return frozen_; }
 
  private:
+  const float* row(const std::vector<float>& a, int i) const {
+    return a.data() + static_cast<size_t>(i - local_.begin) * stride_;
+  }
   void transition();
   void stage_a(StepContext& ctx, bool full);
   void stage_b(StepContext& ctx, bool sync);
@@ -200,8 +207,8 @@ class ZeroOneAdam : public Optimizer {
   std::vector<float> m_;        // stage A momentum
   std::vector<float> v_;        // second moment (frozen in stage B)
   std::vector<float> denom_;    // sqrt(v) + ε after the transition
-  std::vector<float> m_local_;  // n × stride: m_i
-  std::vector<float> u_;        // n × stride: u_i (the allreduce input at a sync)
+  std::vector<float> m_local_;  // local workers × stride: m_i
+  std::vector<float> u_;        // local workers × stride: u_i (the allreduce input at a sync)
   std::vector<float> ubar_;     // ū
 };
 

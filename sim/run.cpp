@@ -467,7 +467,10 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
         {"mpi_calls_rank0", measured_totals.calls_rank0},
         // Per-worker gradient / local-parameter buffers
         // rank 0 holds: its block of workers only.
-        {"cluster_worker_buffer_bytes_rank0", sim.cluster().worker_buffer_bytes()}};
+        {"cluster_worker_buffer_bytes_rank0", sim.cluster().worker_buffer_bytes()},
+        // The optimizer's per-worker rows rank 0 holds (its block for 1-bit
+        // Adam / LAMB and 0/1 Adam; every worker's for LoCo and BinSGDM).
+        {"optimizer_worker_state_bytes_rank0", sim.optimizer().worker_state_bytes()}};
   }
   summary["steps_per_s"] = wall > 0 ? last.step / wall : 0.0;
   summary["bitlab_version"] = bitlab_version();

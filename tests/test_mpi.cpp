@@ -123,6 +123,18 @@ TEST_SUITE("mpi") {
         const int64_t copies = label.rfind("zero_one_adam", 0) == 0 ? 2 : 1;
         CHECK(summary.find("\"cluster_worker_buffer_bytes_rank0\": " +
                            std::to_string(copies * (8 / ranks) * 224 * 4)) != std::string::npos);
+        // The optimizer's per-worker rows: divided for 1-bit Adam / LAMB (m_i)
+        // 0/1 Adam (m_i and u_i) and LoCo (h_i); BinSGDM (m, b, z) still
+        // holds all 8 workers' rows; Adam has none.
+        const bool divided = label.rfind("binsgdm", 0) != 0;
+        const int64_t rows = label.rfind("adam", 0) == 0      ? 0
+                             : label.rfind("onebit", 0) == 0  ? 1
+                             : label.rfind("loco", 0) == 0    ? 1
+                             : label.rfind("binsgdm", 0) == 0 ? 3
+                                                              : 2;
+        CHECK(summary.find("\"optimizer_worker_state_bytes_rank0\": " +
+                           std::to_string(rows * (divided ? 8 / ranks : 8) * 224 * 4)) !=
+              std::string::npos);
         // Only rank 0 printed the folder.
         CHECK(r.out == out.string() + "\n");
       }
