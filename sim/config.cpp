@@ -85,6 +85,14 @@ void apply_set(Json& raw, const std::string& assignment) {
   } catch (const Json::parse_error&) {
     value = text;  // adam, full, ...
   }
+  try {
+    set_json_path(raw, path, value);
+  } catch (const ConfigError& err) {
+    throw ConfigError("--set " + assignment + ": " + err.what());
+  }
+}
+
+void set_json_path(Json& raw, const std::string& path, const Json& value) {
   Json* node = &raw;
   std::string walked;
   size_t start = 0;
@@ -92,11 +100,9 @@ void apply_set(Json& raw, const std::string& assignment) {
     const auto dot = path.find('.', start);
     const std::string key =
         path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (key.empty())
-      throw ConfigError("--set " + assignment + ": empty key in path \"" + path + "\"");
+    if (key.empty()) throw ConfigError("empty key in path \"" + path + "\"", walked);
     if (!node->is_object()) {
-      throw ConfigError("--set " + assignment + ": " + walked +
-                        " is not an object, so it has no key \"" + key + "\"");
+      throw ConfigError(walked + " is not an object, so it has no key \"" + key + "\"", walked);
     }
     walked = join_path(walked, key);
     if (dot == std::string::npos) {
@@ -107,6 +113,17 @@ void apply_set(Json& raw, const std::string& assignment) {
     node = &(*node)[key];
     start = dot + 1;
   }
+}
+
+void rethrow_blaming_set(const ConfigError& err, const std::vector<std::string>& sets) {
+  for (auto it = sets.rbegin(); it != sets.rend(); ++it) {
+    const std::string& s = *it;
+    const std::string path = s.substr(0, s.find('='));
+    if (!err.path().empty() && (err.path() == path || err.path().rfind(path + ".", 0) == 0)) {
+      throw ConfigError("--set " + s + ": " + err.what(), err.path());
+    }
+  }
+  throw;
 }
 
 namespace {
@@ -183,16 +200,7 @@ Experiment resolve_experiment(const Json& raw, const std::string& default_name,
   try {
     return resolve_inner(raw, default_name);
   } catch (const ConfigError& err) {
-    // Name the --set that caused an error at (or under) its path.
-    // The last --set of a path is the one in effect.
-    for (auto it = sets.rbegin(); it != sets.rend(); ++it) {
-      const std::string& s = *it;
-      const std::string path = s.substr(0, s.find('='));
-      if (!err.path().empty() && (err.path() == path || err.path().rfind(path + ".", 0) == 0)) {
-        throw ConfigError("--set " + s + ": " + err.what(), err.path());
-      }
-    }
-    throw;
+    rethrow_blaming_set(err, sets);  // names the --set that caused it, if one did
   }
 }
 

@@ -45,6 +45,16 @@ Json load_json_file(const std::string& path);
 // otherwise (adam, full).
 void apply_set(Json& raw, const std::string& assignment);
 
+// Sets `value` at the dotted `path` of `raw`, creating objects on the way. A
+// non-object on the way or an empty key is a ConfigError naming the path
+// walked so far.
+void set_json_path(Json& raw, const std::string& path, const Json& value);
+
+// Called from a catch block: rethrows `err` as "--set <a>: <what>" when the
+// error lies at or under the path of one of `sets` (the last such --set, the
+// one in effect), else rethrows it unchanged.
+[[noreturn]] void rethrow_blaming_set(const ConfigError& err, const std::vector<std::string>& sets);
+
 // Validates a raw experiment and fills every default. `default_name` is used
 // when the file has no "name". Errors raised by a path set with --set are
 // reported with that --set.

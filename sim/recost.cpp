@@ -233,15 +233,7 @@ T read_section(const Json& sections, const char* name, const std::vector<std::st
   try {
     return T::schema().read(sections.at(name), name);
   } catch (const ConfigError& err) {
-    // The last --set of a path is the one that took effect.
-    for (auto it = sets.rbegin(); it != sets.rend(); ++it) {
-      const std::string& s = *it;
-      const std::string path = s.substr(0, s.find('='));
-      if (!err.path().empty() && (err.path() == path || err.path().rfind(path + ".", 0) == 0)) {
-        throw ConfigError("--set " + s + ": " + err.what(), err.path());
-      }
-    }
-    throw;
+    rethrow_blaming_set(err, sets);
   }
 }
 

@@ -32,29 +32,6 @@ using Clock = std::chrono::steady_clock;
 
 const std::vector<std::string> kSweepKeys = {"name", "description", "base", "grid", "zip", "seeds"};
 
-// Sets `value` at the dotted `path` of `raw`, creating objects on the way.
-void set_path(Json& raw, const std::string& path, const Json& value) {
-  Json* node = &raw;
-  std::string walked;
-  size_t start = 0;
-  for (;;) {
-    const auto dot = path.find('.', start);
-    const std::string key =
-        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (!node->is_object()) {
-      throw ConfigError(walked + " is not an object, so it has no key \"" + key + "\"", walked);
-    }
-    walked = join_path(walked, key);
-    if (dot == std::string::npos) {
-      (*node)[key] = value;
-      return;
-    }
-    if (!node->contains(key)) (*node)[key] = Json::object();
-    node = &(*node)[key];
-    start = dot + 1;
-  }
-}
-
 void check_path_syntax(const std::string& section, const std::string& path, const Json& value) {
   if (path.empty() || path.front() == '.' || path.back() == '.' ||
       path.find("..") != std::string::npos) {
@@ -730,7 +707,7 @@ SweepSpec resolve_sweep(const Json& raw, const std::string& base_dir,
                             (r.label.empty() ? std::string() : " (" + r.label + ")") + ": ";
     try {
       Json exp = spec.base;
-      for (const auto& [path, value] : r.assignments) set_path(exp, path, value);
+      for (const auto& [path, value] : r.assignments) set_json_path(exp, path, value);
       Experiment e = resolve_experiment(exp, base_name);
       r.config = e.resolved;
       if (check_runs) {
