@@ -7,8 +7,8 @@
 
 namespace bitlab {
 
-ClassifierProblem::ClassifierProblem(const DatasetOptions& o)
-    : data_(load_dataset(o)),
+ClassifierProblem::ClassifierProblem(const DatasetOptions& o, const DataScope& scope)
+    : data_(load_dataset(o, scope)),
       train_eval_samples_(
           o.train_eval_samples > 0
               ? std::min(static_cast<size_t>(o.train_eval_samples), data_.train.count())
@@ -45,7 +45,7 @@ double ClassifierProblem::loss_grad(std::span<const float> x, std::span<const ui
 void ClassifierProblem::gather(std::span<const uint32_t> batch, RowMatrixF& rows) const {
   rows.resize(static_cast<Eigen::Index>(batch.size()), data_.train.x.cols());
   for (size_t r = 0; r < batch.size(); ++r) {
-    rows.row(static_cast<Eigen::Index>(r)) = data_.train.x.row(batch[r]);
+    rows.row(static_cast<Eigen::Index>(r)) = data_.train.row(batch[r]);
   }
 }
 

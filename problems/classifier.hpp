@@ -32,6 +32,7 @@ class ClassifierProblem : public Problem {
                    const RngStream& noise, Workspace& ws) const final;
 
   size_t num_train() const override { return data_.train.count(); }
+  size_t held_train_samples() const override { return data_.train.held(); }
   std::span<const int32_t> train_labels() const override { return data_.train.labels; }
   int num_classes() const override { return data_.classes; }
 
@@ -43,7 +44,10 @@ class ClassifierProblem : public Problem {
   const DatasetSplit& data() const { return data_; }
 
  protected:
-  explicit ClassifierProblem(const DatasetOptions& o);
+  // Under a restricting scope the training rows held are sorted by sample and
+  // include the first train_eval_samples when it evaluates, so those are rows
+  // 0..k−1 of data_.train.x as in the simulator.
+  ClassifierProblem(const DatasetOptions& o, const DataScope& scope);
 
   // Writes the logits (rows.rows() × classes) of the samples in `rows` at
   // parameters x into `logits`, using `ws` for temporaries (thread-safe for

@@ -123,7 +123,8 @@ void max_pool(const RowMatrixF& in, Eigen::Index n, Eigen::Index h, Eigen::Index
 
 class Cnn final : public ClassifierProblem {
  public:
-  explicit Cnn(const CnnOptions& o) : ClassifierProblem(o), c1_(o.channels[0]), c2_(o.channels[1]) {
+  Cnn(const CnnOptions& o, const DataScope& scope)
+      : ClassifierProblem(o, scope), c1_(o.channels[0]), c2_(o.channels[1]) {
     h0_ = data_.height;
     h1_ = h0_ - kKernel + 1;  // 24
     p1_ = h1_ / 2;            // 12

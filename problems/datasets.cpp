@@ -25,69 +25,130 @@ std::string package_of(const std::string& dataset) {
   return dataset == "fashion_mnist" ? "dataset-fashion-mnist" : "python3-sklearn";
 }
 
-// The whole (decompressed) content of a gz or plain file.
-std::string read_file_gz(const std::string& path, const std::string& package) {
-  if (!fs::exists(path)) {
-    data_fail(path, "not found; install the Debian package " + package + " (sudo apt-get install " +
-                        package +
-                        ", or ./setup.sh) or point problem.data_dir at a folder holding it");
-  }
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) data_fail(path, "cannot be opened");
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    const int got = gzread(f, buf, sizeof buf);
-    if (got < 0) {
-      int errnum = 0;
-      const std::string msg = gzerror(f, &errnum);
-      gzclose(f);
-      data_fail(path, "truncated or corrupt gzip data (" + msg + ")");
+// A gz or plain file read front to back through zlib, so a data set can be
+// streamed row by row (a rank keeps only its shard's rows) and validated on
+// the way. Every failure names the file.
+class GzReader {
+ public:
+  GzReader(std::string path, const std::string& package) : path_(std::move(path)) {
+    if (!fs::exists(path_)) {
+      data_fail(path_, "not found; install the Debian package " + package +
+                           " (sudo apt-get install " + package +
+                           ", or ./setup.sh) or point problem.data_dir at a folder holding it");
     }
-    if (got == 0) break;
-    out.append(buf, static_cast<size_t>(got));
+    f_ = gzopen(path_.c_str(), "rb");
+    if (f_ == nullptr) data_fail(path_, "cannot be opened");
+  }
+  GzReader(const GzReader&) = delete;
+  GzReader& operator=(const GzReader&) = delete;
+  ~GzReader() {
+    if (f_ != nullptr) gzclose(f_);
+  }
+
+  const std::string& path() const { return path_; }
+  // Reads up to n bytes; fewer only at the end of the data.
+  size_t read(void* dst, size_t n) {
+    auto* out = static_cast<char*>(dst);
+    size_t got_total = 0;
+    while (got_total < n) {
+      const auto want = static_cast<unsigned>(std::min<size_t>(n - got_total, 1u << 30));
+      const int got = gzread(f_, out + got_total, want);
+      if (got < 0) corrupt();
+      if (got == 0) break;
+      got_total += static_cast<size_t>(got);
+    }
+    return got_total;
+  }
+  // Reads and counts the rest of the data.
+  size_t rest() {
+    char buf[1 << 16];
+    size_t total = 0;
+    for (size_t got; (got = read(buf, sizeof buf)) > 0;) total += got;
+    return total;
   }
   // zlib reports a gzip stream cut short only through gzerror at the end.
-  int errnum = 0;
-  const std::string msg = gzerror(f, &errnum);
-  gzclose(f);
-  if (errnum != Z_OK) data_fail(path, "truncated or corrupt gzip data (" + msg + ")");
+  void finish() {
+    int errnum = 0;
+    gzerror(f_, &errnum);
+    if (errnum != Z_OK) corrupt();
+  }
+
+ private:
+  [[noreturn]] void corrupt() {
+    int errnum = 0;
+    const std::string msg = gzerror(f_, &errnum);
+    data_fail(path_, "truncated or corrupt gzip data (" + msg + ")");
+  }
+  std::string path_;
+  gzFile f_ = nullptr;
+};
+
+// The whole (decompressed) content of a gz or plain file.
+std::string read_file_gz(const std::string& path, const std::string& package) {
+  GzReader in(path, package);
+  std::string out;
+  char buf[1 << 16];
+  for (size_t got; (got = in.read(buf, sizeof buf)) > 0;) out.append(buf, got);
+  in.finish();
   return out;
 }
 
-uint32_t big_endian_u32(const std::string& bytes, size_t at) {
+uint32_t big_endian_u32(const unsigned char* bytes) {
   uint32_t v = 0;
-  for (size_t k = 0; k < 4; ++k) v = (v << 8) | static_cast<unsigned char>(bytes[at + k]);
+  for (size_t k = 0; k < 4; ++k) v = (v << 8) | bytes[k];
   return v;
 }
 
+[[noreturn]] void payload_fail(const std::string& path, uint64_t promised, uint64_t held) {
+  data_fail(path, std::string(held < promised ? "truncated" : "too long") +
+                      ": the header promises " + std::to_string(promised) +
+                      " data bytes, the file holds " + std::to_string(held));
+}
+
 // Header of an IDX file: magic, then one big-endian u32 per dimension.
-std::vector<uint32_t> idx_header(const std::string& bytes, const std::string& path, uint32_t magic,
-                                 size_t dims) {
+// Returns the shape and the payload size it promises.
+std::vector<uint32_t> read_idx_header(GzReader& in, uint32_t magic, size_t dims,
+                                      uint64_t& payload) {
   const size_t header = 4 * (1 + dims);
-  if (bytes.size() < header) {
-    data_fail(path, "truncated: " + std::to_string(bytes.size()) +
-                        " bytes, shorter than the IDX header (" + std::to_string(header) + ")");
+  unsigned char bytes[4 * 4];
+  const size_t got = in.read(bytes, header);
+  if (got < header) {
+    in.finish();
+    data_fail(in.path(), "truncated: " + std::to_string(got) +
+                             " bytes, shorter than the IDX header (" + std::to_string(header) +
+                             ")");
   }
-  const uint32_t got = big_endian_u32(bytes, 0);
-  if (got != magic) {
+  const uint32_t found = big_endian_u32(bytes);
+  if (found != magic) {
     char want_hex[16], got_hex[16];
     std::snprintf(want_hex, sizeof want_hex, "0x%08x", magic);
-    std::snprintf(got_hex, sizeof got_hex, "0x%08x", got);
-    data_fail(path, std::string("wrong magic number ") + got_hex + " (expected " + want_hex +
-                        ", an IDX file of unsigned bytes with " + std::to_string(dims) +
-                        " dimension(s))");
+    std::snprintf(got_hex, sizeof got_hex, "0x%08x", found);
+    data_fail(in.path(), std::string("wrong magic number ") + got_hex + " (expected " + want_hex +
+                             ", an IDX file of unsigned bytes with " + std::to_string(dims) +
+                             " dimension(s))");
   }
   std::vector<uint32_t> shape(dims);
-  for (size_t k = 0; k < dims; ++k) shape[k] = big_endian_u32(bytes, 4 * (1 + k));
-  uint64_t payload = 1;
+  for (size_t k = 0; k < dims; ++k) shape[k] = big_endian_u32(bytes + 4 * (1 + k));
+  payload = 1;
   for (const uint32_t s : shape) payload *= s;
-  if (bytes.size() - header != payload) {
-    data_fail(path, std::string(bytes.size() - header < payload ? "truncated" : "too long") +
-                        ": the header promises " + std::to_string(payload) +
-                        " data bytes, the file holds " + std::to_string(bytes.size() - header));
-  }
   return shape;
+}
+
+// Reads exactly `n` payload bytes (of `payload` promised, `done` already read)
+// into dst; a shorter file fails with the byte count it holds.
+void read_payload(GzReader& in, void* dst, size_t n, uint64_t payload, uint64_t done) {
+  const size_t got = in.read(dst, n);
+  if (got < n) {
+    in.finish();
+    payload_fail(in.path(), payload, done + got);
+  }
+}
+
+// After the promised payload: the file must end there.
+void expect_end(GzReader& in, uint64_t payload) {
+  const size_t extra = in.rest();
+  in.finish();
+  if (extra > 0) payload_fail(in.path(), payload, payload + extra);
 }
 
 std::string shape_text(const std::vector<uint32_t>& shape) {
@@ -98,36 +159,72 @@ std::string shape_text(const std::vector<uint32_t>& shape) {
 
 }  // namespace
 
-RawDataset read_idx_pair(const std::string& images_path, const std::string& labels_path) {
-  constexpr uint32_t kImagesMagic = 0x00000803, kLabelsMagic = 0x00000801;
-  constexpr uint32_t kSide = 28;
-  constexpr int kClasses = 10;
-  const std::string package = package_of("fashion_mnist");
-  const std::string images = read_file_gz(images_path, package);
-  const auto ishape = idx_header(images, images_path, kImagesMagic, 3);
-  if (ishape[1] != kSide || ishape[2] != kSide) {
-    data_fail(images_path, "wrong shape " + shape_text(ishape) + ": expected N × 28 × 28 images");
+namespace {
+
+constexpr uint32_t kIdxSide = 28;
+constexpr int kIdxClasses = 10;
+
+// Opens an IDX image file and checks its header: N × 28 × 28 unsigned bytes.
+uint32_t open_idx_images(GzReader& in, uint64_t& payload) {
+  const auto shape = read_idx_header(in, 0x00000803, 3, payload);
+  if (shape[1] != kIdxSide || shape[2] != kIdxSide) {
+    data_fail(in.path(), "wrong shape " + shape_text(shape) + ": expected N × 28 × 28 images");
   }
-  const std::string labels = read_file_gz(labels_path, package);
-  const auto lshape = idx_header(labels, labels_path, kLabelsMagic, 1);
-  if (lshape[0] != ishape[0]) {
-    data_fail(labels_path, "wrong shape: " + std::to_string(lshape[0]) + " labels for " +
-                               std::to_string(ishape[0]) + " images in " + images_path);
+  return shape[0];
+}
+
+// Reads an IDX label file of `images` labels in [0, 10) (for images_path).
+std::vector<int32_t> read_idx_labels(const std::string& labels_path, uint32_t images,
+                                     const std::string& images_path) {
+  GzReader in(labels_path, package_of("fashion_mnist"));
+  uint64_t payload = 0;
+  const auto shape = read_idx_header(in, 0x00000801, 1, payload);
+  if (shape[0] != images) {
+    data_fail(labels_path, "wrong shape: " + std::to_string(shape[0]) + " labels for " +
+                               std::to_string(images) + " images in " + images_path);
   }
-  RawDataset out;
-  const Eigen::Index n = ishape[0], pixels = kSide * kSide;
-  out.x.resize(n, pixels);
-  const auto* src = reinterpret_cast<const unsigned char*>(images.data()) + 16;
-  for (Eigen::Index i = 0; i < n * pixels; ++i) out.x.data()[i] = static_cast<float>(src[i]);
-  out.labels.resize(static_cast<size_t>(n));
-  for (size_t i = 0; i < out.labels.size(); ++i) {
-    const int label = static_cast<unsigned char>(labels[8 + i]);
-    if (label >= kClasses) {
-      data_fail(labels_path, "label " + std::to_string(label) + " of sample " + std::to_string(i) +
-                                 " is not in [0, 10)");
+  std::vector<unsigned char> bytes(shape[0]);
+  read_payload(in, bytes.data(), bytes.size(), payload, 0);
+  expect_end(in, payload);
+  std::vector<int32_t> labels(bytes.size());
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (bytes[i] >= kIdxClasses) {
+      data_fail(labels_path, "label " + std::to_string(bytes[i]) + " of sample " +
+                                 std::to_string(i) + " is not in [0, 10)");
     }
-    out.labels[i] = label;
+    labels[i] = bytes[i];
   }
+  return labels;
+}
+
+// Streams the images of an opened IDX file (header read), keeping image r in
+// row dest[r] of x (dest[r] < 0: skipped); every image is read, so the file
+// is validated to its end whatever is kept.
+void read_idx_images(GzReader& in, uint32_t images, uint64_t payload,
+                     const std::vector<int32_t>& dest, RowMatrixF& x) {
+  constexpr size_t kPixels = kIdxSide * kIdxSide;
+  std::vector<unsigned char> image(kPixels);
+  for (uint32_t r = 0; r < images; ++r) {
+    read_payload(in, image.data(), kPixels, payload, uint64_t(r) * kPixels);
+    if (dest[r] < 0) continue;
+    float* row = x.row(dest[r]).data();
+    for (size_t k = 0; k < kPixels; ++k) row[k] = static_cast<float>(image[k]);
+  }
+  expect_end(in, payload);
+}
+
+}  // namespace
+
+RawDataset read_idx_pair(const std::string& images_path, const std::string& labels_path) {
+  GzReader in(images_path, package_of("fashion_mnist"));
+  uint64_t payload = 0;
+  const uint32_t n = open_idx_images(in, payload);
+  RawDataset out;
+  out.labels = read_idx_labels(labels_path, n, images_path);
+  out.x.resize(n, kIdxSide * kIdxSide);
+  std::vector<int32_t> dest(n);
+  std::iota(dest.begin(), dest.end(), 0);
+  read_idx_images(in, n, payload, dest, out.x);
   return out;
 }
 
@@ -252,7 +349,7 @@ std::vector<uint32_t> subsample(size_t n, int64_t keep, RngStream& rng, const st
 // All of `d` (moved: Fashion-MNIST's training set is 188 MB of floats) when
 // keep <= 0, else a seeded random subset of `keep` rows.
 Samples keep_rows(RawDataset&& d, int64_t keep, RngStream& rng, const std::string& field) {
-  if (keep <= 0) return Samples{std::move(d.x), {}, std::move(d.labels)};
+  if (keep <= 0) return Samples{std::move(d.x), {}, std::move(d.labels), {}};
   return take_rows(d, subsample(d.labels.size(), keep, rng, field));
 }
 
@@ -289,7 +386,18 @@ SklearnSpec sklearn_spec(const std::string& dataset) {
 
 }  // namespace
 
-DatasetSplit load_dataset(const DatasetOptions& o) {
+namespace {
+
+// Training samples the first-k evaluation column reads (train_eval_samples;
+// 0 = all).
+size_t train_eval_prefix(const DatasetOptions& o, size_t train_count) {
+  return o.train_eval_samples > 0 ? std::min(static_cast<size_t>(o.train_eval_samples), train_count)
+                                  : train_count;
+}
+
+}  // namespace
+
+DatasetSplit load_dataset(const DatasetOptions& o, const DataScope& scope) {
   DatasetSplit out;
   // The split and the held-out subsample come from one stream, the training
   // subsample from its own (worker index 1), so that the held-out set does not
@@ -299,15 +407,48 @@ DatasetSplit load_dataset(const DatasetOptions& o) {
   if (o.dataset == "fashion_mnist") {
     const std::string dir = o.data_dir.empty() ? kFashionMnistDir : o.data_dir;
     const auto path = [&](const char* name) { return (fs::path(dir) / name).string(); };
-    out.train = keep_rows(
-        read_idx_pair(path("train-images-idx3-ubyte.gz"), path("train-labels-idx1-ubyte.gz")),
-        o.train_samples, train_rng, "train_samples");
-    out.test = keep_rows(
-        read_idx_pair(path("t10k-images-idx3-ubyte.gz"), path("t10k-labels-idx1-ubyte.gz")),
-        o.test_samples, rng, "test_samples");
+    // Training set, streamed: labels first (the sharding needs them), then
+    // only the images this process holds are kept (every image is still read
+    // and the file validated to its end).
+    const std::string images_path = path("train-images-idx3-ubyte.gz");
+    GzReader images(images_path, package_of(o.dataset));
+    uint64_t payload = 0;
+    const uint32_t raw_count = open_idx_images(images, payload);
+    const std::vector<int32_t> raw_labels =
+        read_idx_labels(path("train-labels-idx1-ubyte.gz"), raw_count, images_path);
+    // Training sample j is image sample_image[j] (a seeded subset, or all).
+    const std::vector<uint32_t> sample_image =
+        subsample(raw_count, o.train_samples, train_rng, "train_samples");
+    Samples& train = out.train;
+    train.labels.resize(sample_image.size());
+    for (size_t j = 0; j < sample_image.size(); ++j) train.labels[j] = raw_labels[sample_image[j]];
+    const auto keep = held_samples(scope, sample_image.size(), train.labels, kIdxClasses,
+                                   train_eval_prefix(o, sample_image.size()));
+    std::vector<int32_t> dest(raw_count, -1);
+    if (!keep) {
+      for (size_t j = 0; j < sample_image.size(); ++j)
+        dest[sample_image[j]] = static_cast<int32_t>(j);
+    } else {
+      train.row_of.assign(sample_image.size(), -1);
+      for (size_t r = 0; r < keep->size(); ++r) {
+        train.row_of[(*keep)[r]] = static_cast<int32_t>(r);
+        dest[sample_image[(*keep)[r]]] = static_cast<int32_t>(r);
+      }
+    }
+    train.x.resize(static_cast<Eigen::Index>(keep ? keep->size() : sample_image.size()),
+                   kIdxSide * kIdxSide);
+    read_idx_images(images, raw_count, payload, dest, train.x);
+    // Held-out set: only the process that evaluates reads it.
+    if (scope.evaluates) {
+      out.test = keep_rows(
+          read_idx_pair(path("t10k-images-idx3-ubyte.gz"), path("t10k-labels-idx1-ubyte.gz")),
+          o.test_samples, rng, "test_samples");
+    } else {
+      out.test.x.resize(0, kIdxSide * kIdxSide);
+    }
     for (Samples* s : {&out.train, &out.test}) s->x /= 255.0f;
-    out.classes = 10;
-    out.height = out.width = 28;
+    out.classes = kIdxClasses;
+    out.height = out.width = kIdxSide;
     return out;
   }
 
@@ -341,6 +482,12 @@ DatasetSplit load_dataset(const DatasetOptions& o) {
   out.test = pick(test_rows, o.test_samples, rng, "test_samples");
   out.train = pick(train_rows, o.train_samples, train_rng, "train_samples");
   standardise(out.train, out.test);
+  // These sets are small (at most 1797 rows): read, split and standardised
+  // whole (the statistics need every training row), then only the held rows
+  // are kept.
+  out.train.hold_only(held_samples(scope, out.train.count(), out.train.labels, spec.classes,
+                                   train_eval_prefix(o, out.train.count())));
+  if (!scope.evaluates) out.test = Samples{RowMatrixF(0, spec.features), {}, {}, {}};
   out.classes = spec.classes;
   if (o.dataset == "digits") out.height = out.width = 8;
   return out;

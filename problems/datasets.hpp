@@ -85,8 +85,13 @@ struct DatasetSplit {
   int64_t height = 0, width = 0;  // image size when the features are an image, else 0
 };
 
-// Loads, validates, splits, subsamples and scales the set `o.dataset`.
-DatasetSplit load_dataset(const DatasetOptions& o);
+// Loads, validates, splits, subsamples and scales the set `o.dataset`. Under a
+// restricting `scope` only the training rows of the scope's workers (and, when
+// it evaluates, the first train_eval_samples) keep their features, and the
+// held-out set is read only when it evaluates. Fashion-MNIST's training images
+// are streamed, so the rest are never stored; the scikit-learn sets are small
+// and read whole first (standardising needs every training row).
+DatasetSplit load_dataset(const DatasetOptions& o, const DataScope& scope = {});
 
 template <class O>
 Schema<O>& add_dataset_fields(Schema<O>& s, std::vector<std::string> datasets) {

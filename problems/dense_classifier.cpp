@@ -59,9 +59,9 @@ struct DenseWorkspace final : ClassifierWorkspace {
 
 class DenseClassifier final : public ClassifierProblem {
  public:
-  DenseClassifier(const DatasetOptions& data, const std::vector<int64_t>& widths,
-                  const std::string& activation)
-      : ClassifierProblem(data), activation_(parse_activation(activation)) {
+  DenseClassifier(const DatasetOptions& data, const DataScope& scope,
+                  const std::vector<int64_t>& widths, const std::string& activation)
+      : ClassifierProblem(data, scope), activation_(parse_activation(activation)) {
     sizes_.push_back(data_.train.x.cols());
     for (const int64_t w : widths) sizes_.push_back(w);
     sizes_.push_back(data_.classes);
@@ -73,8 +73,10 @@ class DenseClassifier final : public ClassifierProblem {
     }
     tensors_ = make_tensors(parts);
   }
-  explicit DenseClassifier(const SoftmaxRegressionOptions& o) : DenseClassifier(o, {}, "relu") {}
-  explicit DenseClassifier(const DeepMlpOptions& o) : DenseClassifier(o, o.widths, o.activation) {}
+  DenseClassifier(const SoftmaxRegressionOptions& o, const DataScope& scope)
+      : DenseClassifier(o, scope, {}, "relu") {}
+  DenseClassifier(const DeepMlpOptions& o, const DataScope& scope)
+      : DenseClassifier(o, scope, o.widths, o.activation) {}
 
   size_t dim() const override { return tensors_.back().offset + tensors_.back().size; }
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }

@@ -32,15 +32,20 @@ struct LeastSquaresWorkspace final : Workspace {
 
 class LeastSquares final : public Problem {
  public:
-  explicit LeastSquares(const LeastSquaresOptions& o) : data_(make_least_squares_data(o)) {
+  LeastSquares(const LeastSquaresOptions& o, const DataScope& scope)
+      : data_(make_least_squares_data(o, scope)) {
     tensors_ = make_tensors({{"weight", static_cast<size_t>(o.dim)}});
-    // O(m d² + d³) once; cheap at the sizes a simulation uses.
-    optimal_loss_ = least_squares_objective(data_.train, least_squares_solution(data_.train));
+    // O(m d² + d³) once; cheap at the sizes a simulation uses. Only the
+    // process that evaluates (and so holds every row) needs it.
+    if (scope.evaluates) {
+      optimal_loss_ = least_squares_objective(data_.train, least_squares_solution(data_.train));
+    }
   }
 
   size_t dim() const override { return static_cast<size_t>(data_.train.x.cols()); }
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
   size_t num_train() const override { return data_.train.count(); }
+  size_t held_train_samples() const override { return data_.train.held(); }
 
   void init_params(std::span<float> x, uint64_t /*seed*/) const override {
     std::fill(x.begin(), x.end(), 0.0f);
@@ -63,7 +68,7 @@ class LeastSquares final : public Problem {
     ws.rows.resize(n, d);  // no reallocation once the batch size is fixed
     ws.residual.resize(n);
     for (Eigen::Index r = 0; r < n; ++r) {
-      ws.rows.row(r) = data_.train.x.row(batch[r]);
+      ws.rows.row(r) = data_.train.row(batch[r]);
       ws.residual(r) = -data_.train.target(batch[r]);
     }
     ws.residual.noalias() += ws.rows * params;

@@ -38,9 +38,12 @@ struct LogisticWorkspace final : Workspace {
 
 class Logistic final : public Problem {
  public:
-  explicit Logistic(const LogisticOptions& o) : l2_(o.l2), data_(make_logistic_data(o)) {
+  Logistic(const LogisticOptions& o, const DataScope& scope)
+      : l2_(o.l2), data_(make_logistic_data(o, scope)) {
     const auto d = static_cast<size_t>(o.dim);
     tensors_ = make_tensors({{"weight", d}, {"bias", 1}});
+    // Only the process that evaluates (and so holds every row) needs it.
+    if (!scope.evaluates) return;
     if (const auto p = logistic_solution(data_.train, l2_)) {
       optimal_loss_ = logistic_objective(data_.train, *p, l2_);
     }
@@ -49,6 +52,7 @@ class Logistic final : public Problem {
   size_t dim() const override { return static_cast<size_t>(data_.train.x.cols()) + 1; }
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
   size_t num_train() const override { return data_.train.count(); }
+  size_t held_train_samples() const override { return data_.train.held(); }
   std::span<const int32_t> train_labels() const override { return data_.train.labels; }
   int num_classes() const override { return 2; }
 
@@ -74,7 +78,7 @@ class Logistic final : public Problem {
       return reg;
     }
     ws.rows.resize(n, d);  // no reallocation once the batch size is fixed
-    for (Eigen::Index r = 0; r < n; ++r) ws.rows.row(r) = data_.train.x.row(batch[r]);
+    for (Eigen::Index r = 0; r < n; ++r) ws.rows.row(r) = data_.train.row(batch[r]);
     ws.z.resize(n);
     ws.z.noalias() = ws.rows * w;
     double loss = 0.0, grad_b = 0.0;

@@ -48,12 +48,12 @@ struct MlpWorkspace final : Workspace {
 
 class Mlp final : public Problem {
  public:
-  explicit Mlp(const MlpOptions& o)
+  Mlp(const MlpOptions& o, const DataScope& scope)
       : in_(o.input_dim),
         hidden_(o.hidden),
         classes_(o.classes),
         relu_(o.activation == "relu"),
-        data_(make_mlp_data(o)) {
+        data_(make_mlp_data(o, scope)) {
     const auto in = static_cast<size_t>(in_), h = static_cast<size_t>(hidden_),
                c = static_cast<size_t>(classes_);
     tensors_ = make_tensors(
@@ -66,6 +66,7 @@ class Mlp final : public Problem {
   }
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
   size_t num_train() const override { return data_.train.count(); }
+  size_t held_train_samples() const override { return data_.train.held(); }
   std::span<const int32_t> train_labels() const override { return data_.train.labels; }
   int num_classes() const override { return static_cast<int>(classes_); }
 
@@ -95,7 +96,7 @@ class Mlp final : public Problem {
       return 0.0;
     }
     ws.rows.resize(n, in_);
-    for (Eigen::Index r = 0; r < n; ++r) ws.rows.row(r) = data_.train.x.row(batch[r]);
+    for (Eigen::Index r = 0; r < n; ++r) ws.rows.row(r) = data_.train.row(batch[r]);
     forward(x, ws.rows, ws);
 
     // Loss and dloss/dlogits = (softmax − onehot) / n, row by row.

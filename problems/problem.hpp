@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -14,6 +15,37 @@
 #include "sim/rng.hpp"
 
 namespace bitlab {
+
+// Which training samples this process holds. The simulator holds every one.
+// Under the MPI backend a rank holds only the samples of its own workers'
+// shards (plus, on rank 0, what evaluation reads), so that a data set's memory
+// divides over the ranks (issue #8: "each rank loads only its shard").
+struct DataScope {
+  // Given the training set's size, labels (empty for problems without labels)
+  // and class count, returns the sorted, distinct indices of the samples this
+  // process's workers draw from. Empty function: every sample.
+  std::function<std::vector<uint32_t>(size_t num_train, std::span<const int32_t> labels,
+                                      int classes)>
+      worker_samples;
+  // Whether this process evaluates (MPI rank 0; the simulator). The others
+  // need neither held-out data nor the training samples only evaluation reads,
+  // and must not call Problem::evaluate.
+  bool evaluates = true;
+  bool holds_all() const { return !worker_samples; }
+};
+
+// The training samples a problem must hold under `scope`: the workers'
+// samples, plus the first `eval_prefix` samples when the process evaluates
+// (sorted, distinct); nullopt when that is every sample.
+std::optional<std::vector<uint32_t>> held_samples(const DataScope& scope, size_t num_train,
+                                                  std::span<const int32_t> labels, int classes,
+                                                  size_t eval_prefix);
+
+class Problem;
+template <>
+struct MakeContext<Problem> {
+  using type = DataScope;
+};
 
 // A contiguous slice of the flat parameter vector that forms one tensor
 // (a layer's weight or bias). LAMB's trust ratios are per tensor.
@@ -63,6 +95,10 @@ class Problem {
   // Evaluation: named columns written to metrics.csv at eval steps.
   virtual std::vector<std::string> eval_columns() const = 0;
   virtual void evaluate(std::span<const float> x, std::span<double> out) const = 0;
+
+  // Training samples whose features this process holds (num_train() unless
+  // the DataScope restricted it); reported in summary.json under MPI.
+  virtual size_t held_train_samples() const { return num_train(); }
 
   // Optimal value of the training objective when known (exactly or by a
   // reference solve); summary.json reports it.

@@ -44,6 +44,23 @@ double softplus(double z) {
   return std::max(z, 0.0) + std::log1p(std::exp(-std::abs(z)));
 }
 
+// Which training rows a synthetic problem keeps: all when this process
+// evaluates (train_loss_full and the reference optimum read every row), else
+// its workers' samples (see draw_samples).
+std::function<std::optional<std::vector<uint32_t>>(const Samples&, size_t count)> synthetic_held(
+    const DataScope& scope, int classes) {
+  if (scope.holds_all() || scope.evaluates) return {};
+  return [&scope, classes](const Samples& s, size_t count) {
+    return held_samples(scope, count, s.labels, classes, 0);
+  };
+}
+
+// Number of samples of a set about to be drawn (labels/targets sized first).
+template <class V>
+void size_for(V& v, int64_t count) {
+  v.resize(static_cast<decltype(v.size())>(count));
+}
+
 }  // namespace
 
 // ---- quadratic -------------------------------------------------------------
@@ -64,23 +81,24 @@ QuadraticData make_quadratic_data(const QuadraticOptions& o) {
 
 // ---- least squares ---------------------------------------------------------
 
-LeastSquaresData make_least_squares_data(const LeastSquaresOptions& o) {
+LeastSquaresData make_least_squares_data(const LeastSquaresOptions& o, const DataScope& scope) {
   const Eigen::Index d = o.dim;
   RngStream rng(o.data_seed, Purpose::kData);
   LeastSquaresData data;
   data.x_true = normal_vector(rng, static_cast<size_t>(d), 1.0);
   const Eigen::Map<const Eigen::VectorXf> x_true(data.x_true.data(), d);
-  auto generate = [&](Samples& s, int64_t count) {
-    s.x.resize(count, d);
-    s.target.resize(count);
-    for (Eigen::Index j = 0; j < count; ++j) {
-      fill_normal_row(rng, s.x, j);
-      const double clean = s.x.row(j).cast<double>().dot(x_true.cast<double>());
-      s.target(j) = static_cast<float>(clean + o.noise_std * rng.next_normal());
-    }
+  auto generate = [&](Samples& s, int64_t count, const DataScope& set_scope) {
+    size_for(s.target, count);
+    draw_samples(s, count, d, rng, synthetic_held(set_scope, 0),
+                 [&](RngStream& r, float* row, Eigen::Index j) {
+                   Eigen::Map<Eigen::RowVectorXf> a(row, d);
+                   for (Eigen::Index k = 0; k < d; ++k) a(k) = static_cast<float>(r.next_normal());
+                   const double clean = a.cast<double>().dot(x_true.cast<double>());
+                   s.target(j) = static_cast<float>(clean + o.noise_std * r.next_normal());
+                 });
   };
-  generate(data.train, o.samples);
-  generate(data.test, o.test_samples);
+  generate(data.train, o.samples, scope);
+  if (scope.evaluates) generate(data.test, o.test_samples, {});
   return data;
 }
 
@@ -98,24 +116,25 @@ double least_squares_objective(const Samples& s, const Eigen::VectorXd& x) {
 
 // ---- logistic regression ---------------------------------------------------
 
-LogisticData make_logistic_data(const LogisticOptions& o) {
+LogisticData make_logistic_data(const LogisticOptions& o, const DataScope& scope) {
   const Eigen::Index d = o.dim;
   RngStream rng(o.data_seed, Purpose::kData);
   LogisticData data;
   // ‖w_true‖ ≈ separation, so the margin w·x ~ N(0, separation²) whatever d.
   data.w_true = normal_vector(rng, static_cast<size_t>(d), o.separation / std::sqrt(double(d)));
   const Eigen::Map<const Eigen::VectorXf> w_true(data.w_true.data(), d);
-  auto generate = [&](Samples& s, int64_t count) {
-    s.x.resize(count, d);
-    s.labels.resize(static_cast<size_t>(count));
-    for (Eigen::Index j = 0; j < count; ++j) {
-      fill_normal_row(rng, s.x, j);
-      const double z = s.x.row(j).cast<double>().dot(w_true.cast<double>()) + kLogisticTrueBias;
-      s.labels[static_cast<size_t>(j)] = rng.next_uniform() < sigmoid(z) ? 1 : 0;
-    }
+  auto generate = [&](Samples& s, int64_t count, const DataScope& set_scope) {
+    size_for(s.labels, count);
+    draw_samples(s, count, d, rng, synthetic_held(set_scope, 2),
+                 [&](RngStream& r, float* row, Eigen::Index j) {
+                   Eigen::Map<Eigen::RowVectorXf> a(row, d);
+                   for (Eigen::Index k = 0; k < d; ++k) a(k) = static_cast<float>(r.next_normal());
+                   const double z = a.cast<double>().dot(w_true.cast<double>()) + kLogisticTrueBias;
+                   s.labels[static_cast<size_t>(j)] = r.next_uniform() < sigmoid(z) ? 1 : 0;
+                 });
   };
-  generate(data.train, o.samples);
-  generate(data.test, o.test_samples);
+  generate(data.train, o.samples, scope);
+  if (scope.evaluates) generate(data.test, o.test_samples, {});
   return data;
 }
 
@@ -174,7 +193,7 @@ std::optional<Eigen::VectorXd> logistic_solution(const Samples& train, double l2
 
 // ---- MLP -------------------------------------------------------------------
 
-MlpData make_mlp_data(const MlpOptions& o) {
+MlpData make_mlp_data(const MlpOptions& o, const DataScope& scope) {
   RngStream rng(o.data_seed, Purpose::kData);
   MlpData data;
   data.centres.resize(o.classes, o.input_dim);
@@ -182,18 +201,22 @@ MlpData make_mlp_data(const MlpOptions& o) {
   // change with the dimension (centres are about separation·√2 apart).
   const double scale = o.separation / std::sqrt(static_cast<double>(o.input_dim));
   for (Eigen::Index c = 0; c < o.classes; ++c) fill_normal_row(rng, data.centres, c, scale);
-  auto generate = [&](Samples& s, int64_t count) {
-    s.x.resize(count, o.input_dim);
-    s.labels.resize(static_cast<size_t>(count));
-    for (Eigen::Index j = 0; j < count; ++j) {
-      const auto label = static_cast<int32_t>(rng.next_below(static_cast<uint64_t>(o.classes)));
-      s.labels[static_cast<size_t>(j)] = label;
-      fill_normal_row(rng, s.x, j);
-      s.x.row(j) += data.centres.row(label);
-    }
+  auto generate = [&](Samples& s, int64_t count, const DataScope& set_scope) {
+    size_for(s.labels, count);
+    draw_samples(s, count, o.input_dim, rng, synthetic_held(set_scope, int(o.classes)),
+                 [&](RngStream& r, float* row, Eigen::Index j) {
+                   const auto label =
+                       static_cast<int32_t>(r.next_below(static_cast<uint64_t>(o.classes)));
+                   s.labels[static_cast<size_t>(j)] = label;
+                   Eigen::Map<Eigen::RowVectorXf> a(row, o.input_dim);
+                   for (Eigen::Index k = 0; k < o.input_dim; ++k) {
+                     a(k) = static_cast<float>(r.next_normal());
+                   }
+                   a += data.centres.row(label);
+                 });
   };
-  generate(data.train, o.samples);
-  generate(data.test, o.test_samples);
+  generate(data.train, o.samples, scope);
+  if (scope.evaluates) generate(data.test, o.test_samples, {});
   return data;
 }
 

@@ -5,11 +5,16 @@
 //
 // Every data set is a pure function of the options (data_seed included): it is
 // drawn sequentially from RngStream(data_seed, Purpose::kData), so the data
-// stay fixed when the run seed changes.
+// stay fixed when the run seed changes. Under a DataScope that does not
+// evaluate (an MPI rank other than 0) only the workers' training rows keep
+// their features (the stream is still drawn in full, so they are the same
+// values) and no held-out set is drawn; a process that evaluates keeps every
+// training row (train_loss_full and the reference optimum read them all).
 #pragma once
 
 #include <Eigen/Dense>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -25,13 +30,38 @@ using RowMatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::R
 // Consecutive tensors of the given (name, size) pairs, tiling [0, sum of sizes).
 std::vector<TensorInfo> make_tensors(const std::vector<std::pair<std::string, size_t>>& parts);
 
-// Samples of a data set: one row of `x` per sample.
+// Samples of a data set: one row of `x` per sample held by this process
+// (every sample, unless a DataScope restricted it; then `row_of` maps samples
+// to rows). Labels and targets are kept for every sample (4 bytes each: the
+// sharding needs the labels of all).
 struct Samples {
   RowMatrixF x;
   Eigen::VectorXf target;       // regression targets (least squares); empty otherwise
   std::vector<int32_t> labels;  // class labels (classification); empty otherwise
-  size_t count() const { return static_cast<size_t>(x.rows()); }
+  std::vector<int32_t> row_of;  // empty: row j of x is sample j; else sample -> row, -1 = not held
+
+  size_t count() const { return row_of.empty() ? static_cast<size_t>(x.rows()) : row_of.size(); }
+  bool holds_all() const { return row_of.empty(); }
+  size_t held() const { return static_cast<size_t>(x.rows()); }
+  // The features of `sample`, which this process must hold (a worker's batch
+  // always is; std::logic_error otherwise).
+  auto row(uint32_t sample) const { return x.row(row_index(sample)); }
+  Eigen::Index row_index(uint32_t sample) const;
+  // Keeps only the rows of `keep` (sorted, distinct samples); nullopt keeps all.
+  void hold_only(const std::optional<std::vector<uint32_t>>& keep);
 };
+
+// Draws `count` samples of `features` columns in order from `rng`: draw(row,
+// j) writes sample j's features into `row` and sets its label or target
+// (s.labels / s.target, sized beforehand by the caller). Only the samples
+// `held(s, count)` returns (nullopt = all; an empty function = all without asking)
+// keep their features. `held` may read the labels, so the stream is then drawn
+// twice from the same start: `rng` and every kept value end up exactly as if
+// everything had been drawn once.
+void draw_samples(
+    Samples& s, Eigen::Index count, Eigen::Index features, RngStream& rng,
+    const std::function<std::optional<std::vector<uint32_t>>(const Samples&, size_t count)>& held,
+    const std::function<void(RngStream&, float* row, Eigen::Index j)>& draw);
 
 // ---- quadratic -------------------------------------------------------------
 
@@ -66,7 +96,7 @@ struct LeastSquaresData {
   Samples train, test;
   std::vector<float> x_true;
 };
-LeastSquaresData make_least_squares_data(const LeastSquaresOptions& o);
+LeastSquaresData make_least_squares_data(const LeastSquaresOptions& o, const DataScope& scope = {});
 // Minimiser of (1/2m)‖Ax − b‖² over the training set, in double (normal
 // equations, LDLT).
 Eigen::VectorXd least_squares_solution(const Samples& train);
@@ -94,7 +124,7 @@ struct LogisticData {
   Samples train, test;
   std::vector<float> w_true;
 };
-LogisticData make_logistic_data(const LogisticOptions& o);
+LogisticData make_logistic_data(const LogisticOptions& o, const DataScope& scope = {});
 // Mean cross-entropy over `s` plus (l2/2)‖w‖², in double; params = [w; b].
 double logistic_objective(const Samples& s, const Eigen::VectorXd& params, double l2);
 // Minimiser [w; b] of logistic_objective on `train` by damped Newton in
@@ -122,7 +152,7 @@ struct MlpData {
   Samples train, test;
   RowMatrixF centres;  // classes × input_dim
 };
-MlpData make_mlp_data(const MlpOptions& o);
+MlpData make_mlp_data(const MlpOptions& o, const DataScope& scope = {});
 RegistryEntry<Problem> mlp_entry();
 
 }  // namespace bitlab

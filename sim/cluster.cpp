@@ -99,9 +99,27 @@ static void split_even(const std::vector<uint32_t>& idx, int n,
 
 std::vector<std::vector<uint32_t>> make_shards(const Problem& problem, const ClusterOptions& opts,
                                                uint64_t seed) {
+  return make_shards(problem.num_train(), problem.train_labels(), problem.num_classes(), opts,
+                     seed);
+}
+
+std::vector<uint32_t> samples_of_workers(const std::vector<std::vector<uint32_t>>& shards,
+                                         WorkerRange local) {
+  std::vector<uint32_t> out;
+  for (int i = local.begin; i < local.end; ++i) {
+    out.insert(out.end(), shards[static_cast<size_t>(i)].begin(),
+               shards[static_cast<size_t>(i)].end());
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<std::vector<uint32_t>> make_shards(size_t m, std::span<const int32_t> labels,
+                                               int classes, const ClusterOptions& opts,
+                                               uint64_t seed) {
   const int n = static_cast<int>(opts.workers);
   std::vector<std::vector<uint32_t>> shards(n);
-  const size_t m = problem.num_train();
   if (m == 0) return shards;  // no data set: batches are empty
   if (m < static_cast<size_t>(n) && opts.sharding != "replicated") {
     config_fail("cluster.workers", Json(opts.workers),
@@ -123,8 +141,6 @@ std::vector<std::vector<uint32_t>> make_shards(const Problem& problem, const Clu
     shuffle(all);
     split_even(all, n, shards);
   } else {  // label_skew
-    const auto labels = problem.train_labels();
-    const int classes = problem.num_classes();
     if (labels.empty() || classes <= 0) {
       config_fail("cluster.sharding", Json(opts.sharding),
                   "label_skew needs a classification problem (this one has no labels)");

@@ -65,6 +65,15 @@ class BatchSampler {
 // cluster.<field>) when a worker would get no sample.
 std::vector<std::vector<uint32_t>> make_shards(const Problem& problem, const ClusterOptions& opts,
                                                uint64_t seed);
+// The same from the training set's size, labels and class count (what a
+// problem knows before it has loaded its features: DataScope).
+std::vector<std::vector<uint32_t>> make_shards(size_t num_train, std::span<const int32_t> labels,
+                                               int classes, const ClusterOptions& opts,
+                                               uint64_t seed);
+// The sorted, distinct samples of the shards of workers `local` (the training
+// rows a process computing those workers must hold).
+std::vector<uint32_t> samples_of_workers(const std::vector<std::vector<uint32_t>>& shards,
+                                         WorkerRange local);
 
 class Cluster {
  public:

@@ -8,14 +8,26 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "sim/schema.hpp"
 
 namespace bitlab {
 
+// What a base type's constructors take besides their options: nothing, except
+// problems, which take a DataScope (problems/problem.hpp: which training samples
+// this process holds). An implementation constructible from its options alone
+// ignores the context.
+struct NoContext {};
+template <class Base>
+struct MakeContext {
+  using type = NoContext;
+};
+
 template <class Base>
 struct RegistryEntry {
+  using Context = typename MakeContext<Base>::type;
   std::string name;
   std::string summary;  // one line, with the paper it follows where there is one
   std::vector<FieldInfo> fields;
@@ -23,7 +35,10 @@ struct RegistryEntry {
   // {"name": ..., every field with its value or default}.
   std::function<Json(const Json& raw, const std::string& path)> resolve;
   // Builds from a resolved object.
-  std::function<std::unique_ptr<Base>(const Json& resolved)> make;
+  std::function<std::unique_ptr<Base>(const Json& resolved, const Context& context)> build;
+  std::unique_ptr<Base> make(const Json& resolved, const Context& context = {}) const {
+    return build(resolved, context);
+  }
 };
 
 template <class Base, class Impl, class Options>
@@ -42,8 +57,14 @@ RegistryEntry<Base> make_registry_entry(std::string name, std::string summary) {
     for (auto& [k, v] : fields.items()) out[k] = v;
     return out;
   };
-  e.make = [schema](const Json& resolved) -> std::unique_ptr<Base> {
-    return std::make_unique<Impl>(schema->read(resolved, ""));
+  using Context = typename RegistryEntry<Base>::Context;
+  e.build = [schema](const Json& resolved, const Context& context) -> std::unique_ptr<Base> {
+    if constexpr (std::is_constructible_v<Impl, const Options&, const Context&>) {
+      return std::make_unique<Impl>(schema->read(resolved, ""), context);
+    } else {
+      (void)context;
+      return std::make_unique<Impl>(schema->read(resolved, ""));
+    }
   };
   return e;
 }

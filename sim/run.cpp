@@ -32,9 +32,24 @@ Simulation::Simulation(const Experiment& experiment, Transport* transport)
   const auto* oe =
       find_entry(optimizer_registry(), experiment.optimizer.at("name").get<std::string>());
   if (!pe || !oe) throw ConfigError("internal: experiment was not resolved");
-  problem_ = pe->make(experiment.problem);
-  cluster_ = std::make_unique<Cluster>(experiment.cluster, *problem_, experiment.run.seed,
-                                       comm_.local_workers());
+  // Under MPI a rank holds only its workers' training samples, and only rank 0
+  // (which writes the results) evaluates. The simulator holds everything.
+  Transport& ranks = comm_.transport();
+  evaluates_ = ranks.rank() == 0;
+  DataScope scope;
+  if (ranks.ranks() > 1) {
+    scope.evaluates = evaluates_;
+    scope.worker_samples = [this](size_t m, std::span<const int32_t> labels, int classes) {
+      return samples_of_workers(
+          make_shards(m, labels, classes, experiment_.cluster, experiment_.run.seed),
+          comm_.local_workers());
+    };
+  }
+  agree_on_config_errors(ranks, [&] {
+    problem_ = pe->make(experiment.problem, scope);
+    cluster_ = std::make_unique<Cluster>(experiment.cluster, *problem_, experiment.run.seed,
+                                         comm_.local_workers());
+  });
   optimizer_ = oe->make(experiment.optimizer);
   optimizer_->setup(*cluster_);
   mean_grad_.assign(cluster_->dim(), 0.0f);
@@ -113,7 +128,7 @@ const StepMetrics& Simulation::step() {
 
   // 3. evaluation when due (and always after the last step).
   const bool eval_due = (run.eval_every > 0 && step_ % run.eval_every == 0) || step_ == run.steps;
-  if (eval_due) {
+  if (eval_due && evaluates_) {
     m.eval = evaluate();
   } else {
     m.eval.clear();
@@ -458,6 +473,11 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   }
   summary["wall_s"] = wall;
   if (measured) {
+    // Training samples whose features each rank holds (its workers' shards;
+    // rank 0 also the first train_eval_samples it evaluates on).
+    const size_t held = sim.problem().held_train_samples();
+    const auto held_others =
+        static_cast<size_t>(transport.max(writer ? 0.0 : static_cast<double>(held)));
     summary["measured"] = {
         {"backend", transport.name()},
         {"ranks", transport.ranks()},
@@ -470,7 +490,10 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
         {"cluster_worker_buffer_bytes_rank0", sim.cluster().worker_buffer_bytes()},
         // The optimizer's per-worker rows rank 0 holds (its block for 1-bit
         // Adam / LAMB and 0/1 Adam; every worker's for LoCo and BinSGDM).
-        {"optimizer_worker_state_bytes_rank0", sim.optimizer().worker_state_bytes()}};
+        {"optimizer_worker_state_bytes_rank0", sim.optimizer().worker_state_bytes()},
+        {"train_samples", sim.problem().num_train()},
+        {"train_samples_held_rank0", held},
+        {"train_samples_held_max_other_rank", held_others}};
   }
   summary["steps_per_s"] = wall > 0 ? last.step / wall : 0.0;
   summary["bitlab_version"] = bitlab_version();

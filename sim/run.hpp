@@ -56,8 +56,10 @@ class Simulation {
   Communicator& comm() { return comm_; }
   Optimizer& optimizer() { return *optimizer_; }
   std::vector<std::string> eval_columns() const { return problem_->eval_columns(); }
-  // Evaluates the synchronised parameters now.
+  // Evaluates the synchronised parameters now (rank 0 only under MPI: the
+  // other ranks hold no held-out data).
   std::vector<double> evaluate() const;
+  bool evaluates() const { return evaluates_; }
   // The network model's topology, or nullptr without one.
   const Topology* topology() const { return timed_ ? &topology_ : nullptr; }
 
@@ -69,6 +71,7 @@ class Simulation {
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<float> mean_grad_;
   bool timed_ = false;
+  bool evaluates_ = true;
   Topology topology_;
   std::vector<double> compute_base_s_, compute_s_;
   std::vector<CommRecord> step_records_;

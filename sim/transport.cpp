@@ -1,6 +1,7 @@
 #include "sim/transport.hpp"
 
 #include <cstring>
+#include <string>
 
 #include "sim/schema.hpp"
 
@@ -14,6 +15,32 @@ void LocalTransport::alltoallv(const uint8_t* send, std::span<const int64_t> sen
   if (send_counts[0] > 0 && send + send_displs[0] != recv + recv_displs[0]) {
     std::memmove(recv + recv_displs[0], send + send_displs[0], static_cast<size_t>(send_counts[0]));
   }
+}
+
+void agree_on_config_errors(Transport& t, const std::function<void()>& work) {
+  if (t.ranks() == 1) {
+    work();
+    return;
+  }
+  bool failed = false;
+  std::string message, path;
+  try {
+    work();
+  } catch (const ConfigError& e) {
+    failed = true;
+    message = e.what();
+    path = e.path();
+  }
+  // The lowest failing rank, or ranks() when none failed (a bookkeeping max).
+  const int root = static_cast<int>(-t.max(-static_cast<double>(failed ? t.rank() : t.ranks())));
+  if (root >= t.ranks()) return;
+  for (std::string* text : {&message, &path}) {
+    uint64_t size = text->size();
+    t.broadcast(reinterpret_cast<uint8_t*>(&size), sizeof size, root);
+    text->resize(size);
+    t.broadcast(reinterpret_cast<uint8_t*>(text->data()), static_cast<int64_t>(size), root);
+  }
+  throw ConfigError(message, path);
 }
 
 #ifndef BITLAB_HAVE_MPI

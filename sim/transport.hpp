@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -66,6 +67,13 @@ class Transport {
  protected:
   TransportStats stats_;
 };
+
+// Runs `work` on every rank of `t`. When it throws a ConfigError on some rank
+// (a rank that evaluates reads held-out data the others never open, so errors
+// need not be the same everywhere), every rank throws one carrying the
+// message and path of the lowest failing rank, so that rank 0 reports it once
+// and no rank waits forever in the next exchange. One rank: just runs `work`.
+void agree_on_config_errors(Transport& t, const std::function<void()>& work);
 
 // One rank owning every worker: the simulator. Nothing moves.
 class LocalTransport final : public Transport {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/schema.hpp"
 #include "tests/cli_fixtures.hpp"
 
 namespace fs = std::filesystem;
@@ -135,10 +136,91 @@ TEST_SUITE("mpi") {
         CHECK(summary.find("\"optimizer_worker_state_bytes_rank0\": " +
                            std::to_string(rows * (divided ? 8 / ranks : 8) * 224 * 4)) !=
               std::string::npos);
+        // Each rank holds only its workers' training rows; rank 0 evaluates
+        // the full training loss, so it holds all 512 (synthetic problems);
+        // iid shards of 512 / 8 samples: 512 / ranks on every other rank.
+        CHECK(summary.find("\"train_samples_held_rank0\": 512") != std::string::npos);
+        CHECK(summary.find("\"train_samples_held_max_other_rank\": " +
+                           std::to_string(512 / ranks)) != std::string::npos);
         // Only rank 0 printed the folder.
         CHECK(r.out == out.string() + "\n");
       }
     }
+  }
+
+  // Real data sets, label-skewed shards: each rank reads only its workers'
+  // training rows (Fashion-MNIST's images are streamed and the rest dropped),
+  // rank 0 also the held-out set and the train_eval prefix; the metrics,
+  // eval columns included, are the simulator's bit for bit.
+  TEST_CASE("real data under mpirun: each rank holds its shard only, results bit-identical") {
+    const std::vector<std::pair<std::string, std::string> > problems = {
+        {"softmax_regression digits",
+         R"({"name": "softmax_regression", "dataset": "digits", "train_eval_samples": 100})"},
+        {"deep_mlp fashion_mnist",
+         R"({"name": "deep_mlp", "dataset": "fashion_mnist", "widths": [16], "train_samples": 3000,
+             "test_samples": 300, "train_eval_samples": 200})"},
+    };
+    for (const auto& [label, problem] : problems) {
+      CAPTURE(label);
+      TempDir dir;
+      const std::string file = dir.file("e.json", R"({"name": "mpi-real", "seed": 5, "steps": 12,
+          "eval_every": 6, "problem": )" + problem + R"(,
+          "cluster": {"workers": 8, "batch_size": 16, "sharding": "label_skew",
+                      "dirichlet_alpha": 1.0},
+          "optimizer": {"name": "onebit_adam", "lr": 0.003, "freeze_step": 4, "eps": 1e-4}})");
+      const fs::path sim = dir.path / "sim";
+      const Result base = run_bitlab(dir, "run " + file + " --quiet --out " + sim.string());
+      REQUIRE_MESSAGE(base.status == 0, base.err);
+      const std::string metrics = without_wall_column(slurp(sim / "metrics.csv"));
+      // digits: 1797 minus the stratified 25 % held out (rounded per class).
+      const size_t train = label.rfind("softmax", 0) == 0 ? 1346 : 3000;
+      for (const int ranks : {2, 4}) {
+        CAPTURE(ranks);
+        const fs::path out = dir.path / ("mpi" + std::to_string(ranks));
+        const Result r = run_shell(dir, mpirun(ranks) + BITLAB_BINARY + " run " + file +
+                                            " --quiet --backend mpi --out " + out.string());
+        REQUIRE_MESSAGE(r.status == 0, r.err);
+        CHECK(without_wall_column(slurp(out / "metrics.csv")) == metrics);
+        const auto measured = bitlab::Json::parse(slurp(out / "summary.json"))["measured"];
+        CHECK(measured["train_samples"].get<size_t>() == train);
+        // Label-skewed shards are uneven, so the bound is loose: no rank but
+        // 0 holds more than its share plus a margin, and rank 0 (its share and
+        // the eval prefix) less than everything.
+        const auto others = measured["train_samples_held_max_other_rank"].get<size_t>();
+        const auto rank0 = measured["train_samples_held_rank0"].get<size_t>();
+        CHECK(others > 0);
+        CHECK(others < train);
+        CHECK(rank0 < train);
+        CHECK(rank0 >= 100);
+        MESSAGE(label << ", " << ranks << " ranks: rank 0 holds " << rank0 << " of " << train
+                      << " training samples, the largest other rank " << others);
+      }
+    }
+  }
+
+  // Only rank 0 reads the held-out files: when they are missing, every rank
+  // stops (no rank waits in an exchange) and the message is printed once.
+  TEST_CASE("an error only rank 0 sees (missing held-out files) stops every rank, exit 2") {
+    TempDir dir;
+    const fs::path data = dir.path / "fmnist";
+    fs::create_directories(data);
+    for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"}) {
+      fs::create_symlink(fs::path("/usr/share/datasets/fashion-mnist") / f, data / f);
+    }
+    const std::string file = dir.file("e.json", R"({"name": "mpi-missing", "steps": 2,
+        "problem": {"name": "softmax_regression", "dataset": "fashion_mnist", "data_dir": ")" +
+                                                    data.string() + R"(", "train_samples": 400},
+        "cluster": {"workers": 4, "batch_size": 8},
+        "optimizer": {"name": "adam"}})");
+    const fs::path out = dir.path / "run";
+    const Result r = run_shell(dir, mpirun(2) + BITLAB_BINARY + " run " + file +
+                                        " --quiet --backend mpi --out " + out.string());
+    CHECK(r.status == 2);
+    const std::string missing = (data / "t10k-images-idx3-ubyte.gz").string() + ": not found";
+    CHECK(r.err.find(missing) != std::string::npos);
+    // Printed once, by rank 0.
+    CHECK(r.err.find(missing) == r.err.rfind(missing));
+    CHECK_FALSE(fs::exists(out));
   }
 
   // What crosses between ranks is the compressed messages themselves: for a
