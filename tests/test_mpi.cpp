@@ -52,6 +52,23 @@ std::string mpirun(int ranks) {
          " --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -np " +
          std::to_string(ranks) + " ";
 }
+// `bitlab run FILE` into dir/sim (must succeed).
+fs::path run_sim(const TempDir& dir, const std::string& file) {
+  const fs::path out = dir.path / "sim";
+  const Result r = run_bitlab(dir, "run " + file + " --quiet --out " + out.string());
+  REQUIRE_MESSAGE(r.status == 0, r.err);
+  return out;
+}
+
+// `mpirun -np ranks bitlab run FILE --backend mpi` into dir/mpi<ranks> (must
+// succeed); `r` gets the result.
+fs::path run_mpi(const TempDir& dir, const std::string& file, int ranks, Result& r) {
+  const fs::path out = dir.path / ("mpi" + std::to_string(ranks));
+  r = run_shell(dir, mpirun(ranks) + BITLAB_BINARY + " run " + file +
+                         " --quiet --backend mpi --out " + out.string());
+  REQUIRE_MESSAGE(r.status == 0, r.err);
+  return out;
+}
 #endif
 
 }  // namespace
@@ -97,18 +114,14 @@ TEST_SUITE("mpi") {
       CAPTURE(label);
       TempDir dir;
       const std::string file = dir.file("e.json", experiment(optimizer));
-      const fs::path sim = dir.path / "sim";
-      const Result base = run_bitlab(dir, "run " + file + " --quiet --out " + sim.string());
-      REQUIRE_MESSAGE(base.status == 0, base.err);
+      const fs::path sim = run_sim(dir, file);
       const std::string metrics = without_wall_column(slurp(sim / "metrics.csv"));
       const std::string comm_log = slurp(sim / "comm_log.csv");
       REQUIRE(comm_log.size() > 100);  // the run did communicate
       for (const int ranks : {2, 4}) {
         CAPTURE(ranks);
-        const fs::path out = dir.path / ("mpi" + std::to_string(ranks));
-        const Result r = run_shell(dir, mpirun(ranks) + BITLAB_BINARY + " run " + file +
-                                            " --quiet --backend mpi --out " + out.string());
-        REQUIRE_MESSAGE(r.status == 0, r.err);
+        Result r;
+        const fs::path out = run_mpi(dir, file, ranks, r);
         CHECK(without_wall_column(slurp(out / "metrics.csv")) == metrics);
         CHECK(slurp(out / "comm_log.csv") == comm_log);
         // Measured beside modelled: a header and one row per step, and rank 0
@@ -168,18 +181,13 @@ TEST_SUITE("mpi") {
           "cluster": {"workers": 8, "batch_size": 16, "sharding": "label_skew",
                       "dirichlet_alpha": 1.0},
           "optimizer": {"name": "onebit_adam", "lr": 0.003, "freeze_step": 4, "eps": 1e-4}})");
-      const fs::path sim = dir.path / "sim";
-      const Result base = run_bitlab(dir, "run " + file + " --quiet --out " + sim.string());
-      REQUIRE_MESSAGE(base.status == 0, base.err);
-      const std::string metrics = without_wall_column(slurp(sim / "metrics.csv"));
+      const std::string metrics = without_wall_column(slurp(run_sim(dir, file) / "metrics.csv"));
       // digits: 1797 minus the stratified 25 % held out (rounded per class).
       const size_t train = label.rfind("softmax", 0) == 0 ? 1346 : 3000;
       for (const int ranks : {2, 4}) {
         CAPTURE(ranks);
-        const fs::path out = dir.path / ("mpi" + std::to_string(ranks));
-        const Result r = run_shell(dir, mpirun(ranks) + BITLAB_BINARY + " run " + file +
-                                            " --quiet --backend mpi --out " + out.string());
-        REQUIRE_MESSAGE(r.status == 0, r.err);
+        Result r;
+        const fs::path out = run_mpi(dir, file, ranks, r);
         CHECK(without_wall_column(slurp(out / "metrics.csv")) == metrics);
         const auto measured = bitlab::Json::parse(slurp(out / "summary.json"))["measured"];
         CHECK(measured["train_samples"].get<size_t>() == train);
