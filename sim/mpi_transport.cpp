@@ -76,9 +76,11 @@ class MpiTransport final : public Transport {
       if (q != rank_) counts_->bytes_sent += send_counts[q];
     }
     ++counts_->calls;
+    const double t0 = MPI_Wtime();
     check(MPI_Alltoallv(send, sc_.data(), sd_.data(), MPI_BYTE, recv, rc_.data(), rd_.data(),
                         MPI_BYTE, comm_),
           "MPI_Alltoallv");
+    counts_->seconds += MPI_Wtime() - t0;
   }
 
   void allgatherv(uint8_t* buf, std::span<const int64_t> counts,
@@ -87,14 +89,18 @@ class MpiTransport final : public Transport {
     convert(displs, rd_, "allgatherv displacement");
     counts_->bytes_sent += counts[rank_] * (ranks_ - 1);
     ++counts_->calls;
+    const double t0 = MPI_Wtime();
     check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, buf, rc_.data(), rd_.data(), MPI_BYTE, comm_),
           "MPI_Allgatherv");
+    counts_->seconds += MPI_Wtime() - t0;
   }
 
   void broadcast(uint8_t* buf, int64_t bytes, int root) override {
     if (rank_ == root) counts_->bytes_sent += bytes * (ranks_ - 1);
     ++counts_->calls;
+    const double t0 = MPI_Wtime();
     check(MPI_Bcast(buf, to_int(bytes, "broadcast"), MPI_BYTE, root, comm_), "MPI_Bcast");
+    counts_->seconds += MPI_Wtime() - t0;
   }
 
   void abort(int exit_status) override { MPI_Abort(MPI_COMM_WORLD, exit_status); }

@@ -99,7 +99,9 @@ const StepMetrics& Simulation::step() {
   const size_t log_before = comm_.log().size();
   comm_.begin_step(step_);
   StepContext ctx{step_, *cluster_, comm_};
+  const double transport_before_s = comm_.transport().stats().seconds;
   optimizer_->step(ctx);
+  m.transport_s = comm_.transport().stats().seconds - transport_before_s;
   m.phase = optimizer_->phase();
 
   m.bytes_sent = 0.0;
@@ -328,11 +330,14 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   // ranks), the bytes this rank and all ranks handed to MPI, and MPI calls.
   // The logical bytes (per worker, as metrics.csv) and the model's times sit
   // beside them; logged bytes count every worker, MPI bytes only what crosses
-  // between ranks (workers of one rank share memory).
+  // between ranks (workers of one rank share memory). Last, the seconds spent
+  // inside MPI during the optimizer's exchanges (rank 0, and the max over
+  // ranks): what model_comm_s predicts (waiting for slower ranks included).
   transport_csv << "step,wall_step_s,mpi_bytes_rank0,mpi_bytes_all_ranks,mpi_calls_rank0,"
-                   "model_bytes_per_worker,model_comm_s,model_step_s\n";
+                   "model_bytes_per_worker,model_comm_s,model_step_s,mpi_comm_s_rank0,"
+                   "mpi_comm_s_max\n";
   struct MeasuredTotals {
-    double wall_s = 0, bytes_rank0 = 0, bytes_all = 0, calls_rank0 = 0;
+    double wall_s = 0, bytes_rank0 = 0, bytes_all = 0, calls_rank0 = 0, comm_s_rank0 = 0;
   } measured_totals;
 
   for (int64_t t = 1; t <= e.run.steps; ++t) {
@@ -350,9 +355,11 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
       measured_totals.bytes_rank0 += bytes;
       measured_totals.bytes_all += bytes_all;
       measured_totals.calls_rank0 += calls;
+      const double comm_max = transport.max(m.transport_s);
+      measured_totals.comm_s_rank0 += m.transport_s;
       transport_csv << m.step << ',' << fmt(wall) << ',' << fmt(bytes) << ',' << fmt(bytes_all)
                     << ',' << fmt(calls) << ',' << fmt(m.bytes_sent) << ',' << fmt(m.comm_s) << ','
-                    << fmt(m.step_s) << '\n';
+                    << fmt(m.step_s) << ',' << fmt(m.transport_s) << ',' << fmt(comm_max) << '\n';
     }
     metrics << m.step << ',' << m.phase << ',' << fmt(m.train_loss) << ','
             << (std::isnan(m.grad_norm) ? std::string() : fmt(m.grad_norm));
@@ -485,6 +492,7 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
         {"mpi_bytes_rank0", measured_totals.bytes_rank0},
         {"mpi_bytes_all_ranks", measured_totals.bytes_all},
         {"mpi_calls_rank0", measured_totals.calls_rank0},
+        {"mpi_comm_s_rank0", measured_totals.comm_s_rank0},
         // Per-worker gradient / local-parameter buffers
         // rank 0 holds: its block of workers only.
         {"cluster_worker_buffer_bytes_rank0", sim.cluster().worker_buffer_bytes()},

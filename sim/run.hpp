@@ -39,6 +39,10 @@ struct StepMetrics {
   // Simulated time (network model; NaN without one).
   double compute_s = 0.0, comm_s = 0.0, step_s = 0.0, sim_time_s = 0.0;
   double wall_s = 0.0;  // wall time since the run started (not deterministic)
+  // MPI backend: seconds this rank spent in the transport's moving calls
+  // during the optimizer's exchanges (the measured counterpart of comm_s;
+  // not deterministic, never in metrics.csv).
+  double transport_s = 0.0;
 };
 
 class Simulation {

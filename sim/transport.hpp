@@ -27,6 +27,9 @@ namespace bitlab {
 struct TransportStats {
   int64_t bytes_sent = 0;
   int64_t calls = 0;
+  // Wall seconds spent inside the moving calls (alltoallv, allgatherv,
+  // broadcast; MPI_Wtime), waiting for slower ranks included.
+  double seconds = 0.0;
 };
 
 class Transport {
