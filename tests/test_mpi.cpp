@@ -128,6 +128,8 @@ TEST_SUITE("mpi") {
         // handed bytes to MPI (the exchanges really happened).
         const std::string transport = slurp(out / "transport.csv");
         CHECK(transport.rfind("step,wall_step_s,mpi_bytes_rank0", 0) == 0);
+        CHECK(transport.find(",model_comm_s,model_step_s,mpi_comm_s_rank0,mpi_comm_s_max\n") !=
+              std::string::npos);
         CHECK(std::count(transport.begin(), transport.end(), '\n') == 25);
         const std::string summary = slurp(out / "summary.json");
         CHECK(summary.find("\"mpi_bytes_rank0\"") != std::string::npos);
