@@ -151,6 +151,41 @@ double tree_mean(std::span<const double> values) {
   return tree_sum_d(values) / static_cast<double>(values.size());
 }
 
+namespace {
+
+// sum of rows [lo, hi) into out, split as tree_sum splits (lo + n/2); the
+// right half's partial sum goes to scratch[0], deeper levels further on.
+void streamed_sum(int lo, int hi, size_t len,
+                  const std::function<void(int, std::span<float>)>& fill, float* out,
+                  float* scratch) {
+  if (hi - lo == 1) {
+    fill(lo, {out, len});
+    return;
+  }
+  const int mid = lo + (hi - lo) / 2;
+  streamed_sum(lo, mid, len, fill, out, scratch);
+  streamed_sum(mid, hi, len, fill, scratch, scratch + len);
+  const int64_t m = static_cast<int64_t>(len);
+#pragma omp parallel for simd schedule(static) if (m > 4 * static_cast <int64_t>(kChunk))
+  for (int64_t k = 0; k < m; ++k) out[k] += scratch[k];
+}
+
+}  // namespace
+
+void streamed_mean(int n, size_t len, const std::function<void(int, std::span<float>)>& fill,
+                   std::span<float> out, std::vector<float>& scratch) {
+  int levels = 0;
+  while ((1 << levels) < n) ++levels;
+  if (scratch.size() < static_cast<size_t>(levels) * len) {
+    scratch.resize(static_cast<size_t>(levels) * len);
+  }
+  streamed_sum(0, n, len, fill, out.data(), scratch.data());
+  const float count = static_cast<float>(n);
+  const int64_t m = static_cast<int64_t>(len);
+#pragma omp parallel for simd schedule(static) if (m > 4 * static_cast <int64_t>(kChunk))
+  for (int64_t k = 0; k < m; ++k) out[k] = out[k] / count;  // as mean_impl: o / float(n)
+}
+
 Communicator::Communicator(int workers, Transport* transport)
     : workers_(workers), transport_(transport) {
   rank_ = this->transport().rank();

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -90,6 +91,15 @@ const char* intern_dtype_name(const std::string& dtype);
 void mean_over_workers(const WorkerBuffers& in, std::span<float> out, WireDtype wire);
 // The same tree over n doubles (losses).
 double tree_mean(std::span<const double> values);
+
+// mean_over_workers with the fp32 wire for rows that are not all held at once
+// (issue #8: a rank holds its own workers' rows and receives the others' as
+// compressed images). fill(i, dst) writes worker i's len values into dst. The
+// same fixed pairwise tree, evaluated depth first, so only ceil(log2 n)
+// len-sized partial sums live at once (in `scratch`, grown to that once and
+// reused): bit-identical to mean_over_workers over the same rows.
+void streamed_mean(int n, size_t len, const std::function<void(int, std::span<float>)>& fill,
+                   std::span<float> out, std::vector<float>& scratch);
 
 // The workers [begin, end) that one rank owns and computes.
 struct WorkerRange {

@@ -44,6 +44,30 @@ std::string without_wall_column(const std::string& csv) {
 }
 
 #ifdef BITLAB_MPIEXEC
+// What Optimizer::worker_state_bytes() is on rank 0 for the runs of the first
+// test below (8 workers, d = 212 floats, rows of stride 224 = d rounded up to
+// 16): b = 8/ranks resident workers' rows of each per-worker array, plus, for
+// the collectives the optimizer owns, their resident rows.
+int64_t optimizer_state_bytes_rank0(const std::string& label, int ranks) {
+  const int64_t b = 8 / ranks, d = 212, stride = 224;
+  // Hierarchical node size g in the label ("node_size g"), 0 when flat.
+  const size_t at = label.find("node_size ");
+  const int64_t g = at == std::string::npos ? 0 : std::stoll(label.substr(at + 10));
+  // CompressedAllgatherMean: C(x_i) of the b workers, and the node means of
+  // the nodes rank 0 leads (it owns worker 0, so node 0; b/g nodes when g < b).
+  const int64_t allgather_rows = b + (g > 0 ? std::max<int64_t>(1, b / g) : 0);
+  if (label.rfind("adam", 0) == 0) return 0;                       // shared state only
+  if (label.rfind("onebit", 0) == 0) return b * stride * 4;        // m_i
+  if (label.rfind("zero_one", 0) == 0) return 2 * b * stride * 4;  // m_i, u_i
+  if (label.rfind("binsgdm", 0) == 0) return (3 * b + allgather_rows) * stride * 4;  // m, b, z
+  // LoCo: h_i (stride), e_i (d floats: ErrorFeedback rows are unpadded), and
+  // the reduce-scatter's Q(h_i) of the padded length D = 1024 (d rounded up
+  // to n·group_size = 8·128), or the hierarchical allgather's rows.
+  REQUIRE(label.rfind("loco", 0) == 0);
+  const int64_t exchange = g == 0 ? b * 1024 : allgather_rows * stride;
+  return (b * stride + b * d + exchange) * 4;
+}
+
 // Loopback, oversubscribed (CI has 2 cores), as root where needed; ranks yield
 // instead of busy-polling and use one OpenMP thread each.
 std::string mpirun(int ranks) {
@@ -123,17 +147,10 @@ TEST_SUITE("mpi") {
         const int64_t copies = label.rfind("zero_one_adam", 0) == 0 ? 2 : 1;
         CHECK(summary.find("\"cluster_worker_buffer_bytes_rank0\": " +
                            std::to_string(copies * (8 / ranks) * 224 * 4)) != std::string::npos);
-        // The optimizer's per-worker rows: divided for 1-bit Adam / LAMB (m_i)
-        // 0/1 Adam (m_i and u_i) and LoCo (h_i); BinSGDM (m, b, z) still
-        // holds all 8 workers' rows; Adam has none.
-        const bool divided = label.rfind("binsgdm", 0) != 0;
-        const int64_t rows = label.rfind("adam", 0) == 0      ? 0
-                             : label.rfind("onebit", 0) == 0  ? 1
-                             : label.rfind("loco", 0) == 0    ? 1
-                             : label.rfind("binsgdm", 0) == 0 ? 3
-                                                              : 2;
+        // The optimizer's per-worker rows, all divided: rank 0 holds those of
+        // its b = 8/ranks workers only (global worker i at row i − first).
         CHECK(summary.find("\"optimizer_worker_state_bytes_rank0\": " +
-                           std::to_string(rows * (divided ? 8 / ranks : 8) * 224 * 4)) !=
+                           std::to_string(optimizer_state_bytes_rank0(label, ranks))) !=
               std::string::npos);
         // Only rank 0 printed the folder.
         CHECK(r.out == out.string() + "\n");
@@ -230,6 +247,43 @@ TEST_SUITE("mpi") {
       const std::vector<std::string> logged = row(slurp(out / "comm_log.csv"), 9);
       REQUIRE(logged.size() == c.payloads.size());
       for (size_t k = 0; k < logged.size(); ++k) CHECK(field(logged[k], 7) == c.payloads[k]);
+    }
+  }
+
+  // 12 workers on 4 ranks (b = 3) with node_size 2: g is neither a multiple
+  // nor a divisor of b, so the hierarchical allgather falls back to every
+  // worker's image over the world communicator, and each rank forms every
+  // node's mean itself — from its own rows where the node lies on the rank
+  // (node 0 = workers 0, 1 on rank 0), else streamed from the received
+  // images (node 1 = workers 2, 3 straddles ranks 0 and 1) — holding no node
+  // rows: bit-identical to the simulator all the same.
+  TEST_CASE("hierarchical fallback (12 workers, 4 ranks, node_size 2): bit-identical") {
+    const std::vector<std::pair<std::string, int64_t> > cases = {
+        // m, b, z and C(z_i): 4 rows of the 3 workers.
+        {R"({"name": "binsgdm", "lr": 0.01, "node_size": 2})", 4 * 3 * 224 * 4},
+        // h_i (224), e_i (212) and C(h_i) (224) of the 3 workers.
+        {R"({"name": "loco", "lr": 0.01, "node_size": 2})", 3 * (224 + 212 + 224) * 4},
+    };
+    for (const auto& [optimizer, state_bytes] : cases) {
+      CAPTURE(optimizer);
+      TempDir dir;
+      std::string json = experiment(optimizer);
+      const std::string eight = "\"workers\": 8";
+      REQUIRE(json.find(eight) != std::string::npos);
+      json.replace(json.find(eight), eight.size(), "\"workers\": 12");
+      const std::string file = dir.file("e.json", json);
+      const fs::path sim = dir.path / "sim", mpi = dir.path / "mpi4";
+      const Result base = run_bitlab(dir, "run " + file + " --quiet --out " + sim.string());
+      REQUIRE_MESSAGE(base.status == 0, base.err);
+      const Result r = run_shell(dir, mpirun(4) + BITLAB_BINARY + " run " + file +
+                                          " --quiet --backend mpi --out " + mpi.string());
+      REQUIRE_MESSAGE(r.status == 0, r.err);
+      CHECK(without_wall_column(slurp(mpi / "metrics.csv")) ==
+            without_wall_column(slurp(sim / "metrics.csv")));
+      CHECK(slurp(mpi / "comm_log.csv") == slurp(sim / "comm_log.csv"));
+      CHECK(slurp(mpi / "summary.json")
+                .find("\"optimizer_worker_state_bytes_rank0\": " + std::to_string(state_bytes)) !=
+            std::string::npos);
     }
   }
 
