@@ -140,10 +140,12 @@ class Communicator {
                       const char* algorithm = "ring");
 
   // out = concatenation of every worker's buffer (n * len values), rounded to
-  // the wire type.
+  // the wire type. Across ranks the owners' rows travel in the wire dtype
+  // (4 or 2 bytes a value).
   void allgather(const WorkerBuffers& in, std::span<float> out, WireDtype wire);
 
   // Every worker's buffer becomes the root's, rounded to the wire type.
+  // Across ranks the root's owner sends it in the wire dtype.
   void broadcast(const WorkerBuffers& bufs, int root, WireDtype wire);
 
   // mean_over_workers across ranks, not logged (metrics): each rank gathers

@@ -6,10 +6,16 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "sim/comm.hpp"
+#include "sim/rng.hpp"
+#include "sim/transport.hpp"
 #include "tests/cli_fixtures.hpp"
 
 namespace fs = std::filesystem;
@@ -285,6 +291,78 @@ TEST_SUITE("mpi") {
                 .find("\"optimizer_worker_state_bytes_rank0\": " + std::to_string(state_bytes)) !=
             std::string::npos);
     }
+  }
+
+  // Run on every rank by the next test case (under mpirun, with
+  // BITLAB_MPI_RANK_TEST set); on its own it only says so.
+  TEST_CASE("mpi rank: Communicator::allgather and broadcast equal the simulator's") {
+    if (std::getenv("BITLAB_MPI_RANK_TEST") == nullptr) {
+      MESSAGE("nothing to do outside mpirun: the next test case runs this one on 4 ranks");
+      return;
+    }
+    const std::unique_ptr<bitlab::Transport> transport = bitlab::make_mpi_transport();
+    const int n = 8, ranks = transport->ranks();
+    const size_t len = 37;  // odd: no row ends on a word boundary in 16 bits
+    // Every worker's row, the same on every rank (seeded by worker), scaled so
+    // that fp16 has values to round, subnormals and overflows (|x| > 65504).
+    std::vector<float> all(len * n);
+    for (int i = 0; i < n; ++i) {
+      bitlab::fill_normal(bitlab::RngStream(11, bitlab::Purpose::kTest, i),
+                          std::span<float>(all.data() + i * len, len), 3e4f);
+      all[i * len] = 1e-7f * static_cast<float>(i + 1);
+    }
+    for (const bitlab::WireDtype wire :
+         {bitlab::WireDtype::kFp32, bitlab::WireDtype::kFp16, bitlab::WireDtype::kBf16}) {
+      CAPTURE(bitlab::wire_dtype_name(wire));
+      bitlab::Communicator sim(n), mpi(n, transport.get());
+      const bitlab::WorkerRange mine = mpi.local_workers();
+      const int b = mine.size();
+      const int64_t elem = bitlab::wire_dtype_bytes(wire);
+      // The simulator holds all rows; the rank its own block's.
+      std::vector<float> rows(all.begin() + mine.begin * len, all.begin() + mine.end * len);
+      const bitlab::WorkerBuffers every{all.data(), len, len, n};
+      const bitlab::WorkerBuffers own{rows.data(), len, len, n, mine.begin, b};
+      std::vector<float> want(len * n), got(len * n);
+      sim.allgather(every, want, wire);
+      int64_t before = transport->stats().bytes_sent;
+      mpi.allgather(own, got, wire);
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+      // Its b rows to each of the other ranks, elem bytes a value.
+      CHECK(transport->stats().bytes_sent - before == (ranks - 1) * b * int64_t{len} * elem);
+      // Broadcast of worker 5's row (rank 2's with 4 ranks).
+      std::vector<float> sim_rows = all;
+      sim.broadcast({sim_rows.data(), len, len, n}, 5, wire);
+      before = transport->stats().bytes_sent;
+      mpi.broadcast(own, 5, wire);
+      CHECK(std::memcmp(rows.data(), sim_rows.data() + mine.begin * len,
+                        rows.size() * sizeof(float)) == 0);
+      const int64_t sent = mpi.owner(5) == mpi.rank() ? (ranks - 1) * int64_t{len} * elem : 0;
+      CHECK(transport->stats().bytes_sent - before == sent);
+      // The logs (what the network model prices) are the same.
+      REQUIRE(mpi.log().size() == 2);
+      for (size_t k = 0; k < 2; ++k) {
+        CHECK(std::string(mpi.log().records()[k].dtype) == sim.log().records()[k].dtype);
+        CHECK(mpi.log().records()[k].payload_bytes == sim.log().records()[k].payload_bytes);
+      }
+    }
+    MESSAGE("rank " << transport->rank() << " of " << ranks << ": allgather and broadcast checked");
+  }
+
+  TEST_CASE(
+      "Communicator::allgather / broadcast across 4 ranks: wire dtype on MPI, simulator's values") {
+    TempDir dir;
+    const std::string self = fs::read_symlink("/proc/self/exe").string();
+    const Result r =
+        run_shell(dir, mpirun(4) + "env BITLAB_MPI_RANK_TEST=1 " + self +
+                           " --test-case='mpi rank: Communicator::allgather*' --no-intro=true");
+    CHECK_MESSAGE(r.status == 0, std::string(r.out + r.err));
+    // Every rank ran the case to its end.
+    size_t ran = 0;
+    for (size_t at = r.out.find(": allgather and broadcast checked"); at != std::string::npos;
+         at = r.out.find(": allgather and broadcast checked", at + 1)) {
+      ++ran;
+    }
+    CHECK_MESSAGE(ran == 4, std::string(r.out + r.err));
   }
 
   TEST_CASE("workers not divisible by the ranks: exit 2, one message, no results") {
