@@ -164,7 +164,6 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
   const int b = mine.size();
   const bool by_node = by_node_;
   if (comm.distributed() && !by_node) {
-    images_.resize(static_cast<size_t>(n * wire));
     allgather_messages(comm, wire, images_, encode_worker, [](int, const uint8_t*) {});
   }
   if (!hierarchical()) {
