@@ -47,7 +47,10 @@ void BinSgdm::setup(Cluster& cluster) {
     config_fail("optimizer.node_size", Json(opts_.node_size),
                 "must divide the number of workers (" + std::to_string(workers_) + ")");
   }
-  const size_t total = static_cast<size_t>(workers_) * stride_;
+  // Rows for this process's workers only (all in the simulator): worker i at
+  // row i − local_.begin.
+  local_ = cluster.local_workers();
+  const size_t total = static_cast<size_t>(local_.size()) * stride_;
   m_.assign(total, 0.0f);
   b_.assign(total, 0.0f);
   z_.assign(total, 0.0f);
@@ -57,8 +60,9 @@ void BinSgdm::setup(Cluster& cluster) {
     bmax_.clear();
   }
   u_.assign(dim_, 0.0f);
-  ag_ = std::make_unique<CompressedAllgatherMean>(
-      workers_, dim_, std::make_shared<BinarizeCompressor>(), static_cast<int>(opts_.node_size));
+  ag_ = std::make_unique<CompressedAllgatherMean>(workers_, dim_,
+                                                  std::make_shared<BinarizeCompressor>(),
+                                                  static_cast<int>(opts_.node_size), local_);
 }
 
 void BinSgdm::step(StepContext& ctx) {
@@ -72,7 +76,7 @@ void BinSgdm::step(StepContext& ctx) {
   const WorkerBuffers g = ctx.cluster.grads();
   const WorkerRange mine = ctx.comm.local_workers();  // all workers in the simulator
   for (int i = mine.begin; i < mine.end; ++i) {
-    const size_t off = static_cast<size_t>(i) * stride_;
+    const size_t off = static_cast<size_t>(i - mine.begin) * stride_;
     const float* gi = g[i].data();
     float* m = m_.data() + off;
     float* b = b_.data() + off;
@@ -98,7 +102,7 @@ void BinSgdm::step(StepContext& ctx) {
     }
   }
   // q_i = binarize(z_i); ū = mean_i q_i (flat or hierarchical).
-  ag_->run(ctx.comm, {z_.data(), stride_, dim_, n}, u_,
+  ag_->run(ctx.comm, {z_.data(), stride_, dim_, n, mine.begin, mine.size()}, u_,
            splitmix64(ctx.cluster.seed() ^ splitmix64(opts_.compress_seed)), ctx.step);
   // x = x − lr·(ū + wd·x)
   const float lr = static_cast<float>(opts_.lr);

@@ -53,23 +53,30 @@ struct BinSgdmOptions {
 // RngStream(compress_seed, kCompress, worker, step) (node leaders: worker n +
 // node); the stream seed mixes the run seed with the compress_seed option. Default lr 1e-3: ū
 // has entries in [−1, 1], the scale of Adam's normalised step.
-// Per-worker state m_i, b_i (n × d floats each, plus b̂_i with amsgrad).
+// Per-worker state m_i, b_i, z_i (d floats each, plus b̂_i with amsgrad) and
+// the collective's C(z_i) = q_i, for this process's workers only: all n in
+// the simulator, the rank's block under the MPI backend (issue #8; worker i
+// at row i − first).
 class BinSgdm : public Optimizer {
  public:
   explicit BinSgdm(const BinSgdmOptions& opts);
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
   const char* phase() const override { return "onebit"; }
-  // Not yet divided across MPI ranks: every worker's rows on every rank.
+  // Counted: m_i, b_i, z_i (and b̂_i) of the resident workers, plus the
+  // allgather's resident rows (q_i of those workers and, hierarchical, the
+  // node means this process forms); not its transient receive scratch.
   size_t worker_state_bytes() const override {
-    return (m_.size() + b_.size() + bmax_.size() + z_.size()) * sizeof(float);
+    return (m_.size() + b_.size() + bmax_.size() + z_.size()) * sizeof(float) +
+           (ag_ ? ag_->resident_bytes() : 0);
   }
 
   const BinSgdmOptions& options() const { return opts_; }
   std::span<const float> m(int worker) const { return row(m_, worker); }
   // b_i: the EMA of |g_i| (abs_ema) or of g_i² (sqrt_ema).
   std::span<const float> b(int worker) const { return row(b_, worker); }
-  // z_i and q_i (±1) of the last step.
+  // z_i and q_i (±1) of the last step. Accessors take global worker ids of
+  // resident workers.
   std::span<const float> z(int worker) const { return row(z_, worker); }
   std::span<const float> q(int worker) { return ag_->compressed()[worker]; }
   // ū of the last step.
@@ -78,17 +85,18 @@ class BinSgdm : public Optimizer {
 
  private:
   std::span<const float> row(const std::vector<float>& a, int worker) const {
-    return {a.data() + static_cast<size_t>(worker) * stride_, dim_};
+    return {a.data() + static_cast<size_t>(worker - local_.begin) * stride_, dim_};
   }
   BinSgdmOptions opts_;
   bool sqrt_ema_;
   int workers_ = 0;
   size_t dim_ = 0;
   size_t stride_ = 0;
-  std::vector<float> m_;     // workers × stride
-  std::vector<float> b_;     // workers × stride
-  std::vector<float> bmax_;  // workers × stride, amsgrad only: b̂ = max over steps
-  std::vector<float> z_;     // workers × stride
+  WorkerRange local_;        // the workers this process computes
+  std::vector<float> m_;     // local workers × stride
+  std::vector<float> b_;     // local workers × stride
+  std::vector<float> bmax_;  // local workers × stride, amsgrad only: b̂ = max over steps
+  std::vector<float> z_;     // local workers × stride
   std::vector<float> u_;     // ū
   std::unique_ptr<CompressedAllgatherMean> ag_;
 };

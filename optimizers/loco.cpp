@@ -88,7 +88,8 @@ void Loco::setup(Cluster& cluster) {
   }
   // Rows for this process's workers only (all in the simulator): worker i at
   // row i − local.begin (the collectives read only local workers' inputs).
-  h_.assign(static_cast<size_t>(cluster.local_workers().size()) * stride_, 0.0f);
+  const WorkerRange local = cluster.local_workers();
+  h_.assign(static_cast<size_t>(local.size()) * stride_, 0.0f);
   g_mean_.assign(dim_, 0.0f);
   m_.assign(dim_, 0.0f);
   if (adam_) {
@@ -102,14 +103,15 @@ void Loco::setup(Cluster& cluster) {
   ef.reset_every = opts_.reset_T;
   ef.storage_bits = opts_.error_storage_bits;
   ef.storage_group = opts_.group_size;
-  ef_ = std::make_unique<ErrorFeedback>(ef, workers_, dim_);
+  ef_ = std::make_unique<ErrorFeedback>(ef, workers_, dim_, local);  // local rows only
   rs_.reset();
   ag_.reset();
   if (opts_.node_size == 0) {
-    rs_ = std::make_unique<QuantizedReduceScatter>(workers_, dim_, spec_, opts_.gather);
+    rs_ = std::make_unique<QuantizedReduceScatter>(workers_, dim_, spec_, opts_.gather, local);
   } else {
-    ag_ = std::make_unique<CompressedAllgatherMean>(
-        workers_, dim_, std::make_shared<NbitCompressor>(spec_), static_cast<int>(opts_.node_size));
+    ag_ = std::make_unique<CompressedAllgatherMean>(workers_, dim_,
+                                                    std::make_shared<NbitCompressor>(spec_),
+                                                    static_cast<int>(opts_.node_size), local);
   }
 }
 

@@ -98,11 +98,21 @@ class Loco : public Optimizer {
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
   const char* phase() const override { return "compressed"; }
-  // The h_i of this process's workers (its rank's block under MPI).
-  size_t worker_state_bytes() const override { return h_.size() * sizeof(float); }
+  // Counted, for this process's workers (its rank's block under MPI): h_i,
+  // the error-feedback rows e_i, and the collective's resident rows — the
+  // reduce-scatter's Q(h_i) (padded length), or the allgather's C(h_i) and the
+  // node means this process forms. Not counted: the collectives' transient
+  // receive scratch (reduce-scatter: every worker's codes of this rank's
+  // chunks, decoded; allgather: the gathered wire images and log2(n) partial
+  // sums of the streamed tree mean).
+  size_t worker_state_bytes() const override {
+    return h_.size() * sizeof(float) + ef_->resident_bytes() +
+           (rs_ ? rs_->resident_bytes() : ag_->resident_bytes());
+  }
 
   const LocoOptions& options() const { return opts_; }
-  // e_i after the last step.
+  // e_i after the last step. Worker ids are global; only this process's
+  // workers (all in the simulator) are held.
   std::span<const float> error(int worker) const { return ef_->error(worker); }
   // ĥ_i = Q(h_i) of the last step, exactly what went on the wire.
   std::span<const float> quantized(int worker);

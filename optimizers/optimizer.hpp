@@ -29,10 +29,10 @@ class Optimizer {
   virtual void step(StepContext& ctx) = 0;
   // Phase of the last step (algorithm-specific; the baselines are "full").
   virtual const char* phase() const { return "full"; }
-  // Bytes of per-worker state (one row per worker) this process holds: under
-  // the MPI backend 1-bit Adam, 1-bit LAMB, 0/1 Adam and LoCo (h_i) hold their
-  // rank's block of workers only; BinSGDM still holds every worker's rows.
-  // 0 for optimizers with shared state only.
+  // Bytes of per-worker state (one row per worker) this process holds, the
+  // rows of the compressed collectives it owns included (each optimizer says
+  // what it counts): under the MPI backend every optimizer holds its rank's
+  // block of workers only. 0 for optimizers with shared state only.
   virtual size_t worker_state_bytes() const { return 0; }
 };
 

@@ -151,6 +151,51 @@ double tree_mean(std::span<const double> values) {
   return tree_sum_d(values) / static_cast<double>(values.size());
 }
 
+namespace {
+
+// The 16-bit wire values of fp16 / bf16 on the MPI wire: to_bits rounds as
+// round_to_wire does, from_bits widens exactly, so from_bits(to_bits(v)) is
+// the simulator's rounded value bit for bit (float16.hpp).
+struct Wire16 {
+  bool half;
+  explicit Wire16(WireDtype wire) : half(wire == WireDtype::kFp16) {}
+  uint16_t to_bits(float v) const { return half ? float_to_half_bits(v) : float_to_bf16_bits(v); }
+  float from_bits(uint16_t h) const { return half ? half_bits_to_float(h) : bf16_bits_to_float(h); }
+};
+
+// sum of rows [lo, hi) into out, split as tree_sum splits (lo + n/2); the
+// right half's partial sum goes to scratch[0], deeper levels further on.
+void streamed_sum(int lo, int hi, size_t len,
+                  const std::function<void(int, std::span<float>)>& fill, float* out,
+                  float* scratch) {
+  if (hi - lo == 1) {
+    fill(lo, {out, len});
+    return;
+  }
+  const int mid = lo + (hi - lo) / 2;
+  streamed_sum(lo, mid, len, fill, out, scratch);
+  streamed_sum(mid, hi, len, fill, scratch, scratch + len);
+  const int64_t m = static_cast<int64_t>(len);
+#pragma omp parallel for simd schedule(static) if (m > 4 * static_cast <int64_t>(kChunk))
+  for (int64_t k = 0; k < m; ++k) out[k] += scratch[k];
+}
+
+}  // namespace
+
+void streamed_mean(int n, size_t len, const std::function<void(int, std::span<float>)>& fill,
+                   std::span<float> out, std::vector<float>& scratch) {
+  int levels = 0;
+  while ((1 << levels) < n) ++levels;
+  if (scratch.size() < static_cast<size_t>(levels) * len) {
+    scratch.resize(static_cast<size_t>(levels) * len);
+  }
+  streamed_sum(0, n, len, fill, out.data(), scratch.data());
+  const float count = static_cast<float>(n);
+  const int64_t m = static_cast<int64_t>(len);
+#pragma omp parallel for simd schedule(static) if (m > 4 * static_cast <int64_t>(kChunk))
+  for (int64_t k = 0; k < m; ++k) out[k] = out[k] / count;  // as mean_impl: o / float(n)
+}
+
 Communicator::Communicator(int workers, Transport* transport)
     : workers_(workers), transport_(transport) {
   rank_ = this->transport().rank();
@@ -261,13 +306,7 @@ void Communicator::exact_mean(const WorkerBuffers& in, std::span<float> out, Wir
     gather_columns(out.data(), bounds);
     return;
   }
-  const bool half = wire == WireDtype::kFp16;
-  const auto to_bits = [half](float v) {
-    return half ? float_to_half_bits(v) : float_to_bf16_bits(v);
-  };
-  const auto from_bits = [half](uint16_t h) {
-    return half ? half_bits_to_float(h) : bf16_bits_to_float(h);
-  };
+  const Wire16 w(wire);
   // My workers' rows as 16-bit values; after the alltoall every worker's copy
   // of my element range is widened (exactly) into floats for the tree.
   const WorkerRange mine = local_workers();
@@ -275,21 +314,21 @@ void Communicator::exact_mean(const WorkerBuffers& in, std::span<float> out, Wir
   for (int i = mine.begin; i < mine.end; ++i) {
     const std::span<float> x = in[i];
     uint16_t* row = rows.data() + static_cast<size_t>(i - mine.begin) * in.len;
-    for (size_t k = 0; k < in.len; ++k) row[k] = to_bits(x[k]);
+    for (size_t k = 0; k < in.len; ++k) row[k] = w.to_bits(x[k]);
   }
   const ColumnBlock got =
       alltoall_columns(rows.data(), in.len * sizeof(uint16_t), mine.begin, bounds);
   std::vector<float> wide(len * static_cast<size_t>(workers_));
   for (int i = 0; i < workers_; ++i) {
     const auto* src = reinterpret_cast<const uint16_t*>(got.data + i * got.row_stride);
-    for (size_t k = 0; k < len; ++k) wide[static_cast<size_t>(i) * len + k] = from_bits(src[k]);
+    for (size_t k = 0; k < len; ++k) wide[static_cast<size_t>(i) * len + k] = w.from_bits(src[k]);
   }
   if (len > 0) mean_over_workers({wide.data(), len, len, workers_}, out.subspan(lo, len), wire);
   std::vector<uint16_t> result(in.len);
-  for (size_t k = lo; k < lo + len; ++k) result[k] = to_bits(out[k]);
+  for (size_t k = lo; k < lo + len; ++k) result[k] = w.to_bits(out[k]);
   gather_columns(result.data(), bounds);
   for (size_t k = 0; k < in.len; ++k) {
-    if (k < lo || k >= lo + len) out[k] = from_bits(result[k]);
+    if (k < lo || k >= lo + len) out[k] = w.from_bits(result[k]);
   }
 }
 
@@ -311,13 +350,29 @@ void Communicator::allreduce_mean(const WorkerBuffers& in, std::span<float> out,
 }
 
 void Communicator::allgather(const WorkerBuffers& in, std::span<float> out, WireDtype wire) {
-  // The resident rows into `out`, then the owners' blocks of `out` to all.
-  for (int i = in.first; i < in.first + in.resident_count(); ++i) {
-    auto src = in[i];
-    std::copy(src.begin(), src.end(), out.begin() + static_cast<ptrdiff_t>(i * in.len));
+  const size_t len = in.len;
+  const int first = in.first, last = in.first + in.resident_count();
+  if (!distributed() || wire == WireDtype::kFp32) {
+    // The resident rows into `out`, then the owners' blocks of `out` to all.
+    for (int i = first; i < last; ++i) {
+      auto src = in[i];
+      std::copy(src.begin(), src.end(), out.begin() + static_cast<ptrdiff_t>(i * len));
+    }
+    share_rows(out.data(), len * sizeof(float));
+    round_to_wire(out.first(len * in.count), wire);
+  } else {
+    // Across ranks in a 16-bit wire dtype the rows travel as their 16-bit
+    // values (2 bytes each, as logged), widened exactly on arrival.
+    const Wire16 w(wire);
+    std::vector<uint16_t> bits(len * static_cast<size_t>(in.count));
+    for (int i = first; i < last; ++i) {
+      const std::span<float> x = in[i];
+      uint16_t* row = bits.data() + static_cast<size_t>(i) * len;
+      for (size_t k = 0; k < len; ++k) row[k] = w.to_bits(x[k]);
+    }
+    share_rows(bits.data(), len * sizeof(uint16_t));
+    for (size_t k = 0; k < bits.size(); ++k) out[k] = w.from_bits(bits[k]);
   }
-  share_rows(out.data(), in.len * sizeof(float));
-  round_to_wire(out.first(in.len * in.count), wire);
   const int64_t s = static_cast<int64_t>(in.len) * in.count * wire_dtype_bytes(wire);
   const WireCost c = ring_allgather_cost(workers_, s);
   CommRecord r;
@@ -335,12 +390,26 @@ void Communicator::broadcast(const WorkerBuffers& bufs, int root, WireDtype wire
   // The root's buffer, received by the ranks that do not hold it, lands in
   // every resident buffer.
   std::vector<float> src(bufs.len);
-  if (owner(root) == rank_) std::copy(bufs[root].begin(), bufs[root].end(), src.begin());
-  if (distributed()) {
-    transport().broadcast(reinterpret_cast<uint8_t*>(src.data()),
-                          static_cast<int64_t>(src.size() * sizeof(float)), owner(root));
+  const bool held = owner(root) == rank_;
+  if (held) std::copy(bufs[root].begin(), bufs[root].end(), src.begin());
+  if (distributed() && wire != WireDtype::kFp32) {
+    // 16-bit values on the MPI wire (2 bytes each, as logged), widened
+    // exactly: round_to_wire's values.
+    const Wire16 w(wire);
+    std::vector<uint16_t> bits(bufs.len);
+    if (held) {
+      for (size_t k = 0; k < bits.size(); ++k) bits[k] = w.to_bits(src[k]);
+    }
+    transport().broadcast(reinterpret_cast<uint8_t*>(bits.data()),
+                          static_cast<int64_t>(bits.size() * sizeof(uint16_t)), owner(root));
+    for (size_t k = 0; k < bits.size(); ++k) src[k] = w.from_bits(bits[k]);
+  } else {
+    if (distributed()) {
+      transport().broadcast(reinterpret_cast<uint8_t*>(src.data()),
+                            static_cast<int64_t>(src.size() * sizeof(float)), owner(root));
+    }
+    round_to_wire(src, wire);
   }
-  round_to_wire(src, wire);
   for (int i = bufs.first; i < bufs.first + bufs.resident_count(); ++i) {
     std::copy(src.begin(), src.end(), bufs[i].begin());
   }

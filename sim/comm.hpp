@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -91,6 +92,15 @@ void mean_over_workers(const WorkerBuffers& in, std::span<float> out, WireDtype 
 // The same tree over n doubles (losses).
 double tree_mean(std::span<const double> values);
 
+// mean_over_workers with the fp32 wire for rows that are not all held at once
+// (issue #8: a rank holds its own workers' rows and receives the others' as
+// compressed images). fill(i, dst) writes worker i's len values into dst. The
+// same fixed pairwise tree, evaluated depth first, so only ceil(log2 n)
+// len-sized partial sums live at once (in `scratch`, grown to that once and
+// reused): bit-identical to mean_over_workers over the same rows.
+void streamed_mean(int n, size_t len, const std::function<void(int, std::span<float>)>& fill,
+                   std::span<float> out, std::vector<float>& scratch);
+
 // The workers [begin, end) that one rank owns and computes.
 struct WorkerRange {
   int begin = 0;
@@ -130,10 +140,12 @@ class Communicator {
                       const char* algorithm = "ring");
 
   // out = concatenation of every worker's buffer (n * len values), rounded to
-  // the wire type.
+  // the wire type. Across ranks the owners' rows travel in the wire dtype
+  // (4 or 2 bytes a value).
   void allgather(const WorkerBuffers& in, std::span<float> out, WireDtype wire);
 
   // Every worker's buffer becomes the root's, rounded to the wire type.
+  // Across ranks the root's owner sends it in the wire dtype.
   void broadcast(const WorkerBuffers& bufs, int root, WireDtype wire);
 
   // mean_over_workers across ranks, not logged (metrics): each rank gathers

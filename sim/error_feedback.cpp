@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "sim/kernels/reference.hpp"
 
@@ -39,13 +40,20 @@ ErrorFeedback::Kind parse_kind(const std::string& kind) {
 }
 }  // namespace
 
-ErrorFeedback::ErrorFeedback(const ErrorFeedbackOptions& opts, int workers, size_t len)
+ErrorFeedback::ErrorFeedback(const ErrorFeedbackOptions& opts, int workers, size_t len,
+                             WorkerRange local)
     : opts_(opts),
       kind_(parse_kind(opts.kind)),
       workers_(workers),
       len_(len),
+      local_(local.size() > 0 ? local : WorkerRange{0, workers}),
       unused_rng_(0, Purpose::kCompress) {
   if (workers < 1) throw std::invalid_argument("ErrorFeedback: workers must be >= 1");
+  if (local_.begin < 0 || local_.end > workers) {
+    throw std::invalid_argument("ErrorFeedback: resident workers [" + std::to_string(local_.begin) +
+                                ", " + std::to_string(local_.end) + ") outside [0, " +
+                                std::to_string(workers) + ")");
+  }
   if (opts.storage_bits != 8 && opts.storage_bits != 32) {
     throw std::invalid_argument("ErrorFeedback: storage_bits must be 8 or 32");
   }
@@ -54,7 +62,7 @@ ErrorFeedback::ErrorFeedback(const ErrorFeedbackOptions& opts, int workers, size
   storage_spec_.group_size = static_cast<size_t>(opts.storage_group);
   storage_spec_.stochastic = false;
   storage_spec_.fp16_scale = false;
-  if (kind_ != Kind::kNone) e_.assign(static_cast<size_t>(workers) * len, 0.0f);
+  if (kind_ != Kind::kNone) e_.assign(static_cast<size_t>(local_.size()) * len, 0.0f);
 }
 
 void ErrorFeedback::compensate(int worker, std::span<const float> x, std::span<float> h) const {
@@ -63,14 +71,14 @@ void ErrorFeedback::compensate(int worker, std::span<const float> x, std::span<f
     if (h.data() != x.data()) std::copy(x.begin(), x.begin() + n, h.begin());
     return;
   }
-  const float* e = e_.data() + static_cast<size_t>(worker) * n;
+  const float* e = e_.data() + offset(worker);
   for (size_t k = 0; k < n; ++k) h[k] = x[k] + e[k];
 }
 
 void ErrorFeedback::update(int worker, std::span<const float> h, std::span<const float> ch) {
   if (kind_ == Kind::kNone) return;
   const size_t n = len_;
-  float* e = e_.data() + static_cast<size_t>(worker) * n;
+  float* e = e_.data() + offset(worker);
   if (kind_ == Kind::kClassic) {
     for (size_t k = 0; k < n; ++k) e[k] = h[k] - ch[k];
   } else {
@@ -94,7 +102,7 @@ void ErrorFeedback::reset() {
 
 std::span<const float> ErrorFeedback::error(int worker) const {
   if (kind_ == Kind::kNone) return {};
-  return {e_.data() + static_cast<size_t>(worker) * len_, len_};
+  return {e_.data() + offset(worker), len_};
 }
 
 }  // namespace bitlab

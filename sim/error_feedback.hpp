@@ -24,6 +24,11 @@
 // The error is kept in fp32; with storage_bits = 8 the fp32 buffer holds the
 // dequantized 8-bit values (what LoCo would read back), not a packed image.
 // No allocation after construction.
+//
+// Resident workers (issue #8): the errors of the workers `local` only (default
+// all, the simulator); under the MPI backend a rank holds its own block's rows
+// (worker i at row i − local.begin) and calls compensate / update / error for
+// those workers only.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/comm.hpp"
 #include "sim/quantize.hpp"
 #include "sim/rng.hpp"
 #include "sim/schema.hpp"
@@ -51,11 +57,14 @@ class ErrorFeedback {
  public:
   enum class Kind { kNone, kClassic, kEma };
 
-  ErrorFeedback(const ErrorFeedbackOptions& opts, int workers, size_t len);
+  ErrorFeedback(const ErrorFeedbackOptions& opts, int workers, size_t len, WorkerRange local = {});
 
   Kind kind() const { return kind_; }
   int workers() const { return workers_; }
   size_t len() const { return len_; }
+  WorkerRange local() const { return local_; }
+  // Bytes of the error rows this process holds (its resident workers').
+  size_t resident_bytes() const { return e_.size() * sizeof(float); }
 
   // h = x + e_worker (none: h = x). h may alias x.
   void compensate(int worker, std::span<const float> x, std::span<float> h) const;
@@ -66,15 +75,18 @@ class ErrorFeedback {
   void begin_step(int64_t step);
   // Zeroes every worker's error.
   void reset();
-  // The worker's error (len() floats); empty for kind "none".
+  // The worker's error (len() floats); empty for kind "none". Worker must be
+  // resident (as for compensate and update).
   std::span<const float> error(int worker) const;
 
  private:
+  size_t offset(int worker) const { return static_cast<size_t>(worker - local_.begin) * len_; }
   ErrorFeedbackOptions opts_;
   Kind kind_;
   int workers_;
   size_t len_;
-  std::vector<float> e_;  // workers × len, empty for kind none
+  WorkerRange local_;     // resident workers
+  std::vector<float> e_;  // resident workers × len, empty for kind none
   QuantizeSpec storage_spec_;
   RngStream unused_rng_;  // nearest rounding draws nothing
 };

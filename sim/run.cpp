@@ -496,8 +496,8 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
         // Per-worker gradient / local-parameter buffers
         // rank 0 holds: its block of workers only.
         {"cluster_worker_buffer_bytes_rank0", sim.cluster().worker_buffer_bytes()},
-        // The optimizer's per-worker rows rank 0 holds (its block for 1-bit
-        // Adam / LAMB and 0/1 Adam; every worker's for LoCo and BinSGDM).
+        // The optimizer's per-worker rows rank 0 holds (its block of workers,
+        // the rows of the collectives it owns included).
         {"optimizer_worker_state_bytes_rank0", sim.optimizer().worker_state_bytes()},
         {"train_samples", sim.problem().num_train()},
         {"train_samples_held_rank0", held},

@@ -58,6 +58,32 @@ TEST_SUITE("comm") {
     }
   }
 
+  TEST_CASE("streamed_mean is mean_over_workers bit for bit, with ceil(log2 n) rows of scratch") {
+    // Uneven n (tree halves of unequal size) and a length past the parallel
+    // threshold; the rows are filled one at a time from a copy, as a rank
+    // decoding received images would.
+    for (int n : {1, 2, 3, 5, 8, 13}) {
+      CAPTURE(n);
+      const size_t len = 20011;
+      Buffers b(n, len, 7);
+      std::vector<float> want(len), got(len, -1.0f), scratch;
+      mean_over_workers(b.view, want, WireDtype::kFp32);
+      int filled = 0;
+      streamed_mean(
+          n, len,
+          [&](int i, std::span<float> dst) {
+            CHECK(i == filled++);  // each row once, in worker order
+            std::copy(b.view[i].begin(), b.view[i].end(), dst.begin());
+          },
+          got, scratch);
+      CHECK(filled == n);
+      CHECK(bit_equal(got, want));
+      int levels = 0;
+      while ((1 << levels) < n) ++levels;
+      CHECK(scratch.size() == static_cast<size_t>(levels) * len);
+    }
+  }
+
   TEST_CASE("fp16 and bf16 wires round inputs and result") {
     Buffers b(4, 1000, 3);
     std::vector<float> out(1000);

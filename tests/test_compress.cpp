@@ -775,6 +775,42 @@ TEST_SUITE("compress") {
     CHECK(bad == 0);
   }
 
+  TEST_CASE("error feedback with resident workers [2, 4) of 5: the same rows, 2/5 of the bytes") {
+    // Issue #8: a rank holds its own block's errors only. Fed the same
+    // inputs, workers 2 and 3 of a resident-only buffer match the
+    // all-workers one bit for bit (ema, 8-bit storage, a reset on the way).
+    ErrorFeedbackOptions o;
+    o.kind = "ema";
+    o.storage_bits = 8;
+    o.storage_group = 16;
+    o.reset_every = 3;
+    const size_t len = 100;
+    ErrorFeedback all(o, 5, len), part(o, 5, len, WorkerRange{2, 4});
+    CHECK(part.local().begin == 2);
+    CHECK(part.local().end == 4);
+    CHECK(all.local().size() == 5);
+    CHECK(all.resident_bytes() == 5 * len * sizeof(float));
+    CHECK(part.resident_bytes() == 2 * len * sizeof(float));
+    const auto c = make(R"({"name": "nbit", "bits": 2})");
+    std::vector<float> h_all(len), h_part(len), ch(len);
+    for (int t = 1; t <= 5; ++t) {
+      all.begin_step(t);
+      part.begin_step(t);
+      for (int i = 2; i < 4; ++i) {
+        const std::vector<float> g = randn(len, 700 + 10 * t + i);
+        all.compensate(i, g, h_all);
+        part.compensate(i, g, h_part);
+        CHECK(h_all == h_part);
+        c->apply(h_all, ch, compress_stream(t, i));
+        all.update(i, h_all, ch);
+        part.update(i, h_part, ch);
+        CHECK(std::ranges::equal(all.error(i), part.error(i)));
+      }
+    }
+    CHECK(std::ranges::any_of(part.error(3), [](float v) { return v != 0.0f; }));
+    CHECK_THROWS_AS(ErrorFeedback(o, 5, len, WorkerRange{3, 6}), std::invalid_argument);
+  }
+
   TEST_CASE("error feedback \"none\": h = x and no error is kept") {
     ErrorFeedback ef(ErrorFeedbackOptions{}, 3, 10);
     const std::vector<float> x = randn(10, 1);

@@ -6,11 +6,17 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "sim/comm.hpp"
+#include "sim/rng.hpp"
 #include "sim/schema.hpp"
+#include "sim/transport.hpp"
 #include "tests/cli_fixtures.hpp"
 
 namespace fs = std::filesystem;
@@ -45,6 +51,30 @@ std::string without_wall_column(const std::string& csv) {
 }
 
 #ifdef BITLAB_MPIEXEC
+// What Optimizer::worker_state_bytes() is on rank 0 for the runs of the first
+// test below (8 workers, d = 212 floats, rows of stride 224 = d rounded up to
+// 16): b = 8/ranks resident workers' rows of each per-worker array, plus, for
+// the collectives the optimizer owns, their resident rows.
+int64_t optimizer_state_bytes_rank0(const std::string& label, int ranks) {
+  const int64_t b = 8 / ranks, d = 212, stride = 224;
+  // Hierarchical node size g in the label ("node_size g"), 0 when flat.
+  const size_t at = label.find("node_size ");
+  const int64_t g = at == std::string::npos ? 0 : std::stoll(label.substr(at + 10));
+  // CompressedAllgatherMean: C(x_i) of the b workers, and the node means of
+  // the nodes rank 0 leads (it owns worker 0, so node 0; b/g nodes when g < b).
+  const int64_t allgather_rows = b + (g > 0 ? std::max<int64_t>(1, b / g) : 0);
+  if (label.rfind("adam", 0) == 0) return 0;                       // shared state only
+  if (label.rfind("onebit", 0) == 0) return b * stride * 4;        // m_i
+  if (label.rfind("zero_one", 0) == 0) return 2 * b * stride * 4;  // m_i, u_i
+  if (label.rfind("binsgdm", 0) == 0) return (3 * b + allgather_rows) * stride * 4;  // m, b, z
+  // LoCo: h_i (stride), e_i (d floats: ErrorFeedback rows are unpadded), and
+  // the reduce-scatter's Q(h_i) of the padded length D = 1024 (d rounded up
+  // to n·group_size = 8·128), or the hierarchical allgather's rows.
+  REQUIRE(label.rfind("loco", 0) == 0);
+  const int64_t exchange = g == 0 ? b * 1024 : allgather_rows * stride;
+  return (b * stride + b * d + exchange) * 4;
+}
+
 // Loopback, oversubscribed (CI has 2 cores), as root where needed; ranks yield
 // instead of busy-polling and use one OpenMP thread each.
 std::string mpirun(int ranks) {
@@ -139,17 +169,10 @@ TEST_SUITE("mpi") {
         const int64_t copies = label.rfind("zero_one_adam", 0) == 0 ? 2 : 1;
         CHECK(summary.find("\"cluster_worker_buffer_bytes_rank0\": " +
                            std::to_string(copies * (8 / ranks) * 224 * 4)) != std::string::npos);
-        // The optimizer's per-worker rows: divided for 1-bit Adam / LAMB (m_i)
-        // 0/1 Adam (m_i and u_i) and LoCo (h_i); BinSGDM (m, b, z) still
-        // holds all 8 workers' rows; Adam has none.
-        const bool divided = label.rfind("binsgdm", 0) != 0;
-        const int64_t rows = label.rfind("adam", 0) == 0      ? 0
-                             : label.rfind("onebit", 0) == 0  ? 1
-                             : label.rfind("loco", 0) == 0    ? 1
-                             : label.rfind("binsgdm", 0) == 0 ? 3
-                                                              : 2;
+        // The optimizer's per-worker rows, all divided: rank 0 holds those of
+        // its b = 8/ranks workers only (global worker i at row i − first).
         CHECK(summary.find("\"optimizer_worker_state_bytes_rank0\": " +
-                           std::to_string(rows * (divided ? 8 / ranks : 8) * 224 * 4)) !=
+                           std::to_string(optimizer_state_bytes_rank0(label, ranks))) !=
               std::string::npos);
         // Each rank holds only its workers' training rows; rank 0 evaluates
         // the full training loss, so it holds all 512 (synthetic problems);
@@ -323,6 +346,115 @@ TEST_SUITE("mpi") {
       REQUIRE(logged.size() == c.payloads.size());
       for (size_t k = 0; k < logged.size(); ++k) CHECK(field(logged[k], 7) == c.payloads[k]);
     }
+  }
+
+  // 12 workers on 4 ranks (b = 3) with node_size 2: g is neither a multiple
+  // nor a divisor of b, so the hierarchical allgather falls back to every
+  // worker's image over the world communicator, and each rank forms every
+  // node's mean itself — from its own rows where the node lies on the rank
+  // (node 0 = workers 0, 1 on rank 0), else streamed from the received
+  // images (node 1 = workers 2, 3 straddles ranks 0 and 1) — holding no node
+  // rows: bit-identical to the simulator all the same.
+  TEST_CASE("hierarchical fallback (12 workers, 4 ranks, node_size 2): bit-identical") {
+    const std::vector<std::pair<std::string, int64_t> > cases = {
+        // m, b, z and C(z_i): 4 rows of the 3 workers.
+        {R"({"name": "binsgdm", "lr": 0.01, "node_size": 2})", 4 * 3 * 224 * 4},
+        // h_i (224), e_i (212) and C(h_i) (224) of the 3 workers.
+        {R"({"name": "loco", "lr": 0.01, "node_size": 2})", 3 * (224 + 212 + 224) * 4},
+    };
+    for (const auto& [optimizer, state_bytes] : cases) {
+      CAPTURE(optimizer);
+      TempDir dir;
+      std::string json = experiment(optimizer);
+      const std::string eight = "\"workers\": 8";
+      REQUIRE(json.find(eight) != std::string::npos);
+      json.replace(json.find(eight), eight.size(), "\"workers\": 12");
+      const std::string file = dir.file("e.json", json);
+      const fs::path sim = dir.path / "sim", mpi = dir.path / "mpi4";
+      const Result base = run_bitlab(dir, "run " + file + " --quiet --out " + sim.string());
+      REQUIRE_MESSAGE(base.status == 0, base.err);
+      const Result r = run_shell(dir, mpirun(4) + BITLAB_BINARY + " run " + file +
+                                          " --quiet --backend mpi --out " + mpi.string());
+      REQUIRE_MESSAGE(r.status == 0, r.err);
+      CHECK(without_wall_column(slurp(mpi / "metrics.csv")) ==
+            without_wall_column(slurp(sim / "metrics.csv")));
+      CHECK(slurp(mpi / "comm_log.csv") == slurp(sim / "comm_log.csv"));
+      CHECK(slurp(mpi / "summary.json")
+                .find("\"optimizer_worker_state_bytes_rank0\": " + std::to_string(state_bytes)) !=
+            std::string::npos);
+    }
+  }
+
+  // Run on every rank by the next test case (under mpirun, with
+  // BITLAB_MPI_RANK_TEST set); on its own it only says so.
+  TEST_CASE("mpi rank: Communicator::allgather and broadcast equal the simulator's") {
+    if (std::getenv("BITLAB_MPI_RANK_TEST") == nullptr) {
+      MESSAGE("nothing to do outside mpirun: the next test case runs this one on 4 ranks");
+      return;
+    }
+    const std::unique_ptr<bitlab::Transport> transport = bitlab::make_mpi_transport();
+    const int n = 8, ranks = transport->ranks();
+    const size_t len = 37;  // odd: no row ends on a word boundary in 16 bits
+    // Every worker's row, the same on every rank (seeded by worker), scaled so
+    // that fp16 has values to round, subnormals and overflows (|x| > 65504).
+    std::vector<float> all(len * n);
+    for (int i = 0; i < n; ++i) {
+      bitlab::fill_normal(bitlab::RngStream(11, bitlab::Purpose::kTest, i),
+                          std::span<float>(all.data() + i * len, len), 3e4f);
+      all[i * len] = 1e-7f * static_cast<float>(i + 1);
+    }
+    for (const bitlab::WireDtype wire :
+         {bitlab::WireDtype::kFp32, bitlab::WireDtype::kFp16, bitlab::WireDtype::kBf16}) {
+      CAPTURE(bitlab::wire_dtype_name(wire));
+      bitlab::Communicator sim(n), mpi(n, transport.get());
+      const bitlab::WorkerRange mine = mpi.local_workers();
+      const int b = mine.size();
+      const int64_t elem = bitlab::wire_dtype_bytes(wire);
+      // The simulator holds all rows; the rank its own block's.
+      std::vector<float> rows(all.begin() + mine.begin * len, all.begin() + mine.end * len);
+      const bitlab::WorkerBuffers every{all.data(), len, len, n};
+      const bitlab::WorkerBuffers own{rows.data(), len, len, n, mine.begin, b};
+      std::vector<float> want(len * n), got(len * n);
+      sim.allgather(every, want, wire);
+      int64_t before = transport->stats().bytes_sent;
+      mpi.allgather(own, got, wire);
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+      // Its b rows to each of the other ranks, elem bytes a value.
+      CHECK(transport->stats().bytes_sent - before == (ranks - 1) * b * int64_t{len} * elem);
+      // Broadcast of worker 5's row (rank 2's with 4 ranks).
+      std::vector<float> sim_rows = all;
+      sim.broadcast({sim_rows.data(), len, len, n}, 5, wire);
+      before = transport->stats().bytes_sent;
+      mpi.broadcast(own, 5, wire);
+      CHECK(std::memcmp(rows.data(), sim_rows.data() + mine.begin * len,
+                        rows.size() * sizeof(float)) == 0);
+      const int64_t sent = mpi.owner(5) == mpi.rank() ? (ranks - 1) * int64_t{len} * elem : 0;
+      CHECK(transport->stats().bytes_sent - before == sent);
+      // The logs (what the network model prices) are the same.
+      REQUIRE(mpi.log().size() == 2);
+      for (size_t k = 0; k < 2; ++k) {
+        CHECK(std::string(mpi.log().records()[k].dtype) == sim.log().records()[k].dtype);
+        CHECK(mpi.log().records()[k].payload_bytes == sim.log().records()[k].payload_bytes);
+      }
+    }
+    MESSAGE("rank " << transport->rank() << " of " << ranks << ": allgather and broadcast checked");
+  }
+
+  TEST_CASE(
+      "Communicator::allgather / broadcast across 4 ranks: wire dtype on MPI, simulator's values") {
+    TempDir dir;
+    const std::string self = fs::read_symlink("/proc/self/exe").string();
+    const Result r =
+        run_shell(dir, mpirun(4) + "env BITLAB_MPI_RANK_TEST=1 " + self +
+                           " --test-case='mpi rank: Communicator::allgather*' --no-intro=true");
+    CHECK_MESSAGE(r.status == 0, std::string(r.out + r.err));
+    // Every rank ran the case to its end.
+    size_t ran = 0;
+    for (size_t at = r.out.find(": allgather and broadcast checked"); at != std::string::npos;
+         at = r.out.find(": allgather and broadcast checked", at + 1)) {
+      ++ran;
+    }
+    CHECK_MESSAGE(ran == 4, std::string(r.out + r.err));
   }
 
   TEST_CASE("workers not divisible by the ranks: exit 2, one message, no results") {
