@@ -165,9 +165,8 @@ struct Wire16 {
 
 // sum of rows [lo, hi) into out, split as tree_sum splits (lo + n/2); the
 // right half's partial sum goes to scratch[0], deeper levels further on.
-void streamed_sum(int lo, int hi, size_t len,
-                  const std::function<void(int, std::span<float>)>& fill, float* out,
-                  float* scratch) {
+void streamed_sum(int lo, int hi, size_t len, FunctionRef<void(int, std::span<float>)> fill,
+                  float* out, float* scratch) {
   if (hi - lo == 1) {
     fill(lo, {out, len});
     return;
@@ -182,7 +181,7 @@ void streamed_sum(int lo, int hi, size_t len,
 
 }  // namespace
 
-void streamed_mean(int n, size_t len, const std::function<void(int, std::span<float>)>& fill,
+void streamed_mean(int n, size_t len, FunctionRef<void(int, std::span<float>)> fill,
                    std::span<float> out, std::vector<float>& scratch) {
   int levels = 0;
   while ((1 << levels) < n) ++levels;
@@ -208,10 +207,12 @@ Communicator::Communicator(int workers, Transport* transport)
   block_ = workers_ / ranks_;
 }
 
-std::vector<int64_t> Communicator::server_bounds(int64_t unit_bytes) const {
-  std::vector<int64_t> b(ranks_ + 1);
-  for (int q = 0; q <= ranks_; ++q) b[q] = static_cast<int64_t>(q) * block_ * unit_bytes;
-  return b;
+std::span<const int64_t> Communicator::server_bounds(int64_t unit_bytes) {
+  server_bounds_.resize(static_cast<size_t>(ranks_) + 1);
+  for (int q = 0; q <= ranks_; ++q) {
+    server_bounds_[q] = static_cast<int64_t>(q) * block_ * unit_bytes;
+  }
+  return server_bounds_;
 }
 
 Communicator::ColumnBlock Communicator::alltoall_columns(void* base, size_t row_stride_bytes,
@@ -290,7 +291,7 @@ void Communicator::exact_mean(const WorkerBuffers& in, std::span<float> out, Wir
   // every input to the wire type first, and the mean is rounded to it, so
   // 16-bit values lose nothing the simulator keeps.
   const int64_t elem = wire_dtype_bytes(wire);
-  std::vector<int64_t> bounds(ranks_ + 1);
+  const std::span<int64_t> bounds = staging<int64_t>(Staging::kBounds, ranks_ + 1);
   for (int q = 0; q <= ranks_; ++q) {
     bounds[q] = static_cast<int64_t>(in.len * static_cast<size_t>(q) / ranks_) * elem;
   }
@@ -310,7 +311,8 @@ void Communicator::exact_mean(const WorkerBuffers& in, std::span<float> out, Wir
   // My workers' rows as 16-bit values; after the alltoall every worker's copy
   // of my element range is widened (exactly) into floats for the tree.
   const WorkerRange mine = local_workers();
-  std::vector<uint16_t> rows(in.len * static_cast<size_t>(mine.size()));
+  const std::span<uint16_t> rows =
+      staging<uint16_t>(Staging::kRows, in.len * static_cast<size_t>(mine.size()));
   for (int i = mine.begin; i < mine.end; ++i) {
     const std::span<float> x = in[i];
     uint16_t* row = rows.data() + static_cast<size_t>(i - mine.begin) * in.len;
@@ -318,13 +320,13 @@ void Communicator::exact_mean(const WorkerBuffers& in, std::span<float> out, Wir
   }
   const ColumnBlock got =
       alltoall_columns(rows.data(), in.len * sizeof(uint16_t), mine.begin, bounds);
-  std::vector<float> wide(len * static_cast<size_t>(workers_));
+  const std::span<float> wide = staging<float>(Staging::kWide, len * static_cast<size_t>(workers_));
   for (int i = 0; i < workers_; ++i) {
     const auto* src = reinterpret_cast<const uint16_t*>(got.data + i * got.row_stride);
     for (size_t k = 0; k < len; ++k) wide[static_cast<size_t>(i) * len + k] = w.from_bits(src[k]);
   }
   if (len > 0) mean_over_workers({wide.data(), len, len, workers_}, out.subspan(lo, len), wire);
-  std::vector<uint16_t> result(in.len);
+  const std::span<uint16_t> result = staging<uint16_t>(Staging::kResult, in.len);
   for (size_t k = lo; k < lo + len; ++k) result[k] = w.to_bits(out[k]);
   gather_columns(result.data(), bounds);
   for (size_t k = 0; k < in.len; ++k) {
@@ -364,7 +366,8 @@ void Communicator::allgather(const WorkerBuffers& in, std::span<float> out, Wire
     // Across ranks in a 16-bit wire dtype the rows travel as their 16-bit
     // values (2 bytes each, as logged), widened exactly on arrival.
     const Wire16 w(wire);
-    std::vector<uint16_t> bits(len * static_cast<size_t>(in.count));
+    const std::span<uint16_t> bits =
+        staging<uint16_t>(Staging::kRows, len * static_cast<size_t>(in.count));
     for (int i = first; i < last; ++i) {
       const std::span<float> x = in[i];
       uint16_t* row = bits.data() + static_cast<size_t>(i) * len;
@@ -389,14 +392,14 @@ void Communicator::allgather(const WorkerBuffers& in, std::span<float> out, Wire
 void Communicator::broadcast(const WorkerBuffers& bufs, int root, WireDtype wire) {
   // The root's buffer, received by the ranks that do not hold it, lands in
   // every resident buffer.
-  std::vector<float> src(bufs.len);
+  const std::span<float> src = staging<float>(Staging::kWide, bufs.len);
   const bool held = owner(root) == rank_;
   if (held) std::copy(bufs[root].begin(), bufs[root].end(), src.begin());
   if (distributed() && wire != WireDtype::kFp32) {
     // 16-bit values on the MPI wire (2 bytes each, as logged), widened
     // exactly: round_to_wire's values.
     const Wire16 w(wire);
-    std::vector<uint16_t> bits(bufs.len);
+    const std::span<uint16_t> bits = staging<uint16_t>(Staging::kRows, bufs.len);
     if (held) {
       for (size_t k = 0; k < bits.size(); ++k) bits[k] = w.to_bits(src[k]);
     }

@@ -5,11 +5,15 @@
 // never knowing which optimizer produced it.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "sim/float16.hpp"
@@ -98,7 +102,30 @@ double tree_mean(std::span<const double> values);
 // same fixed pairwise tree, evaluated depth first, so only ceil(log2 n)
 // len-sized partial sums live at once (in `scratch`, grown to that once and
 // reused): bit-identical to mean_over_workers over the same rows.
-void streamed_mean(int n, size_t len, const std::function<void(int, std::span<float>)>& fill,
+// A non-owning reference to a callable (what std::function would be without
+// its heap allocation for large captures: the steps stay allocation-free).
+// The callable must outlive the reference; a temporary lambda passed as an
+// argument does.
+template <class Signature>
+class FunctionRef;
+template <class R, class... Args>
+class FunctionRef<R(Args...)> {
+ public:
+  template <class F>
+  requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef>)
+      FunctionRef(F&& f)  // NOLINT(google-explicit-constructor): used like std::function
+      : object_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* o, Args... args) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<Args>(args)...);
+        }) {}
+  R operator()(Args... args) const { return call_(object_, std::forward<Args>(args)...); }
+
+ private:
+  void* object_;
+  R (*call_)(void*, Args...);
+};
+
+void streamed_mean(int n, size_t len, FunctionRef<void(int, std::span<float>)> fill,
                    std::span<float> out, std::vector<float>& scratch);
 
 // The workers [begin, end) that one rank owns and computes.
@@ -159,8 +186,8 @@ class Communicator {
   // blocks of a per-worker row; `bounds` has ranks()+1 entries.
   //
   // Column blocks owned by server (= worker) index: rank q owns
-  // [begin_q·unit_bytes, end_q·unit_bytes).
-  std::vector<int64_t> server_bounds(int64_t unit_bytes) const;
+  // [begin_q·unit_bytes, end_q·unit_bytes). Valid until the next call.
+  std::span<const int64_t> server_bounds(int64_t unit_bytes);
   // Rows = workers, row i (global) at base + (i − first_row)·row_stride_bytes,
   // held and written by its owner only. An alltoall: returns this rank's
   // column block [bounds[rank], bounds[rank+1]) of every worker's row, row i
@@ -192,6 +219,20 @@ class Communicator {
   };
   const NodeTransports& node_transports(int node_size);
 
+  // Reusable staging for the exchanges across ranks (issue #8): each call
+  // site names its slot; a slot grows to the largest size asked and is then
+  // reused, so step() does not allocate once sizes are steady. Contents are
+  // left over from earlier use; a span is valid until its slot's next use.
+  enum class Staging { kBounds, kCounts, kDispls, kSend, kRecv, kRows, kWide, kResult, kCount };
+  template <class T>
+  std::span<T> staging(Staging slot, size_t n) {
+    static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= alignof(std::max_align_t));
+    std::vector<std::max_align_t>& buf = staging_[static_cast<size_t>(slot)];
+    const size_t words = (n * sizeof(T) + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t);
+    if (buf.size() < words) buf.resize(words);
+    return {reinterpret_cast<T*>(buf.data()), n};
+  }
+
   // For collectives built on top (compressed ones): records a collective
   // whose data movement the caller performs itself.
   void record(CommRecord r) {
@@ -208,6 +249,8 @@ class Communicator {
   CommLog log_;
   std::vector<int64_t> counts_, displs_, rcounts_, rdispls_;  // exchange scratch
   std::vector<uint8_t> send_, recv_;
+  std::vector<int64_t> server_bounds_;
+  std::array<std::vector<std::max_align_t>, static_cast<size_t>(Staging::kCount)> staging_;
   std::vector<NodeTransports> node_transports_;
 };
 

@@ -24,12 +24,16 @@ void alltoall_messages(Communicator& comm, int64_t unit, Encode&& encode, Decode
   const int ranks = comm.ranks(), me = comm.rank();
   const WorkerRange mine = comm.local_workers();
   const int64_t b = mine.size(), block = b * b * unit;
-  std::vector<int64_t> counts(ranks), displs(ranks);
+  using Staging = Communicator::Staging;
+  const std::span<int64_t> counts = comm.staging<int64_t>(Staging::kCounts, ranks);
+  const std::span<int64_t> displs = comm.staging<int64_t>(Staging::kDispls, ranks);
   for (int q = 0; q < ranks; ++q) {
     counts[q] = q == me ? 0 : block;
     displs[q] = q * block;
   }
-  std::vector<uint8_t> send(static_cast<size_t>(block * ranks)), recv(send.size());
+  const std::span<uint8_t> send =
+      comm.staging<uint8_t>(Staging::kSend, static_cast<size_t>(block * ranks));
+  const std::span<uint8_t> recv = comm.staging<uint8_t>(Staging::kRecv, send.size());
   for (int q = 0; q < ranks; ++q) {
     if (q == me) continue;
     uint8_t* dst = send.data() + displs[q];
@@ -56,9 +60,15 @@ void allgather_messages(Communicator& comm, int64_t unit, std::vector<uint8_t>& 
   const int ranks = comm.ranks();
   const WorkerRange mine = comm.local_workers();
   const int64_t block = mine.size() * unit;
-  std::vector<int64_t> counts(ranks, block), displs(ranks);
-  for (int q = 0; q < ranks; ++q) displs[q] = q * block;
-  buf.resize(static_cast<size_t>(block * ranks));
+  const std::span<int64_t> counts = comm.staging<int64_t>(Communicator::Staging::kCounts, ranks);
+  const std::span<int64_t> displs = comm.staging<int64_t>(Communicator::Staging::kDispls, ranks);
+  for (int q = 0; q < ranks; ++q) {
+    counts[q] = block;
+    displs[q] = q * block;
+  }
+  // Grown once, then reused.
+  if (buf.size() < static_cast<size_t>(block * ranks))
+    buf.resize(static_cast<size_t>(block * ranks));
   for (int u = mine.begin; u < mine.end; ++u) encode(u, buf.data() + u * unit);
   comm.transport().allgatherv(buf.data(), counts, displs);
   for (int u = 0; u < comm.workers(); ++u) {
@@ -186,8 +196,14 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
     const int k = mine.begin / g_;
     const int64_t block = b * wire;
     const int members = g_ / b;
-    std::vector<int64_t> counts(members, block), displs(members);
-    for (int j = 0; j < members; ++j) displs[j] = j * block;
+    const std::span<int64_t> counts =
+        comm.staging<int64_t>(Communicator::Staging::kCounts, members);
+    const std::span<int64_t> displs =
+        comm.staging<int64_t>(Communicator::Staging::kDispls, members);
+    for (int j = 0; j < members; ++j) {
+      counts[j] = block;
+      displs[j] = j * block;
+    }
     images_.resize(static_cast<size_t>(g_ * wire));
     for (int i = mine.begin; i < mine.end; ++i) {
       encode_worker(i, images_.data() + (i - k * g_) * wire);
@@ -234,8 +250,14 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
     Transport* leaders = g_ >= b ? nt->leaders.get() : &comm.transport();
     if (leaders != nullptr) {
       const int64_t block = std::max(1, b / g_) * wire;
-      std::vector<int64_t> counts(leaders->ranks(), block), displs(leaders->ranks());
-      for (int j = 0; j < leaders->ranks(); ++j) displs[j] = j * block;
+      const std::span<int64_t> counts =
+          comm.staging<int64_t>(Communicator::Staging::kCounts, leaders->ranks());
+      const std::span<int64_t> displs =
+          comm.staging<int64_t>(Communicator::Staging::kDispls, leaders->ranks());
+      for (int j = 0; j < leaders->ranks(); ++j) {
+        counts[j] = block;
+        displs[j] = j * block;
+      }
       leaders->allgatherv(node_images_.data(), counts, displs);
     }
     // Stage 3 across ranks (g > b): the node's leader broadcasts the gathered
@@ -317,7 +339,11 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
   }
   const WorkerBuffers q = quantized();
   const size_t image_bytes = static_cast<size_t>(quantize_wire_bytes(D, spec_));
-  std::vector<uint8_t> images(comm.distributed() ? image_bytes * mine.size() : 0);
+  // Across ranks: the workers' packed images (member: grown once, reused).
+  std::vector<uint8_t>& images = images_;
+  if (comm.distributed() && images.size() < image_bytes * mine.size()) {
+    images.resize(image_bytes * mine.size());
+  }
 #pragma omp parallel for schedule(dynamic, 1)
   for (int i = mine.begin; i < mine.end; ++i) {
     thread_local std::vector<float> padded;
@@ -407,9 +433,8 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
   // Across ranks: server r's averaged chunk in the gather precision — its
   // re-quantized codes and scales, fp16 bits or fp32 — decoded by the others.
   if (comm.distributed()) {
-    std::vector<uint8_t> gathered;
     allgather_messages(
-        comm, wire2, gathered,
+        comm, wire2, gathered_,
         [&](int r, uint8_t* dst) {
           const float* c = mean_.data() + static_cast<size_t>(r) * chunk;
           if (gather_ == "quantized") {

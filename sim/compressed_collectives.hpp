@@ -119,9 +119,11 @@ class QuantizedReduceScatter {
   WorkerRange local_;  // resident workers (= the servers of their chunks)
   QuantizeSpec spec_;
   std::string gather_;
-  std::vector<float> quantized_;  // local workers × stride: Q(x_i) of the padded input
-  std::vector<float> columns_;    // MPI only: n × (local chunks), every worker's Q of them
-  std::vector<float> mean_;       // D
+  std::vector<float> quantized_;   // local workers × stride: Q(x_i) of the padded input
+  std::vector<float> columns_;     // MPI only: n × (local chunks), every worker's Q of them
+  std::vector<float> mean_;        // D
+  std::vector<uint8_t> images_;    // MPI: the resident workers' packed images
+  std::vector<uint8_t> gathered_;  // MPI: the servers' gathered chunks
 };
 
 }  // namespace bitlab

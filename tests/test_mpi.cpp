@@ -17,6 +17,7 @@
 #include "sim/rng.hpp"
 #include "sim/schema.hpp"
 #include "sim/transport.hpp"
+#include "tests/alloc_counter.hpp"
 #include "tests/cli_fixtures.hpp"
 
 namespace fs = std::filesystem;
@@ -98,6 +99,21 @@ fs::path run_mpi(const TempDir& dir, const std::string& file, int ranks, Result&
                          " --quiet --backend mpi --out " + out.string());
   REQUIRE_MESSAGE(r.status == 0, r.err);
   return out;
+}
+// Runs the "mpi rank: …" test case `pattern` of this binary on `ranks` MPI
+// ranks (BITLAB_MPI_RANK_TEST set); each rank prints `marker` when it reaches
+// the case's end.
+void run_rank_case(int ranks, const std::string& pattern, const std::string& marker) {
+  TempDir dir;
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  const Result r = run_shell(dir, mpirun(ranks) + "env BITLAB_MPI_RANK_TEST=1 " + self +
+                                      " --test-case='" + pattern + "' --no-intro=true");
+  CHECK_MESSAGE(r.status == 0, std::string(r.out + r.err));
+  size_t ran = 0;
+  for (size_t at = r.out.find(marker); at != std::string::npos; at = r.out.find(marker, at + 1)) {
+    ++ran;
+  }
+  CHECK_MESSAGE(ran == static_cast<size_t>(ranks), std::string(r.out + r.err));
 }
 #endif
 
@@ -442,19 +458,30 @@ TEST_SUITE("mpi") {
 
   TEST_CASE(
       "Communicator::allgather / broadcast across 4 ranks: wire dtype on MPI, simulator's values") {
-    TempDir dir;
-    const std::string self = fs::read_symlink("/proc/self/exe").string();
-    const Result r =
-        run_shell(dir, mpirun(4) + "env BITLAB_MPI_RANK_TEST=1 " + self +
-                           " --test-case='mpi rank: Communicator::allgather*' --no-intro=true");
-    CHECK_MESSAGE(r.status == 0, std::string(r.out + r.err));
-    // Every rank ran the case to its end.
-    size_t ran = 0;
-    for (size_t at = r.out.find(": allgather and broadcast checked"); at != std::string::npos;
-         at = r.out.find(": allgather and broadcast checked", at + 1)) {
-      ++ran;
+    run_rank_case(4, "mpi rank: Communicator::allgather*", ": allgather and broadcast checked");
+  }
+
+  // Run on every rank by the next test case (under mpirun, with
+  // BITLAB_MPI_RANK_TEST set); on its own it only says so.
+  TEST_CASE("mpi rank: after a warm-up, steps allocate nothing") {
+    if (std::getenv("BITLAB_MPI_RANK_TEST") == nullptr) {
+      MESSAGE("nothing to do outside mpirun: the next test case runs this one on 2 and 4 ranks");
+      return;
     }
-    CHECK_MESSAGE(ran == 4, std::string(r.out + r.err));
+    const std::unique_ptr<bitlab::Transport> transport = bitlab::make_mpi_transport();
+    for (const char* const* o = steady_step_optimizers(); *o != nullptr; ++o) {
+      const std::string optimizer = *o;
+      CAPTURE(optimizer);
+      CHECK(steady_step_allocations(*o, transport.get()) == 0);
+    }
+    MESSAGE("rank " << transport->rank() << ": steady steps checked");
+  }
+
+  TEST_CASE("under MPI, steps allocate nothing once sizes are steady (2 and 4 ranks)") {
+    for (const int ranks : {2, 4}) {
+      CAPTURE(ranks);
+      run_rank_case(ranks, "mpi rank: after a warm-up*", ": steady steps checked");
+    }
   }
 
   TEST_CASE("workers not divisible by the ranks: exit 2, one message, no results") {

@@ -1,0 +1,73 @@
+// The principle that step() does not allocate once sizes are steady (README,
+// architecture): after a warm-up, whole Simulation steps — gradients, the
+// optimizer, every collective — make no heap allocation, for every optimizer
+// and phase. Counted with the test binary's replaced operator new
+// (tests/alloc_counter.*); the MPI backend's steps are checked by the `mpi`
+// suite with the same function under mpirun.
+#include <doctest/doctest.h>
+
+#include "sim/config.hpp"
+#include "sim/run.hpp"
+#include "tests/alloc_counter.hpp"
+
+namespace bitlab::testing {
+
+const char* const* steady_step_optimizers() {
+  static const char* const kOptimizers[] = {
+      R"({"name": "sgd", "lr": 0.01})",
+      R"({"name": "momentum_sgd", "lr": 0.01})",
+      R"({"name": "adam", "lr": 0.01})",
+      R"({"name": "adam", "lr": 0.01, "wire": "fp16"})",
+      R"({"name": "lamb", "lr": 0.01})",
+      R"({"name": "onebit_adam", "lr": 0.01, "freeze_step": 10})",
+      R"({"name": "apmsqueeze", "lr": 0.01, "freeze_step": 10})",
+      R"({"name": "onebit_lamb", "lr": 0.01, "freeze_step": 10})",
+      R"({"name": "zero_one_adam", "lr": 0.01, "var_freeze_step": 8, "var_update_scaler": 2,
+          "local_step_scaler": 2, "local_step_clipper": 4})",
+      R"({"name": "loco", "lr": 0.01})",
+      R"({"name": "loco", "lr": 0.01, "rounding": "stochastic", "gather": "quantized"})",
+      R"({"name": "loco", "lr": 0.01, "node_size": 4})",
+      R"({"name": "binsgdm", "lr": 0.01})",
+      R"({"name": "binsgdm", "lr": 0.01, "node_size": 4})",
+      nullptr};
+  return kOptimizers;
+}
+
+int64_t steady_step_allocations(const std::string& optimizer, Transport* transport) {
+  // No eval step and no grad-norm step among the counted ones (evaluation
+  // allocates its result row); the network model prices every step.
+  const Json raw = Json::parse(R"({"name": "alloc", "seed": 3, "steps": 1000, "eval_every": 0,
+      "grad_norm_every": 0,
+      "problem": {"name": "mlp", "input_dim": 8, "hidden": 16, "classes": 4, "samples": 512},
+      "cluster": {"workers": 8, "batch_size": 8, "sharding": "iid"},
+      "network": {"preset": "ethernet_40g_v100x4"},
+      "optimizer": )" + optimizer +
+                               "}");
+  Simulation sim(resolve_experiment(raw, "alloc"), transport);
+  sim.comm().log().reserve(100000);
+  for (int t = 0; t < 40; ++t) sim.step();
+  const CountAllocations counter;
+  for (int t = 0; t < 40; ++t) sim.step();
+  return counter.count();
+}
+
+}  // namespace bitlab::testing
+
+using bitlab::testing::CountAllocations;
+
+TEST_SUITE("alloc") {
+  TEST_CASE("the counter counts (so a zero below means something)") {
+    const CountAllocations counter;
+    auto* v = new std::vector<float>(100);
+    delete v;
+    CHECK(counter.count() == 2);  // the vector object and its buffer
+  }
+
+  TEST_CASE("after a warm-up, Simulation steps allocate nothing, for every optimizer") {
+    for (const char* const* o = bitlab::testing::steady_step_optimizers(); *o != nullptr; ++o) {
+      const std::string optimizer = *o;
+      CAPTURE(optimizer);
+      CHECK(bitlab::testing::steady_step_allocations(*o) == 0);
+    }
+  }
+}
