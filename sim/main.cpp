@@ -15,6 +15,7 @@
 #include "sim/compressor.hpp"
 #include "sim/config.hpp"
 #include "sim/error_feedback.hpp"
+#include "sim/launcher.hpp"
 #include "sim/network.hpp"
 #include "sim/run.hpp"
 #include "sim/transport.hpp"
@@ -183,12 +184,23 @@ int main(int argc, char** argv) {
 
   // Made before anything can fail, so that every rank fails alike and only
   // rank 0 reports (a config error is the same on every rank).
+  // Started by mpirun without the MPI backend, every process gets the same
+  // error: only the launcher's rank 0 prints it.
   std::unique_ptr<Transport> transport;
-  const auto reports = [&transport] { return !transport || transport->rank() == 0; };
+  const auto launcher = mpi_launcher_rank();
+  const auto reports = [&transport, &launcher] {
+    return transport ? transport->rank() == 0 : !launcher || launcher->rank == 0;
+  };
   try {
     if (*run && backend == "mpi") {
       transport = make_mpi_transport();
       run_opts.transport = transport.get();
+    } else if (*run && launcher) {
+      throw ConfigError("--backend sim under an MPI launcher (" + std::to_string(launcher->size) +
+                        " processes, " + launcher->source +
+                        "): every process would run the whole simulation and write the same "
+                        "results; add --backend mpi to split the workers over the ranks, or "
+                        "run without mpirun");
     }
     if (*list) return cmd_list(list_json);
     for (const auto& sub : extra) {

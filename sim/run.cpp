@@ -141,6 +141,20 @@ const StepMetrics& Simulation::step() {
 // ---------------------------------------------------------------------------
 // Results files
 
+void write_text_atomic(const std::string& path, const std::string& text) {
+  // Written to a temporary name and renamed: a reader never sees half a file.
+  // The name carries the process id, so processes writing the same file at
+  // once (sweep shards starting together in a shared folder) do not collide.
+  const fs::path p(path);
+  const fs::path tmp = p.string() + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp);
+    out << text;
+    if (!out) throw std::runtime_error("cannot write " + tmp.string());
+  }
+  fs::rename(tmp, p);
+}
+
 namespace {
 
 // Shortest text that reads back to the same double; "" for NaN (not measured).
@@ -159,14 +173,7 @@ std::string utc_now() {
 }
 
 void write_json(const fs::path& p, const Json& j) {
-  // Written to a temporary name and renamed: a reader never sees half a file.
-  const fs::path tmp = p.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump(2) << "\n";
-    if (!out) throw std::runtime_error("cannot write " + tmp.string());
-  }
-  fs::rename(tmp, p);
+  write_text_atomic(p.string(), j.dump(2) + "\n");
 }
 
 Json finite_or_null(double v) {

@@ -108,4 +108,8 @@ int run_experiment(const Experiment& experiment, const RunCliOptions& options);
 // a folder that already holds a run.
 std::string make_run_dir(const Experiment& experiment, const RunCliOptions& options);
 
+// Writes `text` to `path` through a temporary file and a rename, so a reader
+// never sees half a file.
+void write_text_atomic(const std::string& path, const std::string& text);
+
 }  // namespace bitlab

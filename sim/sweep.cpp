@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "sim/config.hpp"
+#include "sim/launcher.hpp"
 #include "sim/run.hpp"
 
 namespace bitlab {
@@ -84,16 +85,6 @@ std::string summary_cell(const Json& j) {
   if (j.is_null()) return "";
   if (j.is_string()) return j.get<std::string>();
   return j.dump();
-}
-
-void write_text_atomic(const fs::path& p, const std::string& text) {
-  const fs::path tmp = p.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text;
-    if (!out) throw std::runtime_error("cannot write " + tmp.string());
-  }
-  fs::rename(tmp, p);
 }
 
 int machine_cores() {
@@ -201,6 +192,17 @@ void SweepRunner::launch(size_t i, int threads) {
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   const std::string err_path = (run_dir / "stderr.txt").string();
+  // The child is a plain process, not a rank: it does not inherit the MPI
+  // launcher's variables (under `mpirun … bitlab sweep --shard auto`, `bitlab
+  // run` would otherwise take itself for an MPI rank).
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    if (!is_launcher_variable(entry.substr(0, entry.find('=')))) env.push_back(entry);
+  }
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
 
   std::fflush(stdout);
   std::fflush(stderr);
@@ -213,7 +215,7 @@ void SweepRunner::launch(size_t i, int threads) {
     if (null_fd >= 0) dup2(null_fd, STDOUT_FILENO);
     if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
     signal(SIGINT, SIG_DFL);
-    execv(args[0].c_str(), argv.data());
+    execve(args[0].c_str(), argv.data(), envp.data());
     static const char kMsg[] = "bitlab sweep: exec of the bitlab binary failed\n";
     (void)!write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
     _exit(1);

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "sim/commands.hpp"
+#include "sim/launcher.hpp"
 #include "sim/sweep.hpp"
 
 namespace bitlab {
@@ -49,15 +50,35 @@ Subcommand add_sweep_command(CLI::App& app) {
       "--shard", f->shard,
       "i/k (0-based, 0 <= i < k): run only the runs whose 1-based index r has (r-1) % k == i, "
       "in the shared sweep folder, writing sweep.shard-i-of-k.csv (one per array task or "
-      "machine); then --merge");
+      "machine); then --merge. \"auto\": i/k from the launcher (mpirun's rank/size, or a "
+      "Slurm array task's index/count)");
   cmd->add_flag("--merge", f->options.merge,
                 "run nothing: gather the shards' csvs (and the runs' summaries) of the sweep "
                 "folder into the sweep.csv an unsharded sweep writes; exit 2 naming a missing "
                 "shard or run")
       ->excludes(shard);
   return {cmd, [f]() {
-            if (!f->shard.empty()) {
+            const auto launcher = mpi_launcher_rank();
+            if (f->shard == "auto") {
+              const auto from = shard_launcher_rank();
+              if (!from) {
+                throw ConfigError(
+                    "--shard auto: no launcher rank in the environment (looked for "
+                    "OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE and SLURM_ARRAY_TASK_ID/"
+                    "SLURM_ARRAY_TASK_COUNT with more than one process); give --shard i/k");
+              }
+              f->options.shard = from->rank;
+              f->options.shards = from->size;
+            } else if (!f->shard.empty()) {
               std::tie(f->options.shard, f->options.shards) = parse_shard(f->shard);
+            } else if (launcher) {
+              // Every rank would run the whole sweep (or merge) into one folder.
+              throw ConfigError(
+                  "bitlab sweep under an MPI launcher (" + std::to_string(launcher->size) +
+                  " processes, " + launcher->source +
+                  ") without --shard: every process would run the whole sweep in the same "
+                  "folder; pass --shard auto (each process runs its share), and merge once "
+                  "afterwards, without mpirun: bitlab sweep FILE --out DIR --merge");
             }
             const SweepSpec spec = load_sweep(f->file);
             return run_sweep(spec, f->options);

@@ -484,6 +484,57 @@ TEST_SUITE("mpi") {
     }
   }
 
+  // A user who forgets --backend mpi would have every rank run the whole
+  // simulation into one folder: refused, said once.
+  TEST_CASE("mpirun without --backend mpi: exit 2, one message, no results") {
+    TempDir dir;
+    const std::string file = dir.file("e.json", experiment(R"({"name": "adam"})"));
+    const fs::path out = dir.path / "run";
+    const Result r = run_shell(
+        dir, mpirun(2) + BITLAB_BINARY + " run " + file + " --quiet --out " + out.string());
+    CHECK(r.status == 2);
+    const std::string msg = "--backend sim under an MPI launcher (2 processes";
+    CHECK(r.err.find(msg) != std::string::npos);
+    CHECK(r.err.find(msg) == r.err.rfind(msg));
+    CHECK_FALSE(fs::exists(out));
+  }
+
+  // A sweep spread by mpirun: each rank runs its share (--shard auto) in the
+  // shared folder — starting together, so the folder's files are written
+  // concurrently — and one --merge gives the unsharded sweep.csv. Without
+  // --shard, mpirun is refused.
+  TEST_CASE("mpirun -np 2 bitlab sweep --shard auto, then --merge: the unsharded sweep.csv") {
+    TempDir dir;
+    dir.file("base.json", experiment(R"({"name": "adam", "lr": 0.01})"));
+    const std::string file = dir.file(
+        "s.json",
+        R"({"base": "base.json", "grid": {"optimizer.lr": [0.01, 0.02]}, "seeds": [1, 2]})");
+    const std::string whole = (dir.path / "whole").string(), out = (dir.path / "sharded").string();
+    REQUIRE(run_bitlab(dir, "sweep " + file + " --out " + whole + " --quiet --jobs 1").status == 0);
+    const std::string sweep = std::string(BITLAB_BINARY) + " sweep " + file + " --out " + out;
+    const Result refused = run_shell(dir, mpirun(2) + sweep + " --quiet");
+    CHECK(refused.status == 2);
+    CHECK(refused.err.find("without --shard") != std::string::npos);
+    CHECK_FALSE(fs::exists(out));
+    const Result r = run_shell(dir, mpirun(2) + sweep + " --quiet --jobs 1 --shard auto");
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    CHECK(fs::exists(fs::path(out) / "sweep.shard-0-of-2.csv"));
+    CHECK(fs::exists(fs::path(out) / "sweep.shard-1-of-2.csv"));
+    const Result merged = run_bitlab(dir, "sweep " + file + " --out " + out + " --merge");
+    REQUIRE_MESSAGE(merged.status == 0, merged.err);
+    // sweep.csv without its wall_s column (the only non-deterministic one).
+    const auto strip = [](const std::string& csv) {
+      std::string o;
+      std::istringstream in(csv);
+      for (std::string line; std::getline(in, line);) {
+        const size_t wall = line.rfind(',', line.rfind(',') - 1);  // …,wall_s,dir
+        o += line.substr(0, wall) + line.substr(line.rfind(',')) + "\n";
+      }
+      return o;
+    };
+    CHECK(strip(slurp(fs::path(out) / "sweep.csv")) == strip(slurp(fs::path(whole) / "sweep.csv")));
+  }
+
   TEST_CASE("workers not divisible by the ranks: exit 2, one message, no results") {
     TempDir dir;
     const std::string file = dir.file("e.json", experiment(R"({"name": "adam"})"));

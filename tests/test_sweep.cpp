@@ -353,6 +353,26 @@ TEST_SUITE("sweep") {
           csv_without(slurp(whole / "sweep.csv"), {"wall_s"}));
   }
 
+  // Under a Slurm array job (or mpirun: the mpi suite) the shard comes from
+  // the launcher; ids count from the array's minimum.
+  TEST_CASE("--shard auto takes a Slurm array task's index and count; none: exit 2") {
+    TempDir d;
+    d.file("base.json", kBase);
+    const auto file = d.file("s.json", R"({"base": "base.json", "seeds": [1, 2, 3]})");
+    const auto out = d.path / "o";
+    const std::string args = "sweep " + file + " --out " + out.string() + " --quiet --shard auto";
+    const Result none = run_bitlab(d, args);
+    CHECK(none.status == 2);
+    CHECK(none.err.find("--shard auto: no launcher rank in the environment") != std::string::npos);
+    CHECK_FALSE(fs::exists(out));
+    const Result r = run_bitlab(
+        d, args, "SLURM_ARRAY_TASK_ID=7 SLURM_ARRAY_TASK_MIN=6 SLURM_ARRAY_TASK_COUNT=2");
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    CHECK(fs::exists(out / "sweep.shard-1-of-2.csv"));  // task 7 of 6..7: shard 1 of 2
+    CHECK(fs::exists(out / "run-002_seed=2" / "summary.json"));
+    CHECK_FALSE(fs::exists(out / "run-001_seed=1"));
+  }
+
   TEST_CASE("a bad --shard exits 2 naming the flag and the rule") {
     TempDir d;
     d.file("base.json", kBase);
