@@ -100,6 +100,16 @@ fs::path run_mpi(const TempDir& dir, const std::string& file, int ranks, Result&
   REQUIRE_MESSAGE(r.status == 0, r.err);
   return out;
 }
+// An mpirun refused as a config error: exit 2, `message` printed once (by
+// rank 0), no results folder `out`.
+void check_refused_once(const Result& r, const std::string& message, const fs::path& out) {
+  CHECK(r.status == 2);
+  const size_t first = r.err.find(message);
+  CHECK_MESSAGE(first != std::string::npos, r.err);
+  CHECK_MESSAGE(r.err.find(message, first + 1) == std::string::npos, r.err);
+  CHECK_FALSE(fs::exists(out));
+}
+
 // Runs the "mpi rank: …" test case `pattern` of this binary on `ranks` MPI
 // ranks (BITLAB_MPI_RANK_TEST set); each rank prints `marker` when it reaches
 // the case's end.
@@ -492,11 +502,7 @@ TEST_SUITE("mpi") {
     const fs::path out = dir.path / "run";
     const Result r = run_shell(
         dir, mpirun(2) + BITLAB_BINARY + " run " + file + " --quiet --out " + out.string());
-    CHECK(r.status == 2);
-    const std::string msg = "--backend sim under an MPI launcher (2 processes";
-    CHECK(r.err.find(msg) != std::string::npos);
-    CHECK(r.err.find(msg) == r.err.rfind(msg));
-    CHECK_FALSE(fs::exists(out));
+    check_refused_once(r, "--backend sim under an MPI launcher (2 processes", out);
   }
 
   // A sweep spread by mpirun: each rank runs its share (--shard auto) in the
@@ -541,12 +547,8 @@ TEST_SUITE("mpi") {
     const fs::path out = dir.path / "run";
     const Result r = run_shell(
         dir, mpirun(3) + BITLAB_BINARY + " run " + file + " --backend mpi --out " + out.string());
-    CHECK(r.status == 2);
-    const std::string needle = "cluster.workers = 8: must be a multiple of the number of MPI ranks";
-    const size_t first = r.err.find(needle);
-    CHECK_MESSAGE(first != std::string::npos, r.err);
-    CHECK_MESSAGE(r.err.find(needle, first + 1) == std::string::npos, r.err);  // printed once
-    CHECK_FALSE(fs::exists(out));
+    check_refused_once(r, "cluster.workers = 8: must be a multiple of the number of MPI ranks",
+                       out);
   }
 #endif
 }
