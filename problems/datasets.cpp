@@ -424,19 +424,12 @@ DatasetSplit load_dataset(const DatasetOptions& o, const DataScope& scope) {
     for (size_t j = 0; j < sample_image.size(); ++j) train.labels[j] = raw_labels[sample_image[j]];
     const auto keep = held_samples(scope, sample_image.size(), train.labels, kIdxClasses,
                                    train_eval_prefix(o, sample_image.size()));
+    train.allocate_rows(sample_image.size(), kIdxSide * kIdxSide, keep);
+    // Image sample_image[j] goes to sample j's row (−1: not held, skipped).
     std::vector<int32_t> dest(raw_count, -1);
-    if (!keep) {
-      for (size_t j = 0; j < sample_image.size(); ++j)
-        dest[sample_image[j]] = static_cast<int32_t>(j);
-    } else {
-      train.row_of.assign(sample_image.size(), -1);
-      for (size_t r = 0; r < keep->size(); ++r) {
-        train.row_of[(*keep)[r]] = static_cast<int32_t>(r);
-        dest[sample_image[(*keep)[r]]] = static_cast<int32_t>(r);
-      }
+    for (size_t j = 0; j < sample_image.size(); ++j) {
+      dest[sample_image[j]] = train.held_row(static_cast<uint32_t>(j));
     }
-    train.x.resize(static_cast<Eigen::Index>(keep ? keep->size() : sample_image.size()),
-                   kIdxSide * kIdxSide);
     read_idx_images(images, raw_count, payload, dest, train.x);
     // Held-out set: only the process that evaluates reads it.
     if (scope.evaluates) {

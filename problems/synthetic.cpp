@@ -19,16 +19,14 @@ std::vector<TensorInfo> make_tensors(const std::vector<std::pair<std::string, si
 
 namespace {
 
-// Row `row` of x: scale · N(0, 1) entries, drawn in order.
-void fill_normal_row(RngStream& rng, RowMatrixF& x, Eigen::Index row, double scale = 1.0) {
-  for (Eigen::Index k = 0; k < x.cols(); ++k) {
-    x(row, k) = static_cast<float>(scale * rng.next_normal());
-  }
+// `row`: scale · N(0, 1) entries, drawn in order.
+void fill_normal_row(RngStream& rng, float* row, Eigen::Index n, double scale = 1.0) {
+  for (Eigen::Index k = 0; k < n; ++k) row[k] = static_cast<float>(scale * rng.next_normal());
 }
 
 std::vector<float> normal_vector(RngStream& rng, size_t n, double scale) {
   std::vector<float> v(n);
-  for (auto& e : v) e = static_cast<float>(scale * rng.next_normal());
+  fill_normal_row(rng, v.data(), static_cast<Eigen::Index>(n), scale);
   return v;
 }
 
@@ -53,12 +51,6 @@ std::function<std::optional<std::vector<uint32_t>>(const Samples&, size_t count)
   return [&scope, classes](const Samples& s, size_t count) {
     return held_samples(scope, count, s.labels, classes, 0);
   };
-}
-
-// Number of samples of a set about to be drawn (labels/targets sized first).
-template <class V>
-void size_for(V& v, int64_t count) {
-  v.resize(static_cast<decltype(v.size())>(count));
 }
 
 }  // namespace
@@ -88,11 +80,11 @@ LeastSquaresData make_least_squares_data(const LeastSquaresOptions& o, const Dat
   data.x_true = normal_vector(rng, static_cast<size_t>(d), 1.0);
   const Eigen::Map<const Eigen::VectorXf> x_true(data.x_true.data(), d);
   auto generate = [&](Samples& s, int64_t count, const DataScope& set_scope) {
-    size_for(s.target, count);
+    s.target.resize(count);
     draw_samples(s, count, d, rng, synthetic_held(set_scope, 0),
                  [&](RngStream& r, float* row, Eigen::Index j) {
-                   Eigen::Map<Eigen::RowVectorXf> a(row, d);
-                   for (Eigen::Index k = 0; k < d; ++k) a(k) = static_cast<float>(r.next_normal());
+                   fill_normal_row(r, row, d);
+                   const Eigen::Map<const Eigen::RowVectorXf> a(row, d);
                    const double clean = a.cast<double>().dot(x_true.cast<double>());
                    s.target(j) = static_cast<float>(clean + o.noise_std * r.next_normal());
                  });
@@ -124,11 +116,11 @@ LogisticData make_logistic_data(const LogisticOptions& o, const DataScope& scope
   data.w_true = normal_vector(rng, static_cast<size_t>(d), o.separation / std::sqrt(double(d)));
   const Eigen::Map<const Eigen::VectorXf> w_true(data.w_true.data(), d);
   auto generate = [&](Samples& s, int64_t count, const DataScope& set_scope) {
-    size_for(s.labels, count);
+    s.labels.resize(static_cast<size_t>(count));
     draw_samples(s, count, d, rng, synthetic_held(set_scope, 2),
                  [&](RngStream& r, float* row, Eigen::Index j) {
-                   Eigen::Map<Eigen::RowVectorXf> a(row, d);
-                   for (Eigen::Index k = 0; k < d; ++k) a(k) = static_cast<float>(r.next_normal());
+                   fill_normal_row(r, row, d);
+                   const Eigen::Map<const Eigen::RowVectorXf> a(row, d);
                    const double z = a.cast<double>().dot(w_true.cast<double>()) + kLogisticTrueBias;
                    s.labels[static_cast<size_t>(j)] = r.next_uniform() < sigmoid(z) ? 1 : 0;
                  });
@@ -200,19 +192,17 @@ MlpData make_mlp_data(const MlpOptions& o, const DataScope& scope) {
   // ‖centre‖ ≈ separation whatever input_dim, so that the difficulty does not
   // change with the dimension (centres are about separation·√2 apart).
   const double scale = o.separation / std::sqrt(static_cast<double>(o.input_dim));
-  for (Eigen::Index c = 0; c < o.classes; ++c) fill_normal_row(rng, data.centres, c, scale);
+  for (Eigen::Index c = 0; c < o.classes; ++c)
+    fill_normal_row(rng, data.centres.row(c).data(), o.input_dim, scale);
   auto generate = [&](Samples& s, int64_t count, const DataScope& set_scope) {
-    size_for(s.labels, count);
+    s.labels.resize(static_cast<size_t>(count));
     draw_samples(s, count, o.input_dim, rng, synthetic_held(set_scope, int(o.classes)),
                  [&](RngStream& r, float* row, Eigen::Index j) {
                    const auto label =
                        static_cast<int32_t>(r.next_below(static_cast<uint64_t>(o.classes)));
                    s.labels[static_cast<size_t>(j)] = label;
-                   Eigen::Map<Eigen::RowVectorXf> a(row, o.input_dim);
-                   for (Eigen::Index k = 0; k < o.input_dim; ++k) {
-                     a(k) = static_cast<float>(r.next_normal());
-                   }
-                   a += data.centres.row(label);
+                   fill_normal_row(r, row, o.input_dim);
+                   Eigen::Map<Eigen::RowVectorXf>(row, o.input_dim) += data.centres.row(label);
                  });
   };
   generate(data.train, o.samples, scope);

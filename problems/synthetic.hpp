@@ -47,6 +47,14 @@ struct Samples {
   // always is; std::logic_error otherwise).
   auto row(uint32_t sample) const { return x.row(row_index(sample)); }
   Eigen::Index row_index(uint32_t sample) const;
+  // Row of `sample` in x, or −1 when this process does not hold it.
+  int32_t held_row(uint32_t sample) const {
+    return row_of.empty() ? static_cast<int32_t>(sample) : row_of[sample];
+  }
+  // Sizes x for the samples `keep` (sorted, distinct; nullopt: all `count`)
+  // with `features` columns, and maps them (row_of); rows are left to fill.
+  void allocate_rows(size_t count, Eigen::Index features,
+                     const std::optional<std::vector<uint32_t>>& keep);
   // Keeps only the rows of `keep` (sorted, distinct samples); nullopt keeps all.
   void hold_only(const std::optional<std::vector<uint32_t>>& keep);
 };

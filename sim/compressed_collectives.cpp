@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include "sim/float16.hpp"
 #include "sim/kernels/reference.hpp"
@@ -16,6 +17,19 @@ namespace {
 // the receiving rank decodes them exactly as the simulator decodes: these two
 // exchanges are how. On one rank they are never called (nothing moves).
 //
+// Counts and displacements of `parts` equal blocks of `block` bytes, laid
+// end to end (the allgathers' layout), in the communicator's staging.
+std::pair<std::span<int64_t>, std::span<int64_t>> equal_blocks(Communicator& comm, int parts,
+                                                               int64_t block) {
+  const std::span<int64_t> counts = comm.staging<int64_t>(Communicator::Staging::kCounts, parts);
+  const std::span<int64_t> displs = comm.staging<int64_t>(Communicator::Staging::kDispls, parts);
+  for (int q = 0; q < parts; ++q) {
+    counts[q] = block;
+    displs[q] = q * block;
+  }
+  return {counts, displs};
+}
+
 // Alltoall: worker i's message for server r goes to r's owner. Rank p sends
 // rank q the messages of its b workers for q's b servers (b² units, worker-
 // major); its own block stays in place (never encoded, never sent).
@@ -24,16 +38,11 @@ void alltoall_messages(Communicator& comm, int64_t unit, Encode&& encode, Decode
   const int ranks = comm.ranks(), me = comm.rank();
   const WorkerRange mine = comm.local_workers();
   const int64_t b = mine.size(), block = b * b * unit;
-  using Staging = Communicator::Staging;
-  const std::span<int64_t> counts = comm.staging<int64_t>(Staging::kCounts, ranks);
-  const std::span<int64_t> displs = comm.staging<int64_t>(Staging::kDispls, ranks);
-  for (int q = 0; q < ranks; ++q) {
-    counts[q] = q == me ? 0 : block;
-    displs[q] = q * block;
-  }
+  const auto [counts, displs] = equal_blocks(comm, ranks, block);
+  counts[me] = 0;  // its own block stays in place
   const std::span<uint8_t> send =
-      comm.staging<uint8_t>(Staging::kSend, static_cast<size_t>(block * ranks));
-  const std::span<uint8_t> recv = comm.staging<uint8_t>(Staging::kRecv, send.size());
+      comm.staging<uint8_t>(Communicator::Staging::kSend, static_cast<size_t>(block * ranks));
+  const std::span<uint8_t> recv = comm.staging<uint8_t>(Communicator::Staging::kRecv, send.size());
   for (int q = 0; q < ranks; ++q) {
     if (q == me) continue;
     uint8_t* dst = send.data() + displs[q];
@@ -60,12 +69,7 @@ void allgather_messages(Communicator& comm, int64_t unit, std::vector<uint8_t>& 
   const int ranks = comm.ranks();
   const WorkerRange mine = comm.local_workers();
   const int64_t block = mine.size() * unit;
-  const std::span<int64_t> counts = comm.staging<int64_t>(Communicator::Staging::kCounts, ranks);
-  const std::span<int64_t> displs = comm.staging<int64_t>(Communicator::Staging::kDispls, ranks);
-  for (int q = 0; q < ranks; ++q) {
-    counts[q] = block;
-    displs[q] = q * block;
-  }
+  const auto [counts, displs] = equal_blocks(comm, ranks, block);
   // Grown once, then reused.
   if (buf.size() < static_cast<size_t>(block * ranks))
     buf.resize(static_cast<size_t>(block * ranks));
@@ -196,14 +200,7 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
     const int k = mine.begin / g_;
     const int64_t block = b * wire;
     const int members = g_ / b;
-    const std::span<int64_t> counts =
-        comm.staging<int64_t>(Communicator::Staging::kCounts, members);
-    const std::span<int64_t> displs =
-        comm.staging<int64_t>(Communicator::Staging::kDispls, members);
-    for (int j = 0; j < members; ++j) {
-      counts[j] = block;
-      displs[j] = j * block;
-    }
+    const auto [counts, displs] = equal_blocks(comm, members, block);
     images_.resize(static_cast<size_t>(g_ * wire));
     for (int i = mine.begin; i < mine.end; ++i) {
       encode_worker(i, images_.data() + (i - k * g_) * wire);
@@ -250,14 +247,7 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
     Transport* leaders = g_ >= b ? nt->leaders.get() : &comm.transport();
     if (leaders != nullptr) {
       const int64_t block = std::max(1, b / g_) * wire;
-      const std::span<int64_t> counts =
-          comm.staging<int64_t>(Communicator::Staging::kCounts, leaders->ranks());
-      const std::span<int64_t> displs =
-          comm.staging<int64_t>(Communicator::Staging::kDispls, leaders->ranks());
-      for (int j = 0; j < leaders->ranks(); ++j) {
-        counts[j] = block;
-        displs[j] = j * block;
-      }
+      const auto [counts, displs] = equal_blocks(comm, leaders->ranks(), block);
       leaders->allgatherv(node_images_.data(), counts, displs);
     }
     // Stage 3 across ranks (g > b): the node's leader broadcasts the gathered
