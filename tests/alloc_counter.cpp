@@ -1,5 +1,6 @@
 #include "tests/alloc_counter.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <new>
@@ -21,8 +22,8 @@ void* counted_aligned(std::size_t size, std::align_val_t align) {
     g_allocations.fetch_add(1, std::memory_order_relaxed);
   }
   const auto a = static_cast<std::size_t>(align);
-  // aligned_alloc wants a size that is a multiple of the alignment.
-  return std::aligned_alloc(a, (size + a - 1) / a * a == 0 ? a : (size + a - 1) / a * a);
+  // aligned_alloc wants a size that is a non-zero multiple of the alignment.
+  return std::aligned_alloc(a, std::max(a, (size + a - 1) / a * a));
 }
 
 }  // namespace

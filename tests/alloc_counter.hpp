@@ -6,6 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+
+namespace bitlab {
+class Transport;
+}
 
 namespace bitlab::testing {
 
@@ -18,16 +23,6 @@ class CountAllocations {
   // Calls of operator new since construction.
   int64_t count() const;
 };
-
-}  // namespace bitlab::testing
-
-#include <string>
-
-namespace bitlab {
-class Transport;
-}
-
-namespace bitlab::testing {
 
 // Optimizer configurations (JSON) that reach every phase of the optimizers
 // within 40 steps: warm-up → compression, 0/1 Adam's local steps,
