@@ -11,10 +11,10 @@
 
 #include "optimizers/common.hpp"
 #include "optimizers/optimizer.hpp"
-#include "sim/float16.hpp"
+#include "sim/core/float16.hpp"
+#include "sim/core/schema.hpp"
 #include "sim/kernels/elements.hpp"
 #include "sim/kernels/reference.hpp"
-#include "sim/schema.hpp"
 
 namespace bitlab {
 

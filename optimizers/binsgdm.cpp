@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "optimizers/common.hpp"
-#include "sim/compressors.hpp"
+#include "sim/compress/compressors.hpp"
 
 namespace bitlab {
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "optimizers/optimizer.hpp"
-#include "sim/compressed_collectives.hpp"
-#include "sim/schema.hpp"
+#include "sim/collectives/compressed_collectives.hpp"
+#include "sim/core/schema.hpp"
 
 namespace bitlab {
 

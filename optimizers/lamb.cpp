@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "sim/reduce.hpp"
+#include "sim/core/reduce.hpp"
 
 namespace bitlab {
 
@@ -45,7 +45,7 @@ Lamb::Lamb(const LambOptions& opts) : opts_(opts), wire_(parse_wire_dtype(opts.w
 
 void Lamb::setup(Cluster& cluster) {
   const size_t d = cluster.dim();
-  tensors_ = cluster.problem().tensors();
+  tensors_ = cluster.tensors();
   if (tensors_.empty()) tensors_.push_back({"all", 0, d});
   size_t next = 0;
   for (const auto& t : tensors_) {

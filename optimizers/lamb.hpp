@@ -8,9 +8,9 @@
 
 #include "optimizers/adam.hpp"
 #include "optimizers/optimizer.hpp"
-#include "problems/problem.hpp"
-#include "sim/float16.hpp"
-#include "sim/schema.hpp"
+#include "sim/core/float16.hpp"
+#include "sim/core/schema.hpp"
+#include "sim/core/tensor_layout.hpp"
 
 namespace bitlab {
 
@@ -53,7 +53,7 @@ inline double lamb_trust_ratio(double x_norm, double u_norm, double min_coeff, d
 // instead of the paper's scaling function φ; C_p, the running average of the
 // trust ratio that 1-bit LAMB freezes at the end of its warm-up, is kept as
 // state (coeff_ema()) but does not affect this optimizer's steps.
-// Norms are sums in double over fixed blocks (sim/reduce.hpp), so results are
+// Norms are sums in double over fixed blocks (sim/core/reduce.hpp), so results are
 // bit-identical for any thread count; r_p is formed in double and lr·r_p
 // rounded to float, as PyTorch does with the Python scalar.
 class Lamb : public Optimizer {

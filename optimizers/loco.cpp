@@ -3,7 +3,7 @@
 
 #include "optimizers/adam.hpp"
 #include "optimizers/common.hpp"
-#include "sim/compressors.hpp"
+#include "sim/compress/compressors.hpp"
 
 namespace bitlab {
 

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "optimizers/optimizer.hpp"
-#include "sim/compressed_collectives.hpp"
-#include "sim/error_feedback.hpp"
-#include "sim/quantize.hpp"
-#include "sim/schema.hpp"
+#include "sim/collectives/compressed_collectives.hpp"
+#include "sim/compress/error_feedback.hpp"
+#include "sim/compress/quantize.hpp"
+#include "sim/core/schema.hpp"
 
 namespace bitlab {
 

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "optimizers/common.hpp"
-#include "sim/reduce.hpp"
+#include "sim/core/reduce.hpp"
 
 namespace bitlab {
 

@@ -1,6 +1,6 @@
 // 1-bit Adam and APMSqueeze (algorithms.md §3): Adam with a full-precision
 // warm-up, then frozen variance and the MOMENTUM sent through the two-stage
-// error-compensated 1-bit allreduce (§1, sim/onebit_allreduce.hpp).
+// error-compensated 1-bit allreduce (§1, sim/collectives/onebit_allreduce.hpp).
 #pragma once
 
 #include <cstdint>
@@ -11,9 +11,9 @@
 
 #include "optimizers/adam.hpp"
 #include "optimizers/optimizer.hpp"
-#include "sim/float16.hpp"
-#include "sim/onebit_allreduce.hpp"
-#include "sim/schema.hpp"
+#include "sim/collectives/onebit_allreduce.hpp"
+#include "sim/core/float16.hpp"
+#include "sim/core/schema.hpp"
 
 namespace bitlab {
 

@@ -7,7 +7,7 @@
 
 #include "optimizers/adam.hpp"
 #include "optimizers/common.hpp"
-#include "sim/reduce.hpp"
+#include "sim/core/reduce.hpp"
 
 namespace bitlab {
 
@@ -90,7 +90,7 @@ void OneBitLamb::setup(Cluster& cluster) {
   workers_ = cluster.workers();
   dim_ = cluster.dim();
   stride_ = (dim_ + 15) / 16 * 16;
-  tensors_ = cluster.problem().tensors();
+  tensors_ = cluster.tensors();
   if (tensors_.empty()) tensors_.push_back({"all", 0, dim_});
 
   const int64_t eight_n = 8 * static_cast<int64_t>(workers_);

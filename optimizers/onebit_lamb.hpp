@@ -12,9 +12,9 @@
 
 #include "optimizers/lamb.hpp"
 #include "optimizers/optimizer.hpp"
-#include "problems/problem.hpp"
-#include "sim/onebit_allreduce.hpp"
-#include "sim/schema.hpp"
+#include "sim/collectives/onebit_allreduce.hpp"
+#include "sim/core/schema.hpp"
+#include "sim/core/tensor_layout.hpp"
 
 namespace bitlab {
 
@@ -92,7 +92,7 @@ struct OneBitLambOptions {
 //   skipped when r_p == 1. A tensor whose trust ratio was always the guard's 1
 //   ends the warm-up with C_p = 0 and is then never updated.
 // - Arithmetic: elementwise work is in float; k_p, norms, ρ and f_p in double
-//   (norms over fixed blocks, sim/reduce.hpp); k_p is rounded to float where
+//   (norms over fixed blocks, sim/core/reduce.hpp); k_p is rounded to float where
 //   it multiplies or divides the momentum, and lr·(C_p·f_p) is rounded to
 //   float once, as PyTorch does with the Python scalars. max over k is exact,
 //   so every result is bit-identical for any thread count.

@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
-#include "sim/cluster.hpp"
-#include "sim/comm.hpp"
-#include "sim/registry.hpp"
+#include "sim/cluster/cluster.hpp"
+#include "sim/comm/comm.hpp"
+#include "sim/core/registry.hpp"
 
 namespace bitlab {
 

@@ -1,6 +1,6 @@
 // The optimizers `bitlab` knows by name. Adding one: its file(s) in
 // optimizers/, an #include and one line below.
-#include "sim/registry.hpp"
+#include "sim/core/registry.hpp"
 
 #include "optimizers/adam.hpp"
 #include "optimizers/binsgdm.hpp"

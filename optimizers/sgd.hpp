@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "optimizers/optimizer.hpp"
-#include "sim/float16.hpp"
-#include "sim/schema.hpp"
+#include "sim/core/float16.hpp"
+#include "sim/core/schema.hpp"
 
 namespace bitlab {
 

@@ -2,7 +2,7 @@
 // for Large-scale Training via 0/1 Adam", ICLR 2023, arXiv 2202.06009),
 // exactly algorithms.md §5: adaptive variance freezing (stage A) and 1-bit
 // synchronisation with local steps (stage B). The compressor is the two-stage
-// error-compensated 1-bit allreduce of §1 (sim/onebit_allreduce.hpp).
+// error-compensated 1-bit allreduce of §1 (sim/collectives/onebit_allreduce.hpp).
 //
 // Step t is 1-based (StepContext::step). The schedule (ZeroOneSchedule):
 //
@@ -91,9 +91,9 @@
 
 #include "optimizers/adam.hpp"
 #include "optimizers/optimizer.hpp"
-#include "sim/float16.hpp"
-#include "sim/onebit_allreduce.hpp"
-#include "sim/schema.hpp"
+#include "sim/collectives/onebit_allreduce.hpp"
+#include "sim/core/float16.hpp"
+#include "sim/core/schema.hpp"
 
 namespace bitlab {
 

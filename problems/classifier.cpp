@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "sim/rng.hpp"
+#include "sim/core/rng.hpp"
 
 namespace bitlab {
 

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <numeric>
 
-#include "sim/rng.hpp"
+#include "sim/core/rng.hpp"
 
 namespace bitlab {
 

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "problems/synthetic.hpp"
-#include "sim/schema.hpp"
+#include "sim/core/schema.hpp"
 
 namespace bitlab {
 

@@ -11,8 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "sim/registry.hpp"
-#include "sim/rng.hpp"
+#include "sim/core/registry.hpp"
+#include "sim/core/rng.hpp"
+#include "sim/core/tensor_layout.hpp"
 
 namespace bitlab {
 
@@ -45,14 +46,6 @@ class Problem;
 template <>
 struct MakeContext<Problem> {
   using type = DataScope;
-};
-
-// A contiguous slice of the flat parameter vector that forms one tensor
-// (a layer's weight or bias). LAMB's trust ratios are per tensor.
-struct TensorInfo {
-  std::string name;
-  size_t offset = 0;
-  size_t size = 0;
 };
 
 // Per-worker scratch memory a problem needs in loss_grad (grown on first use,

@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "problems/synthetic.hpp"
-#include "sim/reduce.hpp"
+#include "sim/core/reduce.hpp"
 
 namespace bitlab {
 

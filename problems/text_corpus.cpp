@@ -6,8 +6,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "sim/rng.hpp"
-#include "sim/schema.hpp"
+#include "sim/core/rng.hpp"
+#include "sim/core/schema.hpp"
 
 namespace bitlab {
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "problems/problem.hpp"
-#include "sim/schema.hpp"
+#include "sim/core/schema.hpp"
 
 namespace bitlab {
 

@@ -9,8 +9,8 @@
 
 #include "optimizers/optimizer.hpp"
 #include "problems/problem.hpp"
-#include "sim/cluster.hpp"
-#include "sim/comm.hpp"
+#include "sim/cluster/cluster.hpp"
+#include "sim/comm/comm.hpp"
 
 namespace bitlab::testing {
 

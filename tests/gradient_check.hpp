@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "problems/problem.hpp"
-#include "sim/rng.hpp"
+#include "sim/core/rng.hpp"
 
 namespace bitlab::testing {
 

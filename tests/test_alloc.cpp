@@ -6,8 +6,8 @@
 // suite with the same function under mpirun.
 #include <doctest/doctest.h>
 
-#include "sim/config.hpp"
-#include "sim/run.hpp"
+#include "sim/engine/config.hpp"
+#include "sim/engine/run.hpp"
 #include "tests/alloc_counter.hpp"
 
 namespace bitlab::testing {

@@ -13,12 +13,12 @@
 
 #include "optimizers/binsgdm.hpp"
 #include "optimizers/optimizer.hpp"
-#include "sim/cluster.hpp"
-#include "sim/comm.hpp"
-#include "sim/config.hpp"
-#include "sim/rng.hpp"
-#include "sim/run.hpp"
-#include "sim/schema.hpp"
+#include "sim/cluster/cluster.hpp"
+#include "sim/comm/comm.hpp"
+#include "sim/core/rng.hpp"
+#include "sim/core/schema.hpp"
+#include "sim/engine/config.hpp"
+#include "sim/engine/run.hpp"
 #include "tests/fixtures.hpp"
 
 namespace bitlab {

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <thread>
 
-#include "sim/schema.hpp"
+#include "sim/core/schema.hpp"
 #include "tests/cli_fixtures.hpp"
 
 namespace fs = std::filesystem;

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <set>
 
-#include "sim/cluster.hpp"
-#include "sim/onebit_allreduce.hpp"
+#include "sim/cluster/cluster.hpp"
+#include "sim/collectives/onebit_allreduce.hpp"
 #include "tests/fixtures.hpp"
 
 using namespace bitlab;

@@ -8,9 +8,9 @@
 #include <memory>
 #include <vector>
 
-#include "sim/compressed_collectives.hpp"
-#include "sim/compressor.hpp"
-#include "sim/rng.hpp"
+#include "sim/collectives/compressed_collectives.hpp"
+#include "sim/compress/compressor.hpp"
+#include "sim/core/rng.hpp"
 
 using namespace bitlab;
 

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <vector>
 
-#include "sim/comm.hpp"
-#include "sim/rng.hpp"
+#include "sim/comm/comm.hpp"
+#include "sim/core/rng.hpp"
 
 using namespace bitlab;
 

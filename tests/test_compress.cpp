@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "sim/compressor.hpp"
-#include "sim/compressors.hpp"
-#include "sim/error_feedback.hpp"
-#include "sim/float16.hpp"
-#include "sim/quantize.hpp"
-#include "sim/rng.hpp"
+#include "sim/compress/compressor.hpp"
+#include "sim/compress/compressors.hpp"
+#include "sim/compress/error_feedback.hpp"
+#include "sim/compress/quantize.hpp"
+#include "sim/core/float16.hpp"
+#include "sim/core/rng.hpp"
 
 using namespace bitlab;
 
@@ -166,7 +166,7 @@ TEST_SUITE("compress") {
     CHECK_FALSE(make(R"({"name": "nbit"})")->allreduce_compatible());
     CHECK(make(R"({"name": "nbit"})")->wire_dtype() == "int4");
     CHECK(make(R"({"name": "bf16"})")->wire_dtype() == "bf16");
-    // The cast compressors round as sim/float16.hpp does.
+    // The cast compressors round as sim/core/float16.hpp does.
     const std::vector<float> x = randn(100, 5);
     std::vector<float> out(100);
     make(R"({"name": "fp16"})")->apply(x, out, compress_stream(0));

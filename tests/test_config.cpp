@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "sim/config.hpp"
+#include "sim/engine/config.hpp"
 
 using namespace bitlab;
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/run.hpp"
+#include "sim/engine/run.hpp"
 
 using namespace bitlab;
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "optimizers/optimizer.hpp"
-#include "sim/cost.hpp"
-#include "sim/run.hpp"
+#include "sim/engine/run.hpp"
+#include "sim/lab/cost.hpp"
 
 using namespace bitlab;
 
@@ -138,7 +138,7 @@ TEST_SUITE("cost") {
     check(R"({"name": "binsgdm", "node_size": 2})");
     check(R"({"name": "binsgdm", "node_size": 2})", true, 10, 6);        // 3 nodes
     check(R"({"name": "onebit_adam", "freeze_step": 3})", true, 10, 3);  // n not a power of two
-    // A new optimizer needs a plan (sim/cost.cpp) and a case here.
+    // A new optimizer needs a plan (sim/lab/cost.cpp) and a case here.
     for (const auto& e : optimizer_registry()) {
       INFO("optimizer ", e.name);
       CHECK(covered.count(e.name) == 1);

@@ -28,11 +28,11 @@
 #include <utility>
 #include <vector>
 
-#include "sim/compressors.hpp"
+#include "sim/collectives/onebit_allreduce.hpp"
+#include "sim/compress/compressors.hpp"
+#include "sim/core/rng.hpp"
 #include "sim/cuda/kernels.hpp"
 #include "sim/kernels/reference.hpp"
-#include "sim/onebit_allreduce.hpp"
-#include "sim/rng.hpp"
 
 namespace bitlab {
 namespace {

@@ -9,9 +9,9 @@
 
 #include "problems/problem.hpp"
 #include "problems/synthetic.hpp"
-#include "sim/cluster.hpp"
-#include "sim/config.hpp"
-#include "sim/rng.hpp"
+#include "sim/cluster/cluster.hpp"
+#include "sim/core/rng.hpp"
+#include "sim/engine/config.hpp"
 
 using namespace bitlab;
 
@@ -32,7 +32,7 @@ ClusterOptions cluster(int workers, const std::string& sharding) {
 }
 
 // The scope of a process computing workers `local` of `opts`, as the MPI
-// backend builds it (sim/run.cpp).
+// backend builds it (sim/engine/run.cpp).
 DataScope scope_of(const ClusterOptions& opts, WorkerRange local, bool evaluates) {
   DataScope s;
   s.evaluates = evaluates;

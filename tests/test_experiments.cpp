@@ -6,10 +6,10 @@
 
 #include <filesystem>
 
-#include "sim/config.hpp"
-#include "sim/cost.hpp"
-#include "sim/run.hpp"
-#include "sim/sweep.hpp"
+#include "sim/engine/config.hpp"
+#include "sim/engine/run.hpp"
+#include "sim/lab/cost.hpp"
+#include "sim/lab/sweep.hpp"
 
 using namespace bitlab;
 namespace fs = std::filesystem;

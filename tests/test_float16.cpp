@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "sim/float16.hpp"
+#include "sim/core/float16.hpp"
 
 using namespace bitlab;
 

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "sim/comm.hpp"
-#include "sim/rng.hpp"
-#include "sim/schema.hpp"
-#include "sim/transport.hpp"
+#include "sim/comm/comm.hpp"
+#include "sim/comm/transport.hpp"
+#include "sim/core/rng.hpp"
+#include "sim/core/schema.hpp"
 #include "tests/alloc_counter.hpp"
 #include "tests/cli_fixtures.hpp"
 

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "sim/comm.hpp"
-#include "sim/network.hpp"
-#include "sim/onebit_allreduce.hpp"
-#include "sim/rng.hpp"
+#include "sim/collectives/onebit_allreduce.hpp"
+#include "sim/comm/comm.hpp"
+#include "sim/core/rng.hpp"
+#include "sim/timing/network.hpp"
 #include "tests/fixtures.hpp"
 
 using namespace bitlab;

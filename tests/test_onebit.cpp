@@ -7,8 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "sim/onebit_allreduce.hpp"
-#include "sim/rng.hpp"
+#include "sim/collectives/onebit_allreduce.hpp"
+#include "sim/core/rng.hpp"
 
 using namespace bitlab;
 

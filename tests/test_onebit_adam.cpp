@@ -16,12 +16,12 @@
 #include "optimizers/adam.hpp"
 #include "optimizers/onebit_adam.hpp"
 #include "optimizers/optimizer.hpp"
-#include "sim/cluster.hpp"
-#include "sim/comm.hpp"
-#include "sim/onebit_allreduce.hpp"
-#include "sim/rng.hpp"
-#include "sim/run.hpp"
-#include "sim/schema.hpp"
+#include "sim/cluster/cluster.hpp"
+#include "sim/collectives/onebit_allreduce.hpp"
+#include "sim/comm/comm.hpp"
+#include "sim/core/rng.hpp"
+#include "sim/core/schema.hpp"
+#include "sim/engine/run.hpp"
 #include "tests/fixtures.hpp"
 
 namespace bitlab {

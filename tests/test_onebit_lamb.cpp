@@ -16,9 +16,9 @@
 
 #include "optimizers/adam.hpp"
 #include "optimizers/onebit_lamb.hpp"
-#include "sim/onebit_allreduce.hpp"
-#include "sim/reduce.hpp"
-#include "sim/run.hpp"
+#include "sim/collectives/onebit_allreduce.hpp"
+#include "sim/core/reduce.hpp"
+#include "sim/engine/run.hpp"
 
 namespace bitlab {
 namespace {

@@ -17,11 +17,11 @@
 #include "optimizers/momentum_sgd.hpp"
 #include "optimizers/optimizer.hpp"
 #include "optimizers/sgd.hpp"
-#include "sim/cluster.hpp"
-#include "sim/comm.hpp"
-#include "sim/float16.hpp"
-#include "sim/rng.hpp"
-#include "sim/schema.hpp"
+#include "sim/cluster/cluster.hpp"
+#include "sim/comm/comm.hpp"
+#include "sim/core/float16.hpp"
+#include "sim/core/rng.hpp"
+#include "sim/core/schema.hpp"
 #include "tests/fixtures.hpp"
 
 namespace bitlab {

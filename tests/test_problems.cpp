@@ -11,8 +11,8 @@
 #include "gradient_check.hpp"
 #include "problems/problem.hpp"
 #include "problems/synthetic.hpp"
-#include "sim/reduce.hpp"
-#include "sim/rng.hpp"
+#include "sim/core/reduce.hpp"
+#include "sim/core/rng.hpp"
 
 using namespace bitlab;
 

@@ -8,9 +8,9 @@
 
 #include "gradient_check.hpp"
 #include "problems/problem.hpp"
-#include "sim/config.hpp"
-#include "sim/rng.hpp"
-#include "sim/run.hpp"
+#include "sim/core/rng.hpp"
+#include "sim/engine/config.hpp"
+#include "sim/engine/run.hpp"
 
 using namespace bitlab;
 

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "sim/config.hpp"
-#include "sim/network.hpp"
-#include "sim/recost.hpp"
-#include "sim/run.hpp"
+#include "sim/engine/config.hpp"
+#include "sim/engine/run.hpp"
+#include "sim/lab/recost.hpp"
+#include "sim/timing/network.hpp"
 #include "tests/fixtures.hpp"
 
 using namespace bitlab;

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "sim/rng.hpp"
+#include "sim/core/rng.hpp"
 
 using namespace bitlab;
 

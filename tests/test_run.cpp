@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "sim/run.hpp"
+#include "sim/engine/run.hpp"
 
 using namespace bitlab;
 

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "sim/schema.hpp"
+#include "sim/core/schema.hpp"
 
 using namespace bitlab;
 

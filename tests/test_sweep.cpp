@@ -1,4 +1,4 @@
-// Sweeps (sim/sweep.hpp): resolution of grid × zip × seeds, validation before
+// Sweeps (sim/lab/sweep.hpp): resolution of grid × zip × seeds, validation before
 // anything is created, parallel runs equal to serial ones and to `bitlab run`,
 // divergence and failure that do not stop the sweep, --resume, Ctrl-C.
 #include <doctest/doctest.h>
@@ -13,8 +13,8 @@
 #include <sstream>
 #include <thread>
 
-#include "sim/config.hpp"
-#include "sim/sweep.hpp"
+#include "sim/engine/config.hpp"
+#include "sim/lab/sweep.hpp"
 #include "tests/cli_fixtures.hpp"
 
 namespace fs = std::filesystem;

@@ -16,12 +16,12 @@
 #include "optimizers/adam.hpp"
 #include "optimizers/optimizer.hpp"
 #include "optimizers/zero_one_adam.hpp"
-#include "sim/cluster.hpp"
-#include "sim/comm.hpp"
-#include "sim/config.hpp"
-#include "sim/rng.hpp"
-#include "sim/run.hpp"
-#include "sim/schema.hpp"
+#include "sim/cluster/cluster.hpp"
+#include "sim/comm/comm.hpp"
+#include "sim/core/rng.hpp"
+#include "sim/core/schema.hpp"
+#include "sim/engine/config.hpp"
+#include "sim/engine/run.hpp"
 #include "tests/fixtures.hpp"
 
 namespace bitlab {

@@ -27,9 +27,9 @@
 #include <string>
 #include <utility>
 
+#include "sim/core/rng.hpp"
 #include "sim/kernels/elements.hpp"
-#include "sim/quantize.hpp"
-#include "sim/rng.hpp"
+#include "sim/kernels/quantize_spec.hpp"
 
 namespace bitlab::cuda {
 

@@ -13,8 +13,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "sim/kernels/hd.hpp"
-#include "sim/rng.hpp"
+#include "sim/core/hd.hpp"
+#include "sim/core/rng.hpp"
 
 namespace bitlab {
 

@@ -1,5 +1,5 @@
-// The n-bit group quantizer's element arithmetic (sim/quantize.hpp documents
-// it), shared as the very same code by sim/quantize.cpp and the CUDA
+// The n-bit group quantizer's element arithmetic (sim/compress/quantize.hpp documents
+// it), shared as the very same code by sim/compress/quantize.cpp and the CUDA
 // quantizer kernel (BITLAB_HD).
 #pragma once
 
@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "sim/float16.hpp"
-#include "sim/kernels/hd.hpp"
+#include "sim/core/float16.hpp"
+#include "sim/core/hd.hpp"
 
 namespace bitlab {
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "sim/comm.hpp"
+#include "sim/comm/comm.hpp"
 
 namespace bitlab::cpu {
 namespace {

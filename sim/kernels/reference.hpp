@@ -13,11 +13,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "sim/core/rng.hpp"
 #include "sim/kernels/elements.hpp"
 #include "sim/kernels/quantize_elements.hpp"
+#include "sim/kernels/quantize_spec.hpp"
 #include "sim/kernels/worker_tree.hpp"
-#include "sim/quantize.hpp"
-#include "sim/rng.hpp"
 
 namespace bitlab::cpu {
 

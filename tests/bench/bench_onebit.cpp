@@ -18,8 +18,8 @@
 #include <cstring>
 #include <vector>
 
-#include "sim/compressor.hpp"
-#include "sim/onebit_allreduce.hpp"
+#include "sim/collectives/onebit_allreduce.hpp"
+#include "sim/compress/compressor.hpp"
 #include "tests/bench/bench_util.hpp"
 
 using namespace bitlab;

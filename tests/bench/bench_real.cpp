@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/run.hpp"
+#include "sim/engine/run.hpp"
 #include "tests/bench/bench_util.hpp"
 
 using namespace bitlab;

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/run.hpp"
+#include "sim/engine/run.hpp"
 #include "tests/bench/bench_util.hpp"
 
 using namespace bitlab;

@@ -1,0 +1,26 @@
+// Subcommands of `bitlab` that live outside main.cpp: each adds its CLI11
+// subcommand with its flags and returns the function that runs it (called
+// when the subcommand was given; returns the exit status; throws ConfigError
+// for bad input, which main() reports with exit status 2).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace bitlab {
+
+struct Subcommand {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+// `bitlab cost`: price a training job without training it (sim/cli/cost_command.cpp).
+Subcommand add_cost_command(CLI::App& app);
+// `bitlab recost RUN_DIR --network ...`: re-price a finished run (sim/cli/recost_command.cpp).
+Subcommand add_recost_command(CLI::App& app);
+// `bitlab sweep FILE.json [--jobs N] [--resume]`: a grid of runs (sim/cli/sweep_command.cpp).
+Subcommand add_sweep_command(CLI::App& app);
+// `bitlab plot RUN_OR_SWEEP_DIR...`: figures via notebooks/plot.py (sim/cli/plot_command.cpp).
+Subcommand add_plot_command(CLI::App& app);
+
+}  // namespace bitlab

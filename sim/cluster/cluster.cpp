@@ -1,0 +1,243 @@
+#include "sim/cluster/cluster.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace bitlab {
+
+BatchSize JsonCodec<BatchSize>::read(const Json& j, std::string_view path) {
+  if (j.is_string()) {
+    if (j.get<std::string>() == "full") return {true, 0};
+    config_fail(path, j, "must be a positive integer or \"full\"");
+  }
+  if (!j.is_number()) config_fail(path, j, "must be a positive integer or \"full\"");
+  const int64_t n = JsonCodec<int64_t>::read(j, path);
+  if (n < 1) config_fail(path, j, "must be a positive integer or \"full\"");
+  return {false, n};
+}
+
+Json JsonCodec<BatchSize>::write(const BatchSize& b) {
+  return b.full ? Json("full") : Json(b.samples);
+}
+
+Schema<ClusterOptions> ClusterOptions::schema() {
+  Schema<ClusterOptions> s;
+  s.field("workers", &ClusterOptions::workers, "number of emulated data-parallel workers n",
+          {rules::at_least<int64_t>(1), rules::at_most<int64_t>(1 << 20)});
+  s.field("batch_size", &ClusterOptions::batch_size,
+          "samples per worker per step, or \"full\" for the worker's whole shard "
+          "(deterministic, no sampling); ignored by problems without a data set");
+  s.field("sharding", &ClusterOptions::sharding,
+          "how training samples are split over workers: iid (random equal split), contiguous "
+          "(in data order), label_skew (per-class Dirichlet(alpha) proportions), replicated "
+          "(every worker holds the whole training set)",
+          {rules::one_of({"iid", "contiguous", "label_skew", "replicated"})});
+  s.field("dirichlet_alpha", &ClusterOptions::dirichlet_alpha,
+          "label_skew only: concentration of the per-class Dirichlet; small = each worker "
+          "sees few classes",
+          {rules::greater(0.0)});
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+
+BatchSampler::BatchSampler(std::vector<uint32_t> shard, BatchSize batch, uint64_t seed,
+                           uint32_t worker)
+    : shard_(std::move(shard)), batch_(batch), seed_(seed), worker_(worker) {
+  perm_.resize(shard_.size());
+}
+
+size_t BatchSampler::batch_samples() const {
+  return batch_.full ? shard_.size() : static_cast<size_t>(batch_.samples);
+}
+
+void BatchSampler::load_epoch(int64_t epoch) {
+  if (epoch == perm_epoch_) return;
+  // Fisher-Yates on a fresh copy of the shard (no allocation: perm_ is sized).
+  std::copy(shard_.begin(), shard_.end(), perm_.begin());
+  RngStream rng(seed_, Purpose::kShuffle, worker_, static_cast<uint64_t>(epoch));
+  for (size_t i = perm_.size(); i > 1; --i) {
+    const size_t j = rng.next_below(i);
+    std::swap(perm_[i - 1], perm_[j]);
+  }
+  perm_epoch_ = epoch;
+}
+
+void BatchSampler::sample(int64_t step, std::vector<uint32_t>& out) {
+  if (shard_.empty()) {
+    out.clear();
+    return;
+  }
+  if (batch_.full) {
+    out.assign(shard_.begin(), shard_.end());
+    return;
+  }
+  const size_t b = static_cast<size_t>(batch_.samples);
+  const size_t m = shard_.size();
+  out.resize(b);
+  // Positions [(step-1)·b, step·b) of the endless sequence of epoch
+  // permutations.
+  uint64_t pos = static_cast<uint64_t>(step - 1) * b;
+  for (size_t k = 0; k < b; ++k, ++pos) {
+    load_epoch(static_cast<int64_t>(pos / m));
+    out[k] = perm_[pos % m];
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+static void split_even(const std::vector<uint32_t>& idx, int n,
+                       std::vector<std::vector<uint32_t>>& shards) {
+  const size_t m = idx.size();
+  for (int i = 0; i < n; ++i) {
+    const size_t lo = m * static_cast<size_t>(i) / n;
+    const size_t hi = m * static_cast<size_t>(i + 1) / n;
+    shards[i].insert(shards[i].end(), idx.begin() + lo, idx.begin() + hi);
+  }
+}
+
+std::vector<std::vector<uint32_t>> make_shards(const Problem& problem, const ClusterOptions& opts,
+                                               uint64_t seed) {
+  return make_shards(problem.num_train(), problem.train_labels(), problem.num_classes(), opts,
+                     seed);
+}
+
+std::vector<uint32_t> samples_of_workers(const std::vector<std::vector<uint32_t>>& shards,
+                                         WorkerRange local) {
+  std::vector<uint32_t> out;
+  for (int i = local.begin; i < local.end; ++i) {
+    out.insert(out.end(), shards[static_cast<size_t>(i)].begin(),
+               shards[static_cast<size_t>(i)].end());
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<std::vector<uint32_t>> make_shards(size_t m, std::span<const int32_t> labels,
+                                               int classes, const ClusterOptions& opts,
+                                               uint64_t seed) {
+  const int n = static_cast<int>(opts.workers);
+  std::vector<std::vector<uint32_t>> shards(n);
+  if (m == 0) return shards;  // no data set: batches are empty
+  if (m < static_cast<size_t>(n) && opts.sharding != "replicated") {
+    config_fail("cluster.workers", Json(opts.workers),
+                "must be <= the problem's " + std::to_string(m) +
+                    " training samples (every worker needs a shard)");
+  }
+  std::vector<uint32_t> all(m);
+  std::iota(all.begin(), all.end(), 0u);
+  RngStream rng(seed, Purpose::kShard);
+  auto shuffle = [&rng](std::vector<uint32_t>& v) {
+    for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.next_below(i)]);
+  };
+
+  if (opts.sharding == "replicated") {
+    for (auto& s : shards) s = all;
+  } else if (opts.sharding == "contiguous") {
+    split_even(all, n, shards);
+  } else if (opts.sharding == "iid") {
+    shuffle(all);
+    split_even(all, n, shards);
+  } else {  // label_skew
+    if (labels.empty() || classes <= 0) {
+      config_fail("cluster.sharding", Json(opts.sharding),
+                  "label_skew needs a classification problem (this one has no labels)");
+    }
+    std::vector<std::vector<uint32_t>> by_class(classes);
+    for (size_t j = 0; j < m; ++j) by_class[labels[j]].push_back(static_cast<uint32_t>(j));
+    std::vector<double> p(n);
+    for (int c = 0; c < classes; ++c) {
+      auto& idx = by_class[c];
+      shuffle(idx);
+      // p ~ Dirichlet(alpha, ..., alpha) from normalised Gamma(alpha) draws.
+      double total = 0.0;
+      for (int i = 0; i < n; ++i) total += (p[i] = rng.next_gamma(opts.dirichlet_alpha));
+      // Cumulative rounding: worker i gets [round(P_{i-1} m_c), round(P_i m_c)).
+      double cum = 0.0;
+      size_t lo = 0;
+      for (int i = 0; i < n; ++i) {
+        cum += p[i];
+        const size_t hi =
+            i == n - 1 ? idx.size()
+                       : std::min(idx.size(), static_cast<size_t>(std::llround(
+                                                  cum / total * static_cast<double>(idx.size()))));
+        shards[i].insert(shards[i].end(), idx.begin() + lo, idx.begin() + std::max(lo, hi));
+        lo = std::max(lo, hi);
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      if (shards[i].empty()) {
+        config_fail("cluster.dirichlet_alpha", Json(opts.dirichlet_alpha),
+                    "leaves worker " + std::to_string(i) +
+                        " with no sample; raise dirichlet_alpha, use fewer workers or more "
+                        "samples");
+      }
+      std::sort(shards[i].begin(), shards[i].end());
+    }
+  }
+  return shards;
+}
+
+// ---------------------------------------------------------------------------
+
+Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t seed,
+                 WorkerRange local)
+    : problem_(problem),
+      workers_(static_cast<int>(opts.workers)),
+      local_(local.size() > 0 ? local : WorkerRange{0, static_cast<int>(opts.workers)}),
+      dim_(problem.dim()),
+      stride_((problem.dim() + 15) / 16 * 16),
+      seed_(seed) {
+  params_.assign(dim_, 0.0f);
+  problem_.init_params(params(), seed);
+  grads_.assign(stride_ * static_cast<size_t>(local_.size()), 0.0f);
+  losses_.assign(workers_, 0.0);
+  auto shards = make_shards(problem, opts, seed);
+  samplers_.reserve(workers_);
+  batches_.resize(workers_);
+  batch_samples_.resize(workers_);
+  for (int i = 0; i < workers_; ++i) {
+    // Only the local workers keep their shard's indices.
+    const bool mine = i >= local_.begin && i < local_.end;
+    batch_samples_[i] =
+        opts.batch_size.full ? shards[i].size() : static_cast<size_t>(opts.batch_size.samples);
+    samplers_.emplace_back(mine ? std::move(shards[i]) : std::vector<uint32_t>{}, opts.batch_size,
+                           seed, static_cast<uint32_t>(i));
+    shards[i] = {};
+    batches_[i].reserve(samplers_[i].batch_samples());
+    workspaces_.push_back(mine ? problem.make_workspace() : nullptr);
+  }
+}
+
+void Cluster::enable_local_params() {
+  if (has_local_params()) return;
+  local_params_.assign(stride_ * static_cast<size_t>(local_.size()), 0.0f);
+  for (int i = local_.begin; i < local_.end; ++i)
+    std::copy(params_.begin(), params_.end(), params(i).begin());
+}
+
+std::span<float> Cluster::params(int worker) {
+  if (local_params_.empty()) return params();
+  return {local_params_.data() + stride_ * static_cast<size_t>(worker - local_.begin), dim_};
+}
+
+WorkerBuffers Cluster::local_params() {
+  if (local_params_.empty()) return {params_.data(), 0, dim_, workers_};  // all alias the shared
+  return {local_params_.data(), stride_, dim_, workers_, local_.begin, local_.size()};
+}
+
+void Cluster::compute_gradients(int64_t step) {
+  // Workers in parallel; each writes only its own gradient, loss and batch,
+  // and draws noise from its own (seed, worker, step) stream.
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int i = local_.begin; i < local_.end; ++i) {
+    samplers_[i].sample(step, batches_[i]);
+    const RngStream noise(seed_, Purpose::kGradNoise, static_cast<uint32_t>(i),
+                          static_cast<uint64_t>(step));
+    losses_[i] = problem_.loss_grad(params(i), batches_[i], grad(i), noise, *workspaces_[i]);
+  }
+}
+
+}  // namespace bitlab

@@ -1,0 +1,151 @@
+// The simulated cluster: n data-parallel workers, each with its data shard,
+// batch sampler, gradient buffer and (when an optimizer asks) its own copy of
+// the parameters. Gradients of all workers are computed in parallel; each
+// worker's result depends only on (seed, worker, step), never on scheduling.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "problems/problem.hpp"
+#include "sim/comm/comm.hpp"
+#include "sim/core/schema.hpp"
+
+namespace bitlab {
+
+// Batch size per worker; `full` gives each worker its whole shard every step
+// (deterministic, no sampling).
+struct BatchSize {
+  bool full = false;
+  int64_t samples = 32;
+  bool operator==(const BatchSize&) const = default;
+};
+
+template <>
+struct JsonCodec<BatchSize> {
+  static const char* type_name() { return "int or \"full\""; }
+  static BatchSize read(const Json& j, std::string_view path);
+  static Json write(const BatchSize& b);
+};
+
+struct ClusterOptions {
+  int64_t workers = 1;
+  BatchSize batch_size;
+  std::string sharding = "iid";  // iid | contiguous | label_skew | replicated
+  double dirichlet_alpha = 0.5;  // label_skew only: smaller = more skewed
+  static Schema<ClusterOptions> schema();
+};
+
+// Epoch-wise sampling without replacement: the worker's batches, read in
+// order, walk through a fresh permutation of its shard every epoch. The
+// permutation of epoch e comes from RngStream(seed, kShuffle, worker, e).
+class BatchSampler {
+ public:
+  BatchSampler() = default;
+  BatchSampler(std::vector<uint32_t> shard, BatchSize batch, uint64_t seed, uint32_t worker);
+  // Fills `out` with the batch of (1-based) step `step`.
+  void sample(int64_t step, std::vector<uint32_t>& out);
+  const std::vector<uint32_t>& shard() const { return shard_; }
+  size_t batch_samples() const;
+
+ private:
+  void load_epoch(int64_t epoch);
+  std::vector<uint32_t> shard_;
+  BatchSize batch_;
+  uint64_t seed_ = 0;
+  uint32_t worker_ = 0;
+  std::vector<uint32_t> perm_;
+  int64_t perm_epoch_ = -1;
+};
+
+// Splits sample indices over workers. Throws ConfigError (naming
+// cluster.<field>) when a worker would get no sample.
+std::vector<std::vector<uint32_t>> make_shards(const Problem& problem, const ClusterOptions& opts,
+                                               uint64_t seed);
+// The same from the training set's size, labels and class count (what a
+// problem knows before it has loaded its features: DataScope).
+std::vector<std::vector<uint32_t>> make_shards(size_t num_train, std::span<const int32_t> labels,
+                                               int classes, const ClusterOptions& opts,
+                                               uint64_t seed);
+// The sorted, distinct samples of the shards of workers `local` (the training
+// rows a process computing those workers must hold).
+std::vector<uint32_t> samples_of_workers(const std::vector<std::vector<uint32_t>>& shards,
+                                         WorkerRange local);
+
+class Cluster {
+ public:
+  // `local`: the workers this process computes (default: all, the
+  // simulator). Under the MPI backend each rank keeps the data indices,
+  // gradient and local-parameter buffers of its own block only (the
+  // WorkerBuffers hold the local workers: first = local.begin), so per-rank
+  // memory for them scales with workers/ranks.
+  Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t seed,
+          WorkerRange local = {});
+
+  int workers() const { return workers_; }
+  WorkerRange local_workers() const { return local_; }
+  size_t dim() const { return dim_; }
+  const Problem& problem() const { return problem_; }
+  // The parameter vector's tensors (the problem's layout; may be empty).
+  const std::vector<TensorInfo>& tensors() const { return problem_.tensors(); }
+  // The run's seed: optimizers mix it into the streams of stochastic
+  // compressors, so runs that differ only in their seed differ there too.
+  uint64_t seed() const { return seed_; }
+
+  // The synchronised parameters (what evaluation sees).
+  std::span<float> params() { return {params_.data(), dim_}; }
+  std::span<const float> params() const { return {params_.data(), dim_}; }
+  // Per-worker copies for optimizers whose workers drift apart between
+  // synchronisations (0/1 Adam's local steps). Initialised from params().
+  void enable_local_params();
+  bool has_local_params() const { return !local_params_.empty(); }
+  // Worker i's parameters: its local copy if enabled, else the shared ones.
+  std::span<float> params(int worker);
+  WorkerBuffers local_params();
+
+  // Gradients of the last compute_gradients(), one buffer per worker.
+  WorkerBuffers grads() {
+    return {grads_.data(), stride_, dim_, workers_, local_.begin, local_.size()};
+  }
+  std::span<float> grad(int worker) { return grads()[worker]; }
+  double loss(int worker) const { return losses_[worker]; }
+  std::span<const double> losses() const { return losses_; }
+  // Writable, for sharing the local workers' losses across ranks.
+  std::span<double> losses() { return losses_; }
+
+  // Every local worker: sample its batch for `step` and compute loss and gradient
+  // at params(worker). Parallel over workers.
+  void compute_gradients(int64_t step);
+
+  const std::vector<uint32_t>& shard(int worker) const { return samplers_[worker].shard(); }
+  // Known for every worker (the time model prices all of them).
+  size_t batch_samples(int worker) const { return batch_samples_[worker]; }
+  // Stride between worker buffers (dim rounded up to 16 floats = 64 bytes).
+  size_t stride() const { return stride_; }
+  // Bytes this process holds in per-worker float buffers (gradients, local
+  // parameters): local workers × stride × 4 each.
+  size_t worker_buffer_bytes() const {
+    return (grads_.size() + local_params_.size()) * sizeof(float);
+  }
+
+ private:
+  const Problem& problem_;
+  int workers_;
+  WorkerRange local_;
+  size_t dim_;
+  size_t stride_;
+  uint64_t seed_;
+  std::vector<float> params_;
+  std::vector<float> local_params_;
+  std::vector<float> grads_;
+  std::vector<double> losses_;
+  std::vector<BatchSampler> samplers_;  // empty shards for non-local workers
+  std::vector<size_t> batch_samples_;
+  std::vector<std::vector<uint32_t>> batches_;
+  std::vector<std::unique_ptr<Workspace>> workspaces_;
+};
+
+}  // namespace bitlab

@@ -1,0 +1,461 @@
+#include "sim/collectives/compressed_collectives.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+
+#include "sim/core/float16.hpp"
+#include "sim/kernels/reference.hpp"
+
+namespace bitlab {
+
+namespace {
+
+// Across ranks (issue #8) the collectives hand MPI the compressed messages
+// themselves, one `unit`-byte message per (worker, server) or per worker, and
+// the receiving rank decodes them exactly as the simulator decodes: these two
+// exchanges are how. On one rank they are never called (nothing moves).
+//
+// Counts and displacements of `parts` equal blocks of `block` bytes, laid
+// end to end (the allgathers' layout), in the communicator's staging.
+std::pair<std::span<int64_t>, std::span<int64_t>> equal_blocks(Communicator& comm, int parts,
+                                                               int64_t block) {
+  const std::span<int64_t> counts = comm.staging<int64_t>(Communicator::Staging::kCounts, parts);
+  const std::span<int64_t> displs = comm.staging<int64_t>(Communicator::Staging::kDispls, parts);
+  for (int q = 0; q < parts; ++q) {
+    counts[q] = block;
+    displs[q] = q * block;
+  }
+  return {counts, displs};
+}
+
+// Alltoall: worker i's message for server r goes to r's owner. Rank p sends
+// rank q the messages of its b workers for q's b servers (b² units, worker-
+// major); its own block stays in place (never encoded, never sent).
+template <class Encode, class Decode>
+void alltoall_messages(Communicator& comm, int64_t unit, Encode&& encode, Decode&& decode) {
+  const int ranks = comm.ranks(), me = comm.rank();
+  const WorkerRange mine = comm.local_workers();
+  const int64_t b = mine.size(), block = b * b * unit;
+  const auto [counts, displs] = equal_blocks(comm, ranks, block);
+  counts[me] = 0;  // its own block stays in place
+  const std::span<uint8_t> send =
+      comm.staging<uint8_t>(Communicator::Staging::kSend, static_cast<size_t>(block * ranks));
+  const std::span<uint8_t> recv = comm.staging<uint8_t>(Communicator::Staging::kRecv, send.size());
+  for (int q = 0; q < ranks; ++q) {
+    if (q == me) continue;
+    uint8_t* dst = send.data() + displs[q];
+    for (int i = mine.begin; i < mine.end; ++i) {
+      for (int r = q * static_cast<int>(b); r < (q + 1) * b; ++r, dst += unit) encode(i, r, dst);
+    }
+  }
+  comm.transport().alltoallv(send.data(), counts, displs, recv.data(), counts, displs);
+  for (int q = 0; q < ranks; ++q) {
+    if (q == me) continue;
+    const uint8_t* src = recv.data() + displs[q];
+    for (int i = q * static_cast<int>(b); i < (q + 1) * b; ++i) {
+      for (int r = mine.begin; r < mine.end; ++r, src += unit) decode(i, r, src);
+    }
+  }
+}
+
+// Allgather: the message of every worker (or server) u reaches every rank;
+// u's owner encodes it, the other ranks decode it (or read it later from
+// `buf`, where u's message lies at u·unit).
+template <class Encode, class Decode>
+void allgather_messages(Communicator& comm, int64_t unit, std::vector<uint8_t>& buf,
+                        Encode&& encode, Decode&& decode) {
+  const int ranks = comm.ranks();
+  const WorkerRange mine = comm.local_workers();
+  const int64_t block = mine.size() * unit;
+  const auto [counts, displs] = equal_blocks(comm, ranks, block);
+  // Grown once, then reused.
+  if (buf.size() < static_cast<size_t>(block * ranks))
+    buf.resize(static_cast<size_t>(block * ranks));
+  for (int u = mine.begin; u < mine.end; ++u) encode(u, buf.data() + u * unit);
+  comm.transport().allgatherv(buf.data(), counts, displs);
+  for (int u = 0; u < comm.workers(); ++u) {
+    if (u < mine.begin || u >= mine.end) decode(u, buf.data() + u * unit);
+  }
+}
+
+// Copies `bits` bits starting at bit `first` of an MSB-first stream into a
+// fresh MSB-first stream (unused low bits of its last byte 0): one chunk's
+// codes out of a whole buffer's quantize_encode image.
+void copy_bits(const uint8_t* src, size_t first, size_t bits, uint8_t* dst) {
+  const size_t bytes = (bits + 7) / 8;
+  if (first % 8 == 0) {
+    std::memcpy(dst, src + first / 8, bytes);
+  } else {
+    std::memset(dst, 0, bytes);
+    for (size_t k = 0; k < bits; ++k) {
+      const size_t s = first + k;
+      if (src[s / 8] & (0x80u >> (s % 8))) dst[k / 8] |= static_cast<uint8_t>(0x80u >> (k % 8));
+    }
+  }
+  if (bits % 8) dst[bytes - 1] &= static_cast<uint8_t>(0xFFu << (8 - bits % 8));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+CompressedAllgatherMean::CompressedAllgatherMean(int workers, size_t dim,
+                                                 std::shared_ptr<const Compressor> compressor,
+                                                 int node_size, WorkerRange local)
+    : n_(workers),
+      g_(node_size <= 0 ? workers : node_size),
+      d_(dim),
+      stride_((dim + 15) / 16 * 16),
+      local_(local.size() > 0 ? local : WorkerRange{0, workers}),
+      c_(std::move(compressor)) {
+  if (n_ % g_ != 0) {
+    throw std::invalid_argument("node size " + std::to_string(g_) + " does not divide " +
+                                std::to_string(n_) + " workers");
+  }
+  nodes_ = n_ / g_;
+  const int b = local_.size();
+  // Fewer resident workers than workers: this is one rank of several.
+  const bool distributed = b < n_;
+  by_node_ = distributed && hierarchical() && (g_ % b == 0 || b % g_ == 0);
+  if (by_node_) {
+    // It leads node k when it owns worker k·g (the node's first rank).
+    lead_lo_ = (local_.begin + g_ - 1) / g_;
+    lead_hi_ = (local_.end + g_ - 1) / g_;
+  } else if (hierarchical() && !distributed) {
+    lead_lo_ = 0;  // the simulator forms every node's mean
+    lead_hi_ = nodes_;
+  }  // else: flat, or across ranks without node communicators: streamed, no rows
+  compressed_.assign(stride_ * static_cast<size_t>(b), 0.0f);
+  node_mean_.assign(stride_ * static_cast<size_t>(lead_hi_ - lead_lo_), 0.0f);
+}
+
+void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out,
+                                  uint64_t seed, int64_t step) {
+  const int n = n_;
+  const bool shared = c_->shared_randomness();
+  const char* dtype = intern_dtype_name(c_->wire_dtype());
+  const int64_t wire = c_->wire_bytes(d_);
+  WorkerBuffers comp = compressed();
+  const WorkerRange mine = comm.local_workers();
+  if (mine.begin != local_.begin || mine.end != local_.end) {
+    throw std::logic_error("CompressedAllgatherMean: the communicator's workers are not `local`");
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int i = mine.begin; i < mine.end; ++i) {
+    const RngStream rng(seed, Purpose::kCompress, shared ? 0u : static_cast<uint32_t>(i),
+                        static_cast<uint64_t>(step));
+    c_->apply(in[i], comp[i], rng);
+  }
+  const auto encode_worker = [&](int i, uint8_t* dst) {
+    const RngStream rng(seed, Purpose::kCompress, shared ? 0u : static_cast<uint32_t>(i),
+                        static_cast<uint64_t>(step));
+    c_->encode(in[i], {dst, static_cast<size_t>(wire)}, rng);
+  };
+  const auto local = [&](int i) { return i >= mine.begin && i < mine.end; };
+  // Worker i's C(x_i) for a streamed tree: its row when resident, else the
+  // decoded image (images_ holds the ones received, worker `base` at 0).
+  const auto worker_row = [&](int base) {
+    return [&, base](int i, std::span<float> dst) {
+      if (local(i)) {
+        std::copy(comp[i].begin(), comp[i].end(), dst.begin());
+      } else {
+        c_->decode({images_.data() + (i - base) * wire, static_cast<size_t>(wire)}, dst);
+      }
+    };
+  };
+  // Across ranks the packed wire images travel (encode: the same stream as
+  // apply) and the receivers decode them — decode(encode(x)) == C(x) bit for
+  // bit — one at a time into the depth-first evaluation of the simulator's
+  // tree (streamed_mean), so no rank holds every worker's decoded row. Flat:
+  // every worker's image reaches every rank over the world communicator.
+  // Hierarchical, when each rank holds whole nodes or an equal share of one
+  // (g a multiple or a divisor of the b workers per rank): over node
+  // sub-communicators, as modelled (see below). Otherwise (departure) every
+  // worker's image is allgathered over the world communicator and each rank
+  // forms every node's mean itself.
+  const int b = mine.size();
+  const bool by_node = by_node_;
+  if (comm.distributed() && !by_node) {
+    allgather_messages(comm, wire, images_, encode_worker, [](int, const uint8_t*) {});
+  }
+  if (!hierarchical()) {
+    if (comm.distributed()) {
+      streamed_mean(n, d_, worker_row(0), out, scratch_);
+    } else {
+      mean_over_workers(comp, out, WireDtype::kFp32);
+    }
+    comm.record(make_comm_record("allgather", "ring", dtype, "all", n, 1, wire * n,
+                                 ring_allgather_cost(n, wire * n)));
+    return;
+  }
+  const auto leads = [&](int k) { return k >= lead_lo_ && k < lead_hi_; };
+  const Communicator::NodeTransports* nt = by_node ? &comm.node_transports(g_) : nullptr;
+  // Stage 1, inside each node: allgather of the g images, node mean. Across
+  // ranks (g > b): the node's ranks allgather their workers' images over the
+  // node communicator and its leader forms the mean (g ≤ b: the node lies on
+  // this rank, nothing moves).
+  if (by_node && g_ > b) {
+    const int k = mine.begin / g_;
+    const int64_t block = b * wire;
+    const int members = g_ / b;
+    const auto [counts, displs] = equal_blocks(comm, members, block);
+    images_.resize(static_cast<size_t>(g_ * wire));
+    for (int i = mine.begin; i < mine.end; ++i) {
+      encode_worker(i, images_.data() + (i - k * g_) * wire);
+    }
+    nt->node->allgatherv(images_.data(), counts, displs);
+  }
+  // Node k's mean: from resident rows when the node lies on this process,
+  // else streamed from the received images (worker 0 or the node's first at
+  // images_[0]).
+  const auto node_mean = [&](int k, std::span<float> dst) {
+    const int lo = k * g_;
+    if (lo >= mine.begin && lo + g_ <= mine.end) {
+      const WorkerBuffers members{comp[lo].data(), stride_, d_, g_};
+      mean_over_workers(members, dst, WireDtype::kFp32);
+    } else {
+      const int base = by_node ? lo : 0;
+      streamed_mean(
+          g_, d_, [&](int j, std::span<float> row) { worker_row(base)(lo + j, row); }, dst,
+          inner_scratch_);
+    }
+  };
+  WorkerBuffers node_means{node_mean_.data(), stride_, d_, nodes_, lead_lo_, lead_hi_ - lead_lo_};
+  for (int k = lead_lo_; k < lead_hi_; ++k) node_mean(k, node_means[k]);
+  comm.record(make_comm_record("allgather", "ring", dtype, "intra", g_, nodes_, wire * g_,
+                               ring_allgather_cost(g_, wire * g_)));
+  // Stage 2: each node's leader compresses the node mean; leaders allgather.
+  // Across ranks the leaders' images travel over the leaders' communicator
+  // (g ≥ b: the first rank of every node) or, when every rank leads b/g whole
+  // nodes, over the world communicator: one image per node crosses nodes.
+  const auto leader_rng = [&](int k) {
+    return RngStream(seed, Purpose::kCompress, shared ? 0u : static_cast<uint32_t>(n + k),
+                     static_cast<uint64_t>(step));
+  };
+  node_images_.resize(by_node ? static_cast<size_t>(nodes_ * wire) : 0);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int k = lead_lo_; k < lead_hi_; ++k) {
+    const RngStream rng = leader_rng(k);
+    if (by_node) {
+      c_->encode(node_means[k], {node_images_.data() + k * wire, static_cast<size_t>(wire)}, rng);
+    }
+    c_->apply(node_means[k], node_means[k], rng);
+  }
+  if (by_node) {
+    Transport* leaders = g_ >= b ? nt->leaders.get() : &comm.transport();
+    if (leaders != nullptr) {
+      const int64_t block = std::max(1, b / g_) * wire;
+      const auto [counts, displs] = equal_blocks(comm, leaders->ranks(), block);
+      leaders->allgatherv(node_images_.data(), counts, displs);
+    }
+    // Stage 3 across ranks (g > b): the node's leader broadcasts the gathered
+    // images over the node communicator.
+    if (g_ > b) nt->node->broadcast(node_images_.data(), nodes_ * wire, 0);
+  }
+  comm.record(make_comm_record("allgather", "ring", dtype, "inter", nodes_, 1, wire * nodes_,
+                               ring_allgather_cost(nodes_, wire * nodes_)));
+  // Stage 3: each leader broadcasts the gathered images inside its node.
+  comm.record(make_comm_record("broadcast", "tree", dtype, "intra", g_, nodes_, wire * nodes_,
+                               tree_broadcast_cost(g_, wire * nodes_)));
+  if (!comm.distributed()) {
+    mean_over_workers(node_means, out, WireDtype::kFp32);
+    return;
+  }
+  // out = mean over nodes of C(node mean): led nodes' from their rows, the
+  // others' decoded from the gathered node images (by_node) or, without node
+  // communicators, formed here from every worker's image and compressed with
+  // the node leader's stream (every rank computes the same values).
+  streamed_mean(
+      nodes_, d_,
+      [&](int k, std::span<float> dst) {
+        if (leads(k)) {
+          std::copy(node_means[k].begin(), node_means[k].end(), dst.begin());
+        } else if (by_node) {
+          c_->decode({node_images_.data() + k * wire, static_cast<size_t>(wire)}, dst);
+        } else {
+          node_mean(k, dst);
+          c_->apply(dst, dst, leader_rng(k));
+        }
+      },
+      out, scratch_);
+}
+
+// ---------------------------------------------------------------------------
+
+QuantizedReduceScatter::QuantizedReduceScatter(int workers, size_t dim, const QuantizeSpec& spec,
+                                               std::string gather, WorkerRange local)
+    : n_(workers),
+      d_(dim),
+      local_(local.size() > 0 ? local : WorkerRange{0, workers}),
+      spec_(spec),
+      gather_(std::move(gather)) {
+  if (gather_ != "quantized" && gather_ != "fp16" && gather_ != "fp32") {
+    throw std::invalid_argument("gather must be quantized, fp16 or fp32, not " + gather_);
+  }
+  const size_t m = static_cast<size_t>(n_) * spec_.group_size;
+  D_ = (std::max<size_t>(d_, 1) + m - 1) / m * m;
+  stride_ = D_;
+  quantized_.assign(stride_ * static_cast<size_t>(local_.size()), 0.0f);
+  // Across ranks (fewer resident workers than workers): every worker's codes
+  // of this rank's chunks, decoded — n × (local workers · D/n) floats.
+  if (local_.size() < n_) {
+    columns_.assign(static_cast<size_t>(n_) * (D_ / n_) * static_cast<size_t>(local_.size()), 0.0f);
+  }
+  mean_.assign(D_, 0.0f);
+}
+
+double QuantizedReduceScatter::sent_bytes_per_call() const {
+  const size_t chunk = D_ / n_;
+  const double stage1 = static_cast<double>(quantize_wire_bytes(chunk, spec_));
+  const double stage2 = gather_ == "quantized"
+                            ? static_cast<double>(quantize_wire_bytes(chunk, spec_))
+                        : gather_ == "fp16" ? 2.0 * chunk
+                                            : 4.0 * chunk;
+  return (n_ - 1) * (stage1 + stage2);
+}
+
+void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out,
+                                 uint64_t seed, int64_t step) {
+  const int n = n_;
+  const size_t D = D_, d = d_, chunk = D_ / n_;
+  const int bits = spec_.bits;
+  // Stage 1: every worker quantizes its zero-padded buffer (groups never
+  // straddle a chunk: chunk is a multiple of group_size).
+  const WorkerRange mine = comm.local_workers();
+  if (mine.begin != local_.begin || mine.end != local_.end) {
+    throw std::logic_error("QuantizedReduceScatter: the communicator's workers are not `local`");
+  }
+  const WorkerBuffers q = quantized();
+  const size_t image_bytes = static_cast<size_t>(quantize_wire_bytes(D, spec_));
+  // Across ranks: the workers' packed images (member: grown once, reused).
+  std::vector<uint8_t>& images = images_;
+  if (comm.distributed() && images.size() < image_bytes * mine.size()) {
+    images.resize(image_bytes * mine.size());
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int i = mine.begin; i < mine.end; ++i) {
+    thread_local std::vector<float> padded;
+    padded.assign(D, 0.0f);
+    std::copy(in[i].begin(), in[i].end(), padded.begin());
+    const RngStream rng(seed, Purpose::kCompress, static_cast<uint32_t>(i),
+                        static_cast<uint64_t>(step));
+    quantize_dequantize(padded, {q[i].data(), D}, spec_, rng);
+    // Across ranks: the packed image of the whole padded buffer (codes and
+    // group scales), from which each chunk's message is cut below.
+    if (comm.distributed()) {
+      quantize_encode(padded, {images.data() + (i - mine.begin) * image_bytes, image_bytes}, spec_,
+                      rng);
+    }
+  }
+  static const char* kInt[] = {"", "int1", "int2", "int3", "int4", "int5", "int6", "int7", "int8"};
+  const int64_t wire1 = quantize_wire_bytes(chunk, spec_);
+  // alltoall: chunk r of each worker's codes (and its groups' scales) to worker r.
+  comm.record(make_comm_record("alltoall", "pairwise", kInt[bits], "all", n, 1, wire1 * n,
+                               pairwise_alltoall_cost(n, wire1 * n)));
+  // Worker r averages the dequantized chunks (the fixed tree over workers).
+  // Across ranks, chunk r of every worker reaches r's owner first as its
+  // wire message — the chunk's packed codes then its groups' scales, exactly
+  // quantize_wire_bytes(chunk) — and is decoded there (quantize_decode of a
+  // chunk's codes and scales == quantize_dequantize of those elements) into
+  // columns_, every worker's row of this rank's chunks (row i at i·len); the
+  // resident workers' rows are copied in. The tree is per element, so it
+  // gives the simulator's values whatever the row layout.
+  const size_t lo = static_cast<size_t>(mine.begin) * chunk;
+  const size_t len = static_cast<size_t>(mine.size()) * chunk;
+  if (comm.distributed()) {
+    const size_t code_bytes = (D * static_cast<size_t>(bits) + 7) / 8;
+    const size_t scale_bytes = spec_.fp16_scale ? 2 : 4;
+    const size_t chunk_code_bytes = (chunk * static_cast<size_t>(bits) + 7) / 8;
+    const size_t chunk_groups = chunk / spec_.group_size;
+    for (int i = mine.begin; i < mine.end; ++i) {
+      std::copy(q[i].data() + lo, q[i].data() + lo + len,
+                columns_.data() + static_cast<size_t>(i) * len);
+    }
+    alltoall_messages(
+        comm, wire1,
+        [&](int i, int r, uint8_t* dst) {
+          const uint8_t* image = images.data() + (i - mine.begin) * image_bytes;
+          copy_bits(image, static_cast<size_t>(r) * chunk * bits, chunk * bits, dst);
+          std::memcpy(dst + chunk_code_bytes,
+                      image + code_bytes + static_cast<size_t>(r) * chunk_groups * scale_bytes,
+                      chunk_groups * scale_bytes);
+        },
+        [&](int i, int r, const uint8_t* src) {
+          quantize_decode({src, static_cast<size_t>(wire1)},
+                          {columns_.data() + static_cast<size_t>(i) * len +
+                               (static_cast<size_t>(r) * chunk - lo),
+                           chunk},
+                          spec_);
+        });
+    cpu::dequantize_reduce(columns_.data(), len, n, len, mean_.data() + lo);
+  } else {
+    cpu::dequantize_reduce(quantized_.data() + lo, D, n, len, mean_.data() + lo);
+  }
+  // Stage 2: the averaged chunks go back to everyone.
+  int64_t wire2 = 0;
+  const char* dtype2 = "fp32";
+  if (gather_ == "quantized") {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int r = mine.begin; r < mine.end; ++r) {
+      const RngStream rng(seed, Purpose::kCompress, static_cast<uint32_t>(n + r),
+                          static_cast<uint64_t>(step));
+      std::span<float> c(mean_.data() + static_cast<size_t>(r) * chunk, chunk);
+      thread_local std::vector<float> copy;
+      copy.assign(c.begin(), c.end());
+      quantize_dequantize(copy, c, spec_, rng);
+      if (comm.distributed()) {
+        quantize_encode(copy,
+                        {images.data() + (r - mine.begin) * wire1, static_cast<size_t>(wire1)},
+                        spec_, rng);
+      }
+    }
+    wire2 = wire1;
+    dtype2 = kInt[bits];
+  } else if (gather_ == "fp16") {
+    round_to_wire(mean_, WireDtype::kFp16);
+    wire2 = static_cast<int64_t>(2 * chunk);
+    dtype2 = "fp16";
+  } else {
+    wire2 = static_cast<int64_t>(4 * chunk);
+  }
+  // Across ranks: server r's averaged chunk in the gather precision — its
+  // re-quantized codes and scales, fp16 bits or fp32 — decoded by the others.
+  if (comm.distributed()) {
+    allgather_messages(
+        comm, wire2, gathered_,
+        [&](int r, uint8_t* dst) {
+          const float* c = mean_.data() + static_cast<size_t>(r) * chunk;
+          if (gather_ == "quantized") {
+            std::memcpy(dst, images.data() + (r - mine.begin) * wire1, static_cast<size_t>(wire1));
+          } else if (gather_ == "fp16") {
+            for (size_t k = 0; k < chunk; ++k) {
+              const uint16_t h = float_to_half_bits(c[k]);
+              std::memcpy(dst + 2 * k, &h, 2);
+            }
+          } else {
+            std::memcpy(dst, c, 4 * chunk);
+          }
+        },
+        [&](int r, const uint8_t* src) {
+          float* c = mean_.data() + static_cast<size_t>(r) * chunk;
+          if (gather_ == "quantized") {
+            quantize_decode({src, static_cast<size_t>(wire1)}, {c, chunk}, spec_);
+          } else if (gather_ == "fp16") {
+            for (size_t k = 0; k < chunk; ++k) {
+              uint16_t h;
+              std::memcpy(&h, src + 2 * k, 2);
+              c[k] = half_bits_to_float(h);
+            }
+          } else {
+            std::memcpy(c, src, 4 * chunk);
+          }
+        });
+  }
+  comm.record(make_comm_record("allgather", "ring", dtype2, "all", n, 1, wire2 * n,
+                               ring_allgather_cost(n, wire2 * n)));
+  std::copy(mean_.begin(), mean_.begin() + static_cast<ptrdiff_t>(d), out.begin());
+}
+
+}  // namespace bitlab

@@ -1,0 +1,129 @@
+// Compressed collectives other than the two-stage 1-bit allreduce
+// (onebit_allreduce.hpp). Each computes the math of the exchange on the
+// emulated workers' buffers and records every underlying collective in the
+// communicator's log, so the network model can price it.
+//
+// * CompressedAllgatherMean: every worker compresses its buffer with any
+//   compressor, the wire images are allgathered and every worker averages the
+//   decompressed values: out = (1/n) Σ_i C(x_i). With a node size g it runs
+//   hierarchically: an allgather inside each node gives the node mean, the
+//   node's leader compresses that mean once more and the leaders allgather
+//   across nodes, then each leader broadcasts the gathered images inside its
+//   node: out = (1/nodes) Σ_node C(mean_{i in node} C(x_i)). This is the
+//   scheme BinSGDM's abstract describes (one bit-vector per node crosses the
+//   network) and LoCo's hierarchical option; stage-2 error feedback is left
+//   to the caller (not modelled here yet).
+//
+// * QuantizedReduceScatter: LoCo's exchange of n-bit codes (algorithms.md §6):
+//   every worker quantizes its whole buffer (group scales), an alltoall sends
+//   chunk r of every worker's codes to worker r, which averages the
+//   dequantized chunks, and an allgather returns the averaged chunks to
+//   everybody, re-quantized with the same spec ("quantized", default), as fp16
+//   or as fp32. Chunks are whole groups: the buffer is padded with zeros to a
+//   multiple of n·group_size.
+//
+// Sums over workers use the communicator's fixed pairwise tree
+// (mean_over_workers), so results do not depend on the thread count.
+//
+// Resident workers (issue #8): both take the workers this process runs
+// (`local`, default all: the simulator) and hold per-worker rows for those
+// only — C(x_i) / Q(x_i) of worker i at row i − local.begin, read through
+// compressed() / quantized() with global ids. Under the MPI backend what a
+// rank needs of the other workers arrives as wire images and is decoded into
+// bounded scratch: the allgather mean decodes one image at a time into the
+// depth-first evaluation of the same tree (streamed_mean: log2(n) partial
+// sums of d floats, not n rows); the reduce-scatter decodes every worker's
+// codes of this rank's chunks only (n × D/ranks floats). run() must then be
+// given a Communicator whose local_workers() is `local`.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sim/comm/comm.hpp"
+#include "sim/compress/compressor.hpp"
+#include "sim/compress/quantize.hpp"
+
+namespace bitlab {
+
+class CompressedAllgatherMean {
+ public:
+  // node_size 0 or n: flat. Otherwise it must divide n.
+  CompressedAllgatherMean(int workers, size_t dim, std::shared_ptr<const Compressor> compressor,
+                          int node_size = 0, WorkerRange local = {});
+
+  // out = mean of the compressed buffers (see above). The random streams are
+  // RngStream(seed, kCompress, worker, step) (one shared stream, worker 0, when
+  // the compressor asks for shared randomness); node leaders' second
+  // compression uses worker id n + node.
+  void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
+           int64_t step);
+
+  // C(x_i) of the last run, per resident worker (what error feedback
+  // subtracts); global worker ids.
+  WorkerBuffers compressed() {
+    return {compressed_.data(), stride_, d_, n_, local_.begin, local_.size()};
+  }
+  bool hierarchical() const { return nodes_ > 1 && g_ > 1; }
+  int nodes() const { return nodes_; }
+  // Bytes of the per-worker and per-node rows held: C(x_i) of the resident
+  // workers and the node means this process forms (every node's in the
+  // simulator; under MPI those of the nodes the rank leads, none when it
+  // leads none). Excludes the receive scratch.
+  size_t resident_bytes() const { return (compressed_.size() + node_mean_.size()) * sizeof(float); }
+
+ private:
+  int n_, g_, nodes_;
+  size_t d_, stride_;
+  WorkerRange local_;  // resident workers
+  // Across ranks, hierarchical: node traffic over node sub-communicators
+  // (g a multiple or a divisor of the workers per rank; see run).
+  bool by_node_ = false;
+  int lead_lo_ = 0, lead_hi_ = 0;  // nodes [lead_lo_, lead_hi_) whose means are held
+  std::shared_ptr<const Compressor> c_;
+  std::vector<float> compressed_;  // local workers × stride
+  std::vector<float> node_mean_;   // led nodes × stride (stage 2 input, then C of it)
+  // Receive scratch (MPI only): gathered wire images, streamed-tree partial sums.
+  std::vector<uint8_t> images_, node_images_;
+  std::vector<float> scratch_, inner_scratch_;
+};
+
+class QuantizedReduceScatter {
+ public:
+  // gather: "quantized" (re-quantize the averaged chunk with `spec`), "fp16" or "fp32".
+  QuantizedReduceScatter(int workers, size_t dim, const QuantizeSpec& spec,
+                         std::string gather = "quantized", WorkerRange local = {});
+
+  // quantized_i = Q(x_i) (stage 1, per worker); out = gather-precision of
+  // mean_i quantized_i. Streams: RngStream(seed, kCompress, worker, step) for
+  // stage 1 and worker id n + r for server r's re-quantization.
+  void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
+           int64_t step);
+
+  // Q(x_i) of the last run, per resident worker; global worker ids.
+  WorkerBuffers quantized() {
+    return {quantized_.data(), stride_, d_, n_, local_.begin, local_.size()};
+  }
+  // Bytes of the resident workers' Q(x_i) rows (padded length); excludes the
+  // receive scratch.
+  size_t resident_bytes() const { return quantized_.size() * sizeof(float); }
+  size_t padded_dim() const { return D_; }
+  // Bytes one worker sends per call.
+  double sent_bytes_per_call() const;
+
+ private:
+  int n_;
+  size_t d_, D_, stride_;
+  WorkerRange local_;  // resident workers (= the servers of their chunks)
+  QuantizeSpec spec_;
+  std::string gather_;
+  std::vector<float> quantized_;   // local workers × stride: Q(x_i) of the padded input
+  std::vector<float> columns_;     // MPI only: n × (local chunks), every worker's Q of them
+  std::vector<float> mean_;        // D
+  std::vector<uint8_t> images_;    // MPI: the resident workers' packed images
+  std::vector<uint8_t> gathered_;  // MPI: the servers' gathered chunks
+};
+
+}  // namespace bitlab

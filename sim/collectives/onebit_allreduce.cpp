@@ -1,0 +1,134 @@
+#include "sim/collectives/onebit_allreduce.hpp"
+
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "sim/compress/compressor.hpp"
+#include "sim/kernels/reference.hpp"
+
+namespace bitlab {
+
+size_t onebit_reference_pad_multiple(int n) {
+  return static_cast<size_t>(n) * std::lcm(static_cast<size_t>(n), size_t{8});
+}
+
+size_t onebit_padded_dim(size_t dim, int n, size_t pad_multiple) {
+  const size_t m = pad_multiple ? pad_multiple : onebit_reference_pad_multiple(n);
+  return (dim + m - 1) / m * m;
+}
+
+OneBitAllreduce::OneBitAllreduce(int workers, size_t dim, size_t pad_multiple, WorkerRange local)
+    : n_(workers), d_(dim), local_(local.size() > 0 ? local : WorkerRange{0, workers}) {
+  if (workers < 1) throw std::invalid_argument("OneBitAllreduce: workers must be >= 1");
+  if (pad_multiple % (8 * static_cast<size_t>(workers)) != 0) {
+    throw std::invalid_argument("OneBitAllreduce: pad_multiple " + std::to_string(pad_multiple) +
+                                " must be a multiple of 8n = " + std::to_string(8 * workers));
+  }
+  D_ = onebit_padded_dim(std::max<size_t>(dim, 1), workers, pad_multiple);
+  const size_t resident = static_cast<size_t>(local_.size());
+  e_.assign(D_ * resident, 0.0f);
+  s_.assign(D_ / n_ * resident, 0.0f);
+  bits_.assign(D_ / 8 * resident, 0);
+  server_bits_.assign(D_ / 8, 0);
+  a_.assign(n_, 0.0f);
+  c_.assign(n_, 0.0f);
+  acc_.assign(D_ / n_ * resident, 0.0f);
+}
+
+void OneBitAllreduce::reset_errors() {
+  std::fill(e_.begin(), e_.end(), 0.0f);
+  std::fill(s_.begin(), s_.end(), 0.0f);
+}
+
+int64_t OneBitAllreduce::sent_bytes_per_call() const {
+  const int64_t n = n_, D = static_cast<int64_t>(D_);
+  return 2 * (n - 1) * D / (8 * n) + 2 * 4 * (n - 1);
+}
+
+void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out) {
+  const int n = n_;
+  const size_t D = D_, d = d_, chunk = D_ / n_, chunk_bytes = chunk / 8;
+  if (!error_feedback_) reset_errors();
+  // Workers and servers this rank owns (all of them in the simulator).
+  const WorkerRange mine = comm.local_workers();
+  if (mine.begin != local_.begin || mine.end != local_.end) {
+    throw std::logic_error("OneBitAllreduce: built for workers [" + std::to_string(local_.begin) +
+                           ", " + std::to_string(local_.end) + "), run on [" +
+                           std::to_string(mine.begin) + ", " + std::to_string(mine.end) + ")");
+  }
+  const size_t first = static_cast<size_t>(mine.begin);
+
+  // ---- worker side: u = pad(b_i) + e_i ; a_i = ‖u‖/√D ; e_i = u − a_i sign(u)
+#pragma omp parallel for schedule(static)
+  for (int i = mine.begin; i < mine.end; ++i) {
+    // The loop body is the CPU reference of the CUDA kernel (sim/kernels/).
+    cpu::onebit_worker_compress(in[i].data(), d, e_.data() + (i - first) * D, D,
+                                bits_.data() + (i - first) * (D / 8), &a_[i]);
+  }
+
+  // ---- phase 1: alltoall of sign chunks (S = D/8 bytes a worker sends in
+  // all, its own chunk included) and allgather of the n fp32 scales.
+  // Across ranks: server r's chunk of every worker's signs goes to r's owner,
+  // into exchange-sized scratch (n × my servers' chunks; on one rank bits_).
+  const Communicator::ColumnBlock signs = comm.alltoall_columns(
+      bits_.data(), D / 8, mine.begin, comm.server_bounds(static_cast<int64_t>(chunk_bytes)));
+  comm.gather_columns(a_.data(), comm.server_bounds(sizeof(float)));
+  CommRecord r;
+  r.ranks = n;
+  r.op = "alltoall";
+  r.algorithm = "pairwise";
+  r.dtype = "bits";
+  r.payload_bytes = static_cast<int64_t>(D / 8);
+  WireCost c = pairwise_alltoall_cost(n, r.payload_bytes);
+  r.sent_bytes = c.sent_bytes;
+  r.messages = c.messages;
+  comm.record(r);
+  r.op = "allgather";
+  r.algorithm = "ring";
+  r.dtype = "fp32";
+  r.payload_bytes = 4 * n;
+  c = ring_allgather_cost(n, r.payload_bytes);
+  r.sent_bytes = c.sent_bytes;
+  r.messages = c.messages;
+  comm.record(r);
+
+  // ---- server side, server r owns elements [r·D/n, (r+1)·D/n).
+#pragma omp parallel for schedule(static)
+  for (int srv = mine.begin; srv < mine.end; ++srv) {
+    cpu::onebit_server_reduce(signs.data + (srv - first) * chunk_bytes, signs.row_stride, a_.data(),
+                              n, chunk, s_.data() + (srv - first) * chunk,
+                              acc_.data() + (srv - first) * chunk,
+                              server_bits_.data() + srv * chunk_bytes, &c_[srv]);
+  }
+
+  // ---- phase 2: allgather of the server sign chunks (S = D/8 gathered) and
+  // of the server scales.
+  comm.gather_columns(server_bits_.data(), comm.server_bounds(static_cast<int64_t>(chunk_bytes)));
+  comm.gather_columns(c_.data(), comm.server_bounds(sizeof(float)));
+  r.op = "allgather";
+  r.algorithm = "ring";
+  r.dtype = "bits";
+  r.payload_bytes = static_cast<int64_t>(D / 8);
+  c = ring_allgather_cost(n, r.payload_bytes);
+  r.sent_bytes = c.sent_bytes;
+  r.messages = c.messages;
+  comm.record(r);
+  r.dtype = "fp32";
+  r.payload_bytes = 4 * n;
+  c = ring_allgather_cost(n, r.payload_bytes);
+  r.sent_bytes = c.sent_bytes;
+  r.messages = c.messages;
+  comm.record(r);
+
+  decode_for(0, out);
+}
+
+void OneBitAllreduce::decode_for(int /*worker*/, std::span<float> out) const {
+  // Every worker holds the same gathered image (server_bits_, c_) after
+  // phase 2 and decodes it the same way.
+  cpu::onebit_decode(server_bits_.data(), c_.data(), n_, D_, d_, out.data());
+}
+
+}  // namespace bitlab

@@ -1,0 +1,103 @@
+// The two-stage error-compensated 1-bit allreduce of 1-bit Adam / 1-bit LAMB /
+// 0/1 Adam / APMSqueeze (algorithms.md §1; DeepSpeed's compressed_allreduce).
+//
+//   worker i:  u = pad(b_i) + e_i ; a_i = ‖u‖₂/√D ; e_i = u − a_i·sign(u)
+//              signs of u packed MSB first, split into n chunks of D/(8n) bytes
+//   phase 1:   alltoall of the sign chunks; allgather of the n scales a_i
+//   server r:  y = (1/n) Σ_i a_i·unpack(chunk r of worker i) + s_r
+//              c_r = ‖y‖₂/√(D/n) ; s_r = y − c_r·sign(y)
+//   phase 2:   allgather of the server sign chunks and of the scales c_r
+//   output:    out[r·D/n + k] = c_r·sign_r[k], truncated to d (same on every worker)
+//
+// D is d padded with zeros to a multiple of `pad_multiple` (default: the
+// reference's n·lcm(n, 8); 8n is the least that makes every chunk whole bytes).
+// Sums over workers on the server run in worker order 0..n−1 in fp32; norms
+// are accumulated in double over fixed blocks, so results do not depend on the
+// thread count.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sim/comm/comm.hpp"
+
+namespace bitlab {
+
+// The reference padding multiple n·lcm(n, 8).
+size_t onebit_reference_pad_multiple(int workers);
+// D for d elements (pad_multiple 0 = the reference's).
+size_t onebit_padded_dim(size_t dim, int workers, size_t pad_multiple = 0);
+
+class OneBitAllreduce {
+ public:
+  // pad_multiple must be a multiple of 8n (so chunks are whole bytes); 0 picks
+  // the reference's n·lcm(n, 8). `local`: the workers (= servers) this
+  // process runs (default: all, the simulator); it holds the worker errors,
+  // sign bits and server state of those only, so under the MPI backend the
+  // per-rank memory scales with workers/ranks. run() must then be given a
+  // Communicator whose local_workers() is this range.
+  OneBitAllreduce(int workers, size_t dim, size_t pad_multiple = 0, WorkerRange local = {});
+
+  int workers() const { return n_; }
+  size_t dim() const { return d_; }
+  size_t padded_dim() const { return D_; }
+  size_t chunk() const { return D_ / n_; }
+
+  // With error feedback off, every call starts from zero errors (plain scaled
+  // sign compression at both stages): the ablation that shows what the error
+  // compensation buys (1-bit Adam, Tang et al. 2021, §3).
+  void set_error_feedback(bool on) { error_feedback_ = on; }
+  bool error_feedback() const { return error_feedback_; }
+
+  // Zeroes every worker and server error (done at the switch to compression
+  // and, in 0/1 Adam, at the transition to local steps).
+  void reset_errors();
+
+  // One call of §1 on the workers' buffers (each dim() floats). Writes the
+  // result, identical on every worker, to `out` (dim() floats; may alias no
+  // input) and records the four collectives in comm's log.
+  void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out);
+
+  // What worker `w` reconstructs from the phase-2 image it received; equals
+  // `out` of run() (each worker decodes the same gathered bytes).
+  void decode_for(int worker, std::span<float> out) const;
+
+  // Worker / server i must be local.
+  std::span<const float> worker_error(int i) const {
+    return {e_.data() + static_cast<size_t>(i - local_.begin) * D_, D_};
+  }
+  std::span<const float> server_error(int r) const {
+    return {s_.data() + static_cast<size_t>(r - local_.begin) * chunk(), chunk()};
+  }
+  float worker_scale(int i) const { return a_[i]; }
+  float server_scale(int r) const { return c_[r]; }
+  // Packed signs of u for worker i (D/8 bytes) and the servers' (D/8 bytes).
+  std::span<const uint8_t> worker_bits(int i) const {
+    return {bits_.data() + static_cast<size_t>(i - local_.begin) * (D_ / 8), D_ / 8};
+  }
+  std::span<const uint8_t> server_bits() const { return server_bits_; }
+
+  // Bytes held in the per-worker / per-server arrays (errors, sign bits,
+  // server sums): proportional to the local workers.
+  size_t resident_bytes() const {
+    return (e_.size() + s_.size() + acc_.size()) * sizeof(float) + bits_.size();
+  }
+
+  // Bytes one worker sends per call: 2·(n−1)·D/(8n) + 2·4·(n−1).
+  int64_t sent_bytes_per_call() const;
+
+ private:
+  int n_;
+  size_t d_, D_;
+  WorkerRange local_;  // resident workers (and servers)
+  bool error_feedback_ = true;
+  std::vector<float> e_;              // local × D worker errors
+  std::vector<float> s_;              // local × D/n server errors (all: D)
+  std::vector<uint8_t> bits_;         // local × D/8 packed signs of u
+  std::vector<uint8_t> server_bits_;  // D/8: chunk r at r·D/(8n)
+  std::vector<float> a_, c_;          // worker and server scales
+  std::vector<float> acc_;            // local × D/n: the servers' sums over workers
+};
+
+}  // namespace bitlab

@@ -1,0 +1,213 @@
+#include "sim/engine/config.hpp"
+
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "optimizers/optimizer.hpp"
+#include "problems/problem.hpp"
+
+namespace bitlab {
+
+Schema<RunSettings> RunSettings::schema() {
+  Schema<RunSettings> s;
+  s.field("name", &RunSettings::name,
+          "experiment name: results go to results/<name>/...; default: the file's name");
+  s.field("description", &RunSettings::description, "free text, kept with the results");
+  s.field("seed", &RunSettings::seed,
+          "seed of every random stream of the run (sharding, batches, init, noise)");
+  s.field("steps", &RunSettings::steps, "optimizer steps to run",
+          {rules::at_least<int64_t>(1), rules::at_most<int64_t>(int64_t{1} << 32)});
+  s.field("eval_every", &RunSettings::eval_every,
+          "evaluate on held-out data every k steps (0: only after the last step)",
+          {rules::at_least<int64_t>(0)});
+  s.field("grad_norm_every", &RunSettings::grad_norm_every,
+          "measure the norm of the workers' mean gradient every k steps (0: never); a "
+          "measurement, not communication: no bytes are counted",
+          {rules::at_least<int64_t>(0)});
+  s.allow_key("problem")
+      .allow_key("cluster")
+      .allow_key("optimizer")
+      .allow_key("network")
+      .allow_key("compute");
+  return s;
+}
+
+Json parse_json_text(const std::string& text, const std::string& source) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    // Line and column of the byte where parsing failed (1-based).
+    const size_t at = e.byte > 0 ? std::min<size_t>(e.byte - 1, text.size()) : 0;
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < at; ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+    std::string what = e.what();
+    // nlohmann prefixes "[json.exception.parse_error.101] parse error at line 3, column 5: ".
+    const auto colon = what.find(": ");
+    if (colon != std::string::npos) what = what.substr(colon + 2);
+    throw ConfigError(source + ":" + std::to_string(line) + ":" + std::to_string(col) +
+                      ": JSON syntax error: " + what);
+  }
+}
+
+Json load_json_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw ConfigError(path + ": no such file");
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ConfigError(path + ": is a directory, expected an experiment .json file");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot be read");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_json_text(ss.str(), path);
+}
+
+void apply_set(Json& raw, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw ConfigError("--set " + assignment +
+                      ": must have the form path=value (e.g. optimizer.lr=0.01)");
+  }
+  const std::string path = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+  Json value;
+  try {
+    value = Json::parse(text);
+  } catch (const Json::parse_error&) {
+    value = text;  // adam, full, ...
+  }
+  try {
+    set_json_path(raw, path, value);
+  } catch (const ConfigError& err) {
+    throw ConfigError("--set " + assignment + ": " + err.what());
+  }
+}
+
+void set_json_path(Json& raw, const std::string& path, const Json& value) {
+  Json* node = &raw;
+  std::string walked;
+  size_t start = 0;
+  for (;;) {
+    const auto dot = path.find('.', start);
+    const std::string key =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (key.empty()) throw ConfigError("empty key in path \"" + path + "\"", walked);
+    if (!node->is_object()) {
+      throw ConfigError(walked + " is not an object, so it has no key \"" + key + "\"", walked);
+    }
+    walked = join_path(walked, key);
+    if (dot == std::string::npos) {
+      (*node)[key] = value;
+      return;
+    }
+    if (!node->contains(key)) (*node)[key] = Json::object();
+    node = &(*node)[key];
+    start = dot + 1;
+  }
+}
+
+void rethrow_blaming_set(const ConfigError& err, const std::vector<std::string>& sets) {
+  for (auto it = sets.rbegin(); it != sets.rend(); ++it) {
+    const std::string& s = *it;
+    const std::string path = s.substr(0, s.find('='));
+    if (!err.path().empty() && (err.path() == path || err.path().rfind(path + ".", 0) == 0)) {
+      throw ConfigError("--set " + s + ": " + err.what(), err.path());
+    }
+  }
+  throw;
+}
+
+namespace {
+
+template <class Base>
+Json resolve_named(const Json& raw, const std::string& section,
+                   const std::vector<RegistryEntry<Base>>& registry) {
+  if (!raw.contains(section)) {
+    config_fail(section, Json(nullptr), "missing; it must be an object with a \"name\"");
+  }
+  const Json& obj = raw.at(section);
+  if (!obj.is_object()) config_fail(section, obj, "must be a JSON object with a \"name\"");
+  if (!obj.contains("name")) {
+    std::string names;
+    for (const auto& e : registry) names += (names.empty() ? "" : ", ") + e.name;
+    config_fail(join_path(section, "name"), Json(nullptr), "missing; one of: " + names);
+  }
+  const Json& name = obj.at("name");
+  if (!name.is_string()) config_fail(join_path(section, "name"), name, "must be a string");
+  const auto* entry = find_entry(registry, name.get<std::string>());
+  if (!entry) {
+    std::vector<std::string> names;
+    for (const auto& e : registry) names.push_back(e.name);
+    config_fail(join_path(section, "name"), name, one_of_message(name.get<std::string>(), names));
+  }
+  return entry->resolve(obj, section);
+}
+
+Experiment resolve_inner(const Json& raw, const std::string& default_name) {
+  if (!raw.is_object()) config_fail("", raw, "an experiment must be a JSON object");
+  Experiment e;
+  e.run = RunSettings::schema().read(raw, "");
+  if (e.run.name.empty()) e.run.name = default_name;
+  for (char c : e.run.name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      config_fail("name", Json(e.run.name),
+                  "must use only letters, digits, '-', '_' and '.' (it names a folder)");
+    }
+  }
+  if (e.run.name.empty() || e.run.name[0] == '.') {
+    config_fail("name", Json(e.run.name), "must not be empty or start with '.'");
+  }
+  e.problem = resolve_named(raw, "problem", problem_registry());
+  e.optimizer = resolve_named(raw, "optimizer", optimizer_registry());
+  const Json cluster_raw = raw.contains("cluster") ? raw.at("cluster") : Json::object();
+  const auto cluster_schema = ClusterOptions::schema();
+  e.cluster = cluster_schema.read(cluster_raw, "cluster");
+
+  const auto network_schema = NetworkOptions::schema();
+  const auto compute_schema = ComputeOptions::schema();
+  e.network =
+      network_schema.read(raw.contains("network") ? raw.at("network") : Json::object(), "network");
+  e.compute =
+      compute_schema.read(raw.contains("compute") ? raw.at("compute") : Json::object(), "compute");
+  if (e.network.preset != "none") make_topology(e.network, e.cluster.workers);  // validates
+  if (e.compute.straggler_worker >= e.cluster.workers) {
+    config_fail("compute.straggler_worker", Json(e.compute.straggler_worker),
+                "must be < cluster.workers (" + std::to_string(e.cluster.workers) + ") or -1");
+  }
+
+  Json& r = e.resolved = RunSettings::schema().write(e.run);
+  r["problem"] = e.problem;
+  r["cluster"] = cluster_schema.write(e.cluster);
+  r["optimizer"] = e.optimizer;
+  r["network"] = network_schema.write(e.network);
+  r["compute"] = compute_schema.write(e.compute);
+  return e;
+}
+
+}  // namespace
+
+Experiment resolve_experiment(const Json& raw, const std::string& default_name,
+                              const std::vector<std::string>& sets) {
+  try {
+    return resolve_inner(raw, default_name);
+  } catch (const ConfigError& err) {
+    rethrow_blaming_set(err, sets);  // names the --set that caused it, if one did
+  }
+}
+
+Experiment load_experiment(const std::string& file, const std::vector<std::string>& sets) {
+  Json raw = load_json_file(file);
+  for (const auto& s : sets) apply_set(raw, s);
+  return resolve_experiment(raw, std::filesystem::path(file).stem().string(), sets);
+}
+
+}  // namespace bitlab

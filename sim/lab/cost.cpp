@@ -1,0 +1,560 @@
+#include "sim/lab/cost.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string_view>
+
+#include "optimizers/loco.hpp"
+#include "optimizers/optimizer.hpp"
+#include "optimizers/zero_one_adam.hpp"
+#include "sim/collectives/onebit_allreduce.hpp"
+#include "sim/compress/compressors.hpp"
+#include "sim/compress/quantize.hpp"
+#include "sim/core/float16.hpp"
+#include "sim/core/registry.hpp"
+
+namespace bitlab {
+
+// ---------------------------------------------------------------------------
+// The spec
+
+Schema<CostSettings> CostSettings::schema() {
+  using O = CostSettings;
+  Schema<O> s;
+  s.field("description", &O::description, "free text: what this spec prices and why");
+  s.field("params", &O::params,
+          "parameters d of the model (the length of the communicated vector); required",
+          {rules::at_least<int64_t>(1)});
+  s.field("workers", &O::workers, "data-parallel workers n (GPUs); required",
+          {rules::at_least<int64_t>(1), rules::at_most<int64_t>(1 << 20)});
+  s.field("steps", &O::steps, "training steps to price; required", {rules::at_least<int64_t>(1)});
+  s.field("samples_per_worker", &O::samples_per_worker,
+          "samples per worker per step; only used when compute.step_ms is 0 and the compute "
+          "time is derived as flops_per_param_sample · params · samples / device_tflops",
+          {rules::greater(0.0)});
+  s.allow_key("network").allow_key("compute").allow_key("optimizer");
+  return s;
+}
+
+namespace {
+
+CostSpec resolve_inner(const Json& raw) {
+  if (!raw.is_object()) config_fail("", raw, "a cost spec must be a JSON object");
+  for (const char* key : {"params", "workers", "steps"}) {
+    if (!raw.contains(key)) {
+      config_fail(key, Json(nullptr),
+                  "missing (required; a spec field or --" + std::string(key) + ")");
+    }
+  }
+  CostSpec spec;
+  const auto settings_schema = CostSettings::schema();
+  spec.settings = settings_schema.read(raw, "");
+
+  if (!raw.contains("network")) {
+    config_fail("network", Json(nullptr),
+                "missing; give {\"preset\": ...} (see `bitlab list`) or --network PRESET");
+  }
+  const auto network_schema = NetworkOptions::schema();
+  spec.network = network_schema.read(raw.at("network"), "network");
+  if (spec.network.preset == "none") {
+    config_fail("network.preset", Json(spec.network.preset),
+                "bitlab cost needs a network: a preset or \"custom\"");
+  }
+  make_topology(spec.network, spec.settings.workers);  // validates
+
+  const auto compute_schema = ComputeOptions::schema();
+  spec.compute =
+      compute_schema.read(raw.contains("compute") ? raw.at("compute") : Json::object(), "compute");
+  if (spec.compute.straggler_worker >= spec.settings.workers) {
+    config_fail("compute.straggler_worker", Json(spec.compute.straggler_worker),
+                "must be < workers (" + std::to_string(spec.settings.workers) + ") or -1");
+  }
+
+  // The optimizer section, through the registry (its defaults and rules).
+  if (!raw.contains("optimizer")) {
+    config_fail("optimizer", Json(nullptr),
+                "missing; it must be an object with a \"name\" (or --optimizer NAME)");
+  }
+  const Json& opt = raw.at("optimizer");
+  const auto& registry = optimizer_registry();
+  std::vector<std::string> names;
+  for (const auto& e : registry) names.push_back(e.name);
+  if (!opt.is_object()) config_fail("optimizer", opt, "must be a JSON object with a \"name\"");
+  if (!opt.contains("name")) {
+    std::string all;
+    for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+    config_fail("optimizer.name", Json(nullptr), "missing; one of: " + all);
+  }
+  const Json& name = opt.at("name");
+  if (!name.is_string()) config_fail("optimizer.name", name, "must be a string");
+  const auto* entry = find_entry(registry, name.get<std::string>());
+  if (!entry) {
+    config_fail("optimizer.name", name, one_of_message(name.get<std::string>(), names));
+  }
+  spec.optimizer = entry->resolve(opt, "optimizer");
+  // Values only the cluster size can reject (the optimizers check them in setup()).
+  plan_communication(spec.optimizer, spec.settings.params, static_cast<int>(spec.settings.workers),
+                     1);
+
+  Json& r = spec.resolved = settings_schema.write(spec.settings);
+  r["network"] = network_schema.write(spec.network);
+  r["compute"] = compute_schema.write(spec.compute);
+  r["optimizer"] = spec.optimizer;
+  return spec;
+}
+
+}  // namespace
+
+CostSpec resolve_cost_spec(const Json& raw,
+                           const std::vector<std::pair<std::string, std::string>>& labels) {
+  try {
+    return resolve_inner(raw);
+  } catch (const ConfigError& err) {
+    // Name the override that caused an error at (or under) its path; the last
+    // one applied wins, as it set the value.
+    for (auto it = labels.rbegin(); it != labels.rend(); ++it) {
+      const std::string path = it->first.substr(0, it->first.find('='));
+      if (!err.path().empty() && (err.path() == path || err.path().rfind(path + ".", 0) == 0)) {
+        throw ConfigError(it->second + ": " + err.what(), err.path());
+      }
+    }
+    throw;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The plan
+
+namespace {
+
+// Communicator::allreduce_mean(..., "ring").
+CommRecord ring_allreduce(int n, int64_t d, const std::string& wire) {
+  const int64_t s = d * wire_dtype_bytes(parse_wire_dtype(wire));
+  return make_comm_record("allreduce", "ring", intern_dtype_name(wire), "all", n, 1, s,
+                          ring_allreduce_cost(n, s));
+}
+
+// OneBitAllreduce::run: the four collectives of algorithms.md §1.
+std::vector<CommRecord> onebit_allreduce(int n, int64_t d, int64_t pad_multiple) {
+  const size_t D = onebit_padded_dim(std::max<size_t>(static_cast<size_t>(d), 1), n,
+                                     static_cast<size_t>(pad_multiple));
+  const auto bits = static_cast<int64_t>(D / 8);
+  const int64_t scales = 4 * static_cast<int64_t>(n);
+  return {
+      make_comm_record("alltoall", "pairwise", "bits", "all", n, 1, bits,
+                       pairwise_alltoall_cost(n, bits)),
+      make_comm_record("allgather", "ring", "fp32", "all", n, 1, scales,
+                       ring_allgather_cost(n, scales)),
+      make_comm_record("allgather", "ring", "bits", "all", n, 1, bits,
+                       ring_allgather_cost(n, bits)),
+      make_comm_record("allgather", "ring", "fp32", "all", n, 1, scales,
+                       ring_allgather_cost(n, scales)),
+  };
+}
+
+// CompressedAllgatherMean::run with a compressor of `wire` bytes per worker.
+std::vector<CommRecord> allgather_mean(int n, int64_t node_size, int64_t wire, const char* dtype) {
+  const int g = node_size <= 0 ? n : static_cast<int>(node_size);
+  const int nodes = n / g;
+  if (!(nodes > 1 && g > 1)) {
+    return {make_comm_record("allgather", "ring", dtype, "all", n, 1, wire * n,
+                             ring_allgather_cost(n, wire * n))};
+  }
+  return {
+      make_comm_record("allgather", "ring", dtype, "intra", g, nodes, wire * g,
+                       ring_allgather_cost(g, wire * g)),
+      make_comm_record("allgather", "ring", dtype, "inter", nodes, 1, wire * nodes,
+                       ring_allgather_cost(nodes, wire * nodes)),
+      make_comm_record("broadcast", "tree", dtype, "intra", g, nodes, wire * nodes,
+                       tree_broadcast_cost(g, wire * nodes)),
+  };
+}
+
+// QuantizedReduceScatter::run.
+std::vector<CommRecord> quantized_reduce_scatter(int n, int64_t d, const QuantizeSpec& spec,
+                                                 const std::string& gather) {
+  const size_t m = static_cast<size_t>(n) * spec.group_size;
+  const size_t D = (std::max<size_t>(static_cast<size_t>(d), 1) + m - 1) / m * m;
+  const size_t chunk = D / n;
+  const int64_t wire1 = quantize_wire_bytes(chunk, spec);
+  const char* codes = intern_dtype_name("int" + std::to_string(spec.bits));
+  int64_t wire2 = static_cast<int64_t>(4 * chunk);
+  const char* dtype2 = "fp32";
+  if (gather == "quantized") {
+    wire2 = wire1;
+    dtype2 = codes;
+  } else if (gather == "fp16") {
+    wire2 = static_cast<int64_t>(2 * chunk);
+    dtype2 = "fp16";
+  }
+  return {
+      make_comm_record("alltoall", "pairwise", codes, "all", n, 1, wire1 * n,
+                       pairwise_alltoall_cost(n, wire1 * n)),
+      make_comm_record("allgather", "ring", dtype2, "all", n, 1, wire2 * n,
+                       ring_allgather_cost(n, wire2 * n)),
+  };
+}
+
+void check_pad_multiple(int64_t pad_multiple, int n) {
+  if (pad_multiple != 0 && pad_multiple % (8 * static_cast<int64_t>(n)) != 0) {
+    config_fail(
+        "optimizer.pad_multiple", Json(pad_multiple),
+        "must be 0 (the reference's n·lcm(n, 8) = " +
+            std::to_string(onebit_reference_pad_multiple(n)) +
+            ") or a multiple of 8·workers = " + std::to_string(8 * static_cast<int64_t>(n)));
+  }
+}
+
+void check_node_size(int64_t node_size, int n) {
+  if (node_size > 0 && n % node_size != 0) {
+    config_fail("optimizer.node_size", Json(node_size),
+                "must divide the number of workers (" + std::to_string(n) + ")");
+  }
+}
+
+template <class Options>
+Options read_options(const Json& resolved) {
+  auto schema = Options::schema();
+  schema.allow_key("name");
+  return schema.read(resolved, "optimizer");
+}
+
+}  // namespace
+
+CommPlan plan_communication(const Json& opt, int64_t params, int n, int64_t steps) {
+  CommPlan plan;
+  const std::string name = opt.at("name").get<std::string>();
+  plan.optimizer = name;
+  const int64_t d = params;
+  auto field = [&](const char* key) -> const Json& { return opt.at(key); };
+
+  if (name == "adam" || name == "sgd" || name == "momentum_sgd" || name == "lamb") {
+    plan.phases.push_back({"full", steps, {ring_allreduce(n, d, field("wire"))}});
+    return plan;
+  }
+  if (name == "onebit_adam" || name == "apmsqueeze" || name == "onebit_lamb") {
+    const int64_t pad = field("pad_multiple").get<int64_t>();
+    check_pad_multiple(pad, n);
+    const int64_t freeze = field("freeze_step").get<int64_t>();
+    const int64_t warmup = std::min(freeze, steps);
+    plan.phases.push_back({"warmup", warmup, {ring_allreduce(n, d, field("wire"))}});
+    const bool none = opt.contains("compression") && field("compression") == "none";
+    plan.phases.push_back({"compressed", steps - warmup,
+                           none ? std::vector<CommRecord>{ring_allreduce(n, d, "fp32")}
+                                : onebit_allreduce(n, d, pad)});
+    if (opt.contains("switch") && field("switch") == "variance_stable" && warmup > 0) {
+      plan.notes.push_back(
+          "switch variance_stable: the warm-up ends once the variance is stable, which only "
+          "training can tell; priced at freeze_step = " +
+          std::to_string(freeze) +
+          ", its upper bound (min_warmup = " + std::to_string(field("min_warmup").get<int64_t>()) +
+          " is the lower bound), so this time is an upper bound");
+    }
+    return plan;
+  }
+  if (name == "zero_one_adam") {
+    const auto o = read_options<ZeroOneAdamOptions>(opt);
+    check_pad_multiple(o.pad_multiple, n);
+    const auto onebit = onebit_allreduce(n, d, o.pad_multiple);
+    int64_t count[4] = {0, 0, 0, 0};
+    ZeroOneSchedule schedule(o);
+    for (int64_t t = 0; t < steps; ++t) ++count[static_cast<int>(schedule.next())];
+    plan.phases.push_back(
+        {"full", count[static_cast<int>(ZeroOnePhase::kFull)], {ring_allreduce(n, d, o.wire)}});
+    plan.phases.push_back({"onebit", count[static_cast<int>(ZeroOnePhase::kOneBit)], onebit});
+    plan.phases.push_back({"sync", count[static_cast<int>(ZeroOnePhase::kSync)], onebit});
+    plan.phases.push_back({"local", count[static_cast<int>(ZeroOnePhase::kLocal)], {}});
+    return plan;
+  }
+  if (name == "loco") {
+    const auto o = read_options<LocoOptions>(opt);
+    check_node_size(o.node_size, n);
+    const QuantizeSpec spec = o.spec();
+    if (o.node_size == 0) {
+      plan.phases.push_back({"compressed", steps, quantized_reduce_scatter(n, d, spec, o.gather)});
+    } else {
+      const NbitCompressor c(spec);
+      plan.phases.push_back({"compressed", steps,
+                             allgather_mean(n, o.node_size, c.wire_bytes(static_cast<size_t>(d)),
+                                            intern_dtype_name(c.wire_dtype()))});
+    }
+    return plan;
+  }
+  if (name == "binsgdm") {
+    const int64_t node_size = field("node_size").get<int64_t>();
+    check_node_size(node_size, n);
+    const BinarizeCompressor c;
+    plan.phases.push_back({"onebit", steps,
+                           allgather_mean(n, node_size, c.wire_bytes(static_cast<size_t>(d)),
+                                          intern_dtype_name(c.wire_dtype()))});
+    return plan;
+  }
+  config_fail("optimizer.name", Json(name), "bitlab cost has no communication plan for it");
+}
+
+// ---------------------------------------------------------------------------
+// Pricing
+
+JobCost price_plan(const CommPlan& plan, const Topology& topology, const ComputeOptions& compute,
+                   const std::vector<double>& worker_compute_s, std::string label) {
+  JobCost job;
+  job.label = std::move(label);
+  job.notes = plan.notes;
+  for (const auto& p : plan.phases) {
+    PhaseCost pc;
+    pc.plan = p;
+    pc.time = price_step(p.records, topology, worker_compute_s, compute);
+    for (const auto& r : p.records) {
+      pc.sent_bytes += r.sent_bytes;
+      pc.messages += r.messages;
+    }
+    job.total_s += static_cast<double>(p.steps) * pc.time.step_s;
+    job.total_sent_bytes += static_cast<double>(p.steps) * pc.sent_bytes;
+    job.total_messages += p.steps * pc.messages;
+    job.phases.push_back(std::move(pc));
+  }
+  return job;
+}
+
+CostReport estimate_cost(const CostSpec& spec) {
+  CostReport rep;
+  rep.spec = spec;
+  const auto& s = spec.settings;
+  const int n = static_cast<int>(s.workers);
+  rep.topology = make_topology(spec.network, s.workers);
+  rep.compute_s = base_compute_s(spec.compute, static_cast<double>(s.params), s.samples_per_worker);
+  // Expected compute: no jitter; the straggler (deterministic) is kept.
+  std::vector<double> worker_s(static_cast<size_t>(n), rep.compute_s);
+  if (spec.compute.straggler_worker >= 0) {
+    worker_s[static_cast<size_t>(spec.compute.straggler_worker)] *= spec.compute.straggler_factor;
+  }
+  if (spec.compute.jitter > 0) {
+    rep.notes.push_back(
+        "compute.jitter is ignored: cost prices the expected step, every worker at the base "
+        "compute time (the slowest of n jittered workers is slower; use `bitlab run` for that)");
+  }
+  if (rep.compute_s == 0) {
+    rep.notes.push_back(
+        "compute is not modelled (compute.step_ms and compute.device_tflops are 0): times are "
+        "communication only");
+  }
+
+  rep.job = price_plan(plan_communication(spec.optimizer, s.params, n, s.steps), rep.topology,
+                       spec.compute, worker_s, spec.optimizer.at("name").get<std::string>());
+  const auto* adam = find_entry(optimizer_registry(), "adam");
+  for (const char* wire : {"fp16", "fp32"}) {
+    const Json resolved = adam->resolve(Json{{"name", "adam"}, {"wire", wire}}, "optimizer");
+    JobCost j = price_plan(plan_communication(resolved, s.params, n, s.steps), rep.topology,
+                           spec.compute, worker_s, std::string("adam, ") + wire + " allreduce");
+    (std::string_view(wire) == "fp16" ? rep.adam_fp16 : rep.adam_fp32) = std::move(j);
+  }
+  for (const auto& note : rep.job.notes) rep.notes.push_back(note);
+  return rep;
+}
+
+// ---------------------------------------------------------------------------
+// Output
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// Decimal units (GB = 10^9 bytes, design.md).
+std::string bytes_text(double b) {
+  if (b >= 1e12) return fmt("%.3g TB", b / 1e12);
+  if (b >= 1e9) return fmt("%.3g GB", b / 1e9);
+  if (b >= 1e6) return fmt("%.3g MB", b / 1e6);
+  if (b >= 1e3) return fmt("%.3g kB", b / 1e3);
+  return fmt("%.0f B", b);
+}
+
+std::string duration_text(double s) {
+  if (s >= 86400) return fmt("%.2f days", s / 86400);
+  if (s >= 3600) return fmt("%.2f h", s / 3600);
+  if (s >= 60) return fmt("%.2f min", s / 60);
+  if (s >= 1) return fmt("%.3g s", s);
+  return fmt("%.3g ms", s * 1e3);
+}
+
+double ratio(double a, double b) {
+  return b > 0 ? a / b : std::numeric_limits<double>::quiet_NaN();
+}
+
+std::string ratio_text(double r) {
+  return std::isfinite(r) ? fmt("%.2fx", r) : "n/a";
+}
+
+Json ratio_json(double r) {
+  return std::isfinite(r) ? Json(r) : Json(nullptr);
+}
+
+std::string pad(std::string s, size_t w, bool right = true) {
+  if (s.size() >= w) return s;
+  return right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
+}
+
+void print_job_rows(std::string& out, const JobCost& job, double baseline_step_s) {
+  for (const auto& p : job.phases) {
+    out += "  " + pad(job.label + " / " + p.plan.name, 30, false) +
+           pad(std::to_string(p.plan.steps), 9) + pad(fmt("%.2f", p.time.compute_s * 1e3), 11) +
+           pad(fmt("%.2f", p.time.comm_s * 1e3), 11) + pad(fmt("%.2f", p.time.step_s * 1e3), 11) +
+           pad(bytes_text(p.sent_bytes), 11) + pad(std::to_string(p.messages), 7) +
+           pad(ratio_text(ratio(baseline_step_s, p.time.step_s)), 10) + "\n";
+  }
+  int64_t steps = 0;
+  for (const auto& p : job.phases) steps += p.plan.steps;
+  out += "  " + pad(job.label + " / total", 30, false) + pad(std::to_string(steps), 9) + "  time " +
+         duration_text(job.total_s) + ", sent per worker " + bytes_text(job.total_sent_bytes) +
+         "\n";
+}
+
+Json record_json(const CommRecord& r, const Topology& t) {
+  return {{"op", r.op},
+          {"algorithm", r.algorithm},
+          {"dtype", r.dtype},
+          {"scope", r.scope},
+          {"ranks", r.ranks},
+          {"groups", r.groups},
+          {"payload_bytes", r.payload_bytes},
+          {"sent_bytes", r.sent_bytes},
+          {"messages", r.messages},
+          {"time_s", collective_time_s(r, t)}};
+}
+
+Json job_json(const JobCost& job, const Topology& t, double baseline_step_s) {
+  Json phases = Json::array();
+  for (const auto& p : job.phases) {
+    Json recs = Json::array();
+    for (const auto& r : p.plan.records) recs.push_back(record_json(r, t));
+    phases.push_back(
+        {{"name", p.plan.name},
+         {"steps", p.plan.steps},
+         {"compute_s", p.time.compute_s},
+         {"compression_s", p.time.compression_s},
+         {"comm_s", p.time.comm_s},
+         {"step_s", p.time.step_s},
+         {"sent_bytes_per_worker", p.sent_bytes},
+         {"messages_per_worker", p.messages},
+         {"step_speedup_vs_adam_fp16", ratio_json(ratio(baseline_step_s, p.time.step_s))},
+         {"records", recs}});
+  }
+  return {{"label", job.label},
+          {"total_s", job.total_s},
+          {"total_sent_bytes_per_worker", job.total_sent_bytes},
+          {"total_messages_per_worker", job.total_messages},
+          {"phases", phases}};
+}
+
+double baseline_step_s(const CostReport& r) {
+  return r.adam_fp16.phases.empty() ? 0.0 : r.adam_fp16.phases[0].time.step_s;
+}
+
+}  // namespace
+
+std::string format_cost_report(const CostReport& r) {
+  const auto& s = r.spec.settings;
+  const auto& t = r.topology;
+  std::string out;
+  out += "bitlab cost: " + r.job.label + ", " + std::to_string(s.params) + " parameters, " +
+         std::to_string(s.workers) + " workers, " + std::to_string(s.steps) + " steps\n";
+  if (!s.description.empty()) out += "  " + s.description + "\n";
+  out += "topology: " + t.name + ": " + std::to_string(t.nodes) + " node(s) x " +
+         std::to_string(t.gpus_per_node) + " GPUs; intra " + fmt("%g us", t.intra_latency_s * 1e6) +
+         ", " + fmt("%g Gbit/s", t.intra_bytes_per_s * 8 / 1e9) + "; inter (NIC per node) " +
+         fmt("%g us", t.inter_latency_s * 1e6) + ", " +
+         fmt("%g Gbit/s", t.inter_bytes_per_s * 8 / 1e9) + "; allreduce " + t.allreduce + "\n";
+  out += "  source: " + t.source + "\n";
+  out += "compute per step and worker: " + fmt("%.3f ms", r.compute_s * 1e3);
+  out += r.spec.compute.step_ms > 0 ? " (compute.step_ms)\n"
+         : r.compute_s > 0          ? " (derived: flops_per_param_sample x params x "
+                                      "samples_per_worker / device_tflops)\n"
+                                    : " (not modelled)\n";
+  if (r.spec.compute.overlap > 0) {
+    out +=
+        fmt("  overlap %.2f of backward hides uncompressed allreduces\n", r.spec.compute.overlap);
+  }
+  out += "\n";
+  const double base = baseline_step_s(r);
+  out += "  " + pad("optimizer / phase", 30, false) + pad("steps", 9) + pad("compute ms", 11) +
+         pad("comm ms", 11) + pad("step ms", 11) + pad("sent/step", 11) + pad("msgs", 7) +
+         pad("vs fp16", 10) + "\n";
+  print_job_rows(out, r.job, base);
+  print_job_rows(out, r.adam_fp16, base);
+  print_job_rows(out, r.adam_fp32, base);
+  out +=
+      "  (sent/step and msgs: per worker per step; vs fp16: Adam fp16's step time / this "
+      "phase's)\n\n";
+
+  out += "collectives per step (time on this topology):\n";
+  for (const JobCost* job : {&r.job, &r.adam_fp16}) {
+    for (const auto& p : job->phases) {
+      if (p.plan.steps == 0 && job != &r.job) continue;
+      out += "  " + job->label + " / " + p.plan.name + ":" +
+             (p.plan.records.empty() ? " none" : "") + "\n";
+      for (const auto& rec : p.plan.records) {
+        out += "    " +
+               pad(std::string(rec.op) + " " + rec.algorithm + " " + rec.dtype +
+                       (std::string_view(rec.scope) == "all" ? "" : std::string(" ") + rec.scope),
+                   32, false) +
+               "S " + pad(bytes_text(static_cast<double>(rec.payload_bytes)), 9) + "  p " +
+               pad(std::to_string(rec.ranks), 5) + "  " +
+               pad(fmt("%.3f ms", collective_time_s(rec, t) * 1e3), 12) + "\n";
+      }
+    }
+  }
+  out += "\n";
+  const double sp16 = ratio(r.adam_fp16.total_s, r.job.total_s);
+  const double sp32 = ratio(r.adam_fp32.total_s, r.job.total_s);
+  out += "total time " + duration_text(r.job.total_s) + " (adam fp16 " +
+         duration_text(r.adam_fp16.total_s) + ", adam fp32 " + duration_text(r.adam_fp32.total_s) +
+         ")\n";
+  out += "speed-up (total time): " + ratio_text(sp16) + " vs adam fp16 allreduce, " +
+         ratio_text(sp32) + " vs adam fp32 allreduce\n";
+  out += "volume per worker " + bytes_text(r.job.total_sent_bytes) + ": adam fp16 sends " +
+         ratio_text(ratio(r.adam_fp16.total_sent_bytes, r.job.total_sent_bytes)) + ", adam fp32 " +
+         ratio_text(ratio(r.adam_fp32.total_sent_bytes, r.job.total_sent_bytes)) + " as much\n";
+  if (!r.notes.empty()) {
+    out += "notes:\n";
+    for (const auto& n : r.notes) out += "  - " + n + "\n";
+  }
+  out +=
+      "(an expectation from the alpha-beta model of algorithms.md section 8: no jitter, no "
+      "congestion, no implementation overheads)\n";
+  return out;
+}
+
+Json cost_report_json(const CostReport& r) {
+  const auto& t = r.topology;
+  const double base = baseline_step_s(r);
+  Json j = Json::object();
+  j["spec"] = r.spec.resolved;
+  j["topology"] = {{"name", t.name},
+                   {"nodes", t.nodes},
+                   {"gpus_per_node", t.gpus_per_node},
+                   {"intra_latency_s", t.intra_latency_s},
+                   {"intra_bytes_per_s", t.intra_bytes_per_s},
+                   {"inter_latency_s", t.inter_latency_s},
+                   {"inter_bytes_per_s", t.inter_bytes_per_s},
+                   {"allreduce", t.allreduce},
+                   {"source", t.source}};
+  j["compute_s_per_step"] = r.compute_s;
+  j["optimizer"] = job_json(r.job, t, base);
+  j["baselines"] = {{"adam_fp16", job_json(r.adam_fp16, t, base)},
+                    {"adam_fp32", job_json(r.adam_fp32, t, base)}};
+  j["speedup"] = {{"vs_adam_fp16", ratio_json(ratio(r.adam_fp16.total_s, r.job.total_s))},
+                  {"vs_adam_fp32", ratio_json(ratio(r.adam_fp32.total_s, r.job.total_s))}};
+  j["volume_ratio"] = {{"adam_fp16_over_this",
+                        ratio_json(ratio(r.adam_fp16.total_sent_bytes, r.job.total_sent_bytes))},
+                       {"adam_fp32_over_this",
+                        ratio_json(ratio(r.adam_fp32.total_sent_bytes, r.job.total_sent_bytes))}};
+  j["notes"] = r.notes;
+  return j;
+}
+
+}  // namespace bitlab

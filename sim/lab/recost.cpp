@@ -1,0 +1,476 @@
+#include "sim/lab/recost.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <unordered_set>
+
+#include "problems/problem.hpp"
+#include "sim/cluster/cluster.hpp"
+#include "sim/engine/config.hpp"
+
+namespace bitlab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kCommLogColumns[] = {"step",       "op",      "algorithm", "dtype",
+                                           "scope",      "ranks",   "groups",    "payload_bytes",
+                                           "sent_bytes", "messages"};
+constexpr size_t kCommLogWidth = 10;
+
+// Shortest text that reads back to the same double (as run.cpp writes them).
+std::string fmt(double v) {
+  if (std::isnan(v)) return "nan";
+  char buf[32];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
+void split_csv(std::string_view line, std::vector<std::string_view>& out) {
+  out.clear();
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = line.find(',', start);
+    if (comma == std::string_view::npos) {
+      out.push_back(line.substr(start));
+      return;
+    }
+    out.push_back(line.substr(start, comma - start));
+    start = comma + 1;
+  }
+}
+
+// A text file read line by line; errors name "<file>: line <n>: ...".
+class LineReader {
+ public:
+  explicit LineReader(fs::path path) : path_(std::move(path)) {
+    std::error_code ec;
+    if (!fs::exists(path_, ec)) throw ConfigError(path_.string() + ": no such file");
+    if (fs::is_directory(path_, ec)) throw ConfigError(path_.string() + ": is a directory");
+    in_.open(path_, std::ios::binary);
+    if (!in_) throw ConfigError(path_.string() + ": cannot be read");
+  }
+  // The next line without its end-of-line; false at the end of the file.
+  bool next(std::string& line) {
+    if (!std::getline(in_, line)) {
+      if (in_.bad()) fail("read error");
+      return false;
+    }
+    ++line_no_;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    return true;
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw ConfigError(path_.string() + ": line " + std::to_string(line_no_) + ": " + what);
+  }
+  int64_t line_no() const { return line_no_; }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+  std::ifstream in_;
+  int64_t line_no_ = 0;
+};
+
+int64_t parse_int(const LineReader& r, std::string_view text, const char* column) {
+  int64_t v = 0;
+  const auto res = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || res.ec != std::errc() || res.ptr != text.data() + text.size()) {
+    r.fail(std::string("column ") + column + ": \"" + std::string(text) + "\" is not an integer");
+  }
+  return v;
+}
+
+double parse_double(const LineReader& r, std::string_view text, const char* column) {
+  double v = 0;
+  const auto res = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || res.ec != std::errc() || res.ptr != text.data() + text.size()) {
+    r.fail(std::string("column ") + column + ": \"" + std::string(text) + "\" is not a number");
+  }
+  return v;
+}
+
+// Streams comm_log.csv in step order, one step's records at a time.
+class CommLogReader {
+ public:
+  explicit CommLogReader(const fs::path& path) : reader_(path) {
+    std::string header;
+    if (!reader_.next(header)) reader_.fail("empty file; expected the header " + expected_header());
+    split_csv(header, fields_);
+    bool ok = fields_.size() == kCommLogWidth;
+    for (size_t k = 0; ok && k < kCommLogWidth; ++k) ok = fields_[k] == kCommLogColumns[k];
+    if (!ok) reader_.fail("expected the header " + expected_header());
+    advance();
+  }
+
+  // Appends the records of `step` to `out`. Steps must be asked in increasing
+  // order; a record of an earlier step that was never asked for is an error
+  // (its step has no row in metrics.csv).
+  void records_for(int64_t step, std::vector<CommRecord>& out) {
+    out.clear();
+    while (pending_ && pending_->step < step) orphan();
+    while (pending_ && pending_->step == step) {
+      out.push_back(*pending_);
+      advance();
+    }
+  }
+  // Throws if records are left after the last metrics row.
+  void finish() {
+    if (pending_) orphan();
+  }
+  int64_t records_read() const { return records_read_; }
+
+ private:
+  static std::string expected_header() {
+    std::string s;
+    for (size_t k = 0; k < kCommLogWidth; ++k)
+      s += (k ? "," : "") + std::string(kCommLogColumns[k]);
+    return s;
+  }
+  [[noreturn]] void orphan() const {
+    throw ConfigError(reader_.path().string() + ": line " + std::to_string(pending_line_) +
+                      ": step " + std::to_string(pending_->step) + " has no row in metrics.csv");
+  }
+  const char* intern(std::string_view s) { return pool_.emplace(s).first->c_str(); }
+
+  void advance() {
+    pending_.reset();
+    std::string line;
+    while (reader_.next(line)) {
+      if (line.empty()) continue;
+      split_csv(line, fields_);
+      if (fields_.size() != kCommLogWidth) {
+        reader_.fail("expected " + std::to_string(kCommLogWidth) + " columns, found " +
+                     std::to_string(fields_.size()));
+      }
+      CommRecord r;
+      r.step = parse_int(reader_, fields_[0], "step");
+      const std::string_view op = fields_[1];
+      if (op != "allreduce" && op != "allgather" && op != "reduce_scatter" && op != "alltoall" &&
+          op != "broadcast") {
+        reader_.fail("column op: \"" + std::string(op) +
+                     "\" is not one of allreduce, allgather, reduce_scatter, alltoall, broadcast");
+      }
+      r.op = intern(op);
+      r.algorithm = intern(fields_[2]);
+      if (fields_[3].empty()) reader_.fail("column dtype: empty");
+      r.dtype = intern(fields_[3]);
+      const std::string_view scope = fields_[4];
+      if (scope != "all" && scope != "intra" && scope != "inter") {
+        reader_.fail("column scope: \"" + std::string(scope) +
+                     "\" is not one of all, intra, inter");
+      }
+      r.scope = intern(scope);
+      const int64_t ranks = parse_int(reader_, fields_[5], "ranks");
+      const int64_t groups = parse_int(reader_, fields_[6], "groups");
+      if (ranks < 1 || ranks > (int64_t{1} << 30)) reader_.fail("column ranks: must be >= 1");
+      if (groups < 1 || groups > (int64_t{1} << 30)) reader_.fail("column groups: must be >= 1");
+      r.ranks = static_cast<int>(ranks);
+      r.groups = static_cast<int>(groups);
+      r.payload_bytes = parse_int(reader_, fields_[7], "payload_bytes");
+      if (r.payload_bytes < 0) reader_.fail("column payload_bytes: must be >= 0");
+      r.sent_bytes = parse_double(reader_, fields_[8], "sent_bytes");
+      r.messages = parse_int(reader_, fields_[9], "messages");
+      if (r.step < last_step_) {
+        reader_.fail("step " + std::to_string(r.step) + " comes after step " +
+                     std::to_string(last_step_) + " (the log must be in step order)");
+      }
+      last_step_ = r.step;
+      pending_ = r;
+      pending_line_ = reader_.line_no();
+      ++records_read_;
+      return;
+    }
+  }
+
+  LineReader reader_;
+  std::vector<std::string_view> fields_;
+  std::unordered_set<std::string> pool_;  // node-based: c_str() pointers stay valid
+  std::optional<CommRecord> pending_;
+  int64_t pending_line_ = 0;
+  int64_t last_step_ = std::numeric_limits<int64_t>::min();
+  int64_t records_read_ = 0;
+};
+
+[[noreturn]] void bad_config(const fs::path& file, const std::string& what) {
+  throw ConfigError(file.string() + ": " + what);
+}
+
+bool label_ok(const std::string& label) {
+  if (label.empty()) return false;
+  for (char c : label) {
+    const bool ok =
+        std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '+';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// Applies the --set overrides to {"network": ..., "compute": ...}; each must
+// name network.<field> or compute.<field>.
+void apply_sets(Json& sections, const std::vector<std::string>& sets) {
+  for (const auto& s : sets) {
+    const std::string path = s.substr(0, s.find('='));
+    if (path.rfind("network.", 0) != 0 && path.rfind("compute.", 0) != 0) {
+      throw ConfigError("--set " + s +
+                        ": recost can only change network.<field> or compute.<field>");
+    }
+    apply_set(sections, s);
+  }
+}
+
+template <class T>
+T read_section(const Json& sections, const char* name, const std::vector<std::string>& sets) {
+  try {
+    return T::schema().read(sections.at(name), name);
+  } catch (const ConfigError& err) {
+    rethrow_blaming_set(err, sets);
+  }
+}
+
+// Every worker's compute time per step before jitter and stragglers, as
+// Simulation computes it: base_compute_s(compute, dim, max(1, batch samples of
+// worker i)). The problem's dimension and the batches matter only for a
+// derived compute time (step_ms 0, device_tflops > 0); they come from
+// summary.json's "dim" and config.json's cluster.batch_size when they can,
+// otherwise the problem (and, for a full batch, the shards) are rebuilt from
+// the resolved config.
+std::vector<double> worker_base_s(const fs::path& dir, const Json& config, const ComputeOptions& c,
+                                  int64_t workers) {
+  const auto n = static_cast<size_t>(workers);
+  if (!(c.step_ms <= 0 && c.device_tflops > 0)) {
+    return std::vector<double>(n, base_compute_s(c, 0.0, 1.0));  // independent of both
+  }
+  const fs::path config_path = dir / "config.json";
+  std::optional<double> dim;
+  if (c.model_params > 0) dim = 0.0;  // not used
+  const fs::path summary_path = dir / "summary.json";
+  std::error_code ec;
+  if (!dim && fs::exists(summary_path, ec)) {
+    const Json summary = load_json_file(summary_path.string());
+    if (summary.is_object() && summary.contains("dim") && summary.at("dim").is_number()) {
+      dim = summary.at("dim").get<double>();
+    }
+  }
+  std::vector<double> samples;
+  const Json& batch = config.at("cluster").at("batch_size");
+  if (batch.is_number_integer()) {
+    samples.assign(
+        n, compute_samples(static_cast<size_t>(std::max<int64_t>(0, batch.get<int64_t>()))));
+  } else if (!(batch.is_string() && batch.get<std::string>() == "full")) {
+    bad_config(config_path,
+               "cluster.batch_size = " + show_value(batch) + ": must be an integer or \"full\"");
+  }
+  if (!dim || samples.empty()) {
+    if (!config.contains("problem") || !config.at("problem").is_object() ||
+        !config.at("problem").contains("name")) {
+      bad_config(config_path, "problem: missing (needed for the derived compute time)");
+    }
+    const Json& name = config.at("problem").at("name");
+    const auto* entry =
+        name.is_string() ? find_entry(problem_registry(), name.get<std::string>()) : nullptr;
+    if (!entry) bad_config(config_path, "problem.name = " + show_value(name) + ": unknown problem");
+    const auto problem = entry->make(config.at("problem"));
+    if (!dim) dim = static_cast<double>(problem->dim());
+    if (samples.empty()) {
+      const auto opts = ClusterOptions::schema().read(config.at("cluster"), "cluster");
+      const auto shards = make_shards(*problem, opts, config.at("seed").get<uint64_t>());
+      for (const auto& s : shards) samples.push_back(compute_samples(s.size()));
+    }
+  }
+  std::vector<double> base(n);
+  for (size_t i = 0; i < n; ++i) base[i] = base_compute_s(c, *dim, samples[i]);
+  return base;
+}
+
+}  // namespace
+
+std::vector<std::string> recost_columns(const std::string& label) {
+  return {"compute_s@" + label, "comm_s@" + label, "step_s@" + label, "sim_time_s@" + label};
+}
+
+RecostResult recost_run(const RecostOptions& o) {
+  const fs::path dir(o.run_dir);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw ConfigError(o.run_dir + ": no such results folder");
+  }
+
+  // ---- the run's configuration
+  const fs::path config_path = dir / "config.json";
+  const Json config = load_json_file(config_path.string());
+  if (!config.is_object()) bad_config(config_path, "must be a JSON object");
+  if (!config.contains("cluster") || !config.at("cluster").is_object()) {
+    bad_config(config_path, "cluster: missing (is this a bitlab results folder?)");
+  }
+  const Json& cluster = config.at("cluster");
+  if (!cluster.contains("workers") || !cluster.at("workers").is_number_integer() ||
+      cluster.at("workers").get<int64_t>() < 1) {
+    bad_config(config_path, "cluster.workers: missing or not a positive integer");
+  }
+  const int64_t workers = cluster.at("workers").get<int64_t>();
+  if (!cluster.contains("batch_size")) bad_config(config_path, "cluster.batch_size: missing");
+  // nlohmann stores a non-negative JSON integer as unsigned.
+  if (!config.contains("seed") || !config.at("seed").is_number_unsigned()) {
+    bad_config(config_path, "seed: missing or not an integer >= 0");
+  }
+  const uint64_t seed = config.at("seed").get<uint64_t>();
+  auto section = [&](const char* name) {
+    if (!config.contains(name)) return Json(Json::object());
+    const Json& s = config.at(name);
+    if (!s.is_object()) bad_config(config_path, std::string(name) + ": must be a JSON object");
+    return s;
+  };
+
+  // ---- the new network and compute model
+  Json sections = Json::object();
+  sections["network"] = o.network.empty() ? section("network") : Json{{"preset", o.network}};
+  sections["compute"] = section("compute");
+  apply_sets(sections, o.sets);
+  const NetworkOptions net = read_section<NetworkOptions>(sections, "network", o.sets);
+  const ComputeOptions compute = read_section<ComputeOptions>(sections, "compute", o.sets);
+  if (net.preset == "none") {
+    config_fail("network.preset", Json(net.preset),
+                o.network.empty()
+                    ? "the run had no network model: give one with --network PRESET (see "
+                      "`bitlab list`)"
+                    : "recost needs a network: a preset (see `bitlab list`) or \"custom\"");
+  }
+  RecostResult res;
+  res.topology = make_topology(net, workers);
+  res.compute = compute;
+  res.label = o.label.empty() ? net.preset : o.label;
+  if (!label_ok(res.label)) {
+    throw ConfigError("--label " + res.label +
+                      ": must be non-empty and use only letters, digits, '_', '-', '.' and '+'");
+  }
+  {
+    const Json own = section("network");
+    if (own.contains("preset") && own.at("preset").is_string()) {
+      res.old_network = own.at("preset").get<std::string>();
+    }
+  }
+  if (compute.straggler_worker >= workers) {
+    config_fail("compute.straggler_worker", Json(compute.straggler_worker),
+                "must be < cluster.workers (" + std::to_string(workers) + ") or -1");
+  }
+  const std::vector<double> base_s = worker_base_s(dir, config, compute, workers);
+
+  // ---- metrics.csv header
+  const fs::path metrics_path = dir / "metrics.csv";
+  res.metrics_path = metrics_path.string();
+  LineReader metrics(metrics_path);
+  CommLogReader comm_log(dir / "comm_log.csv");
+  std::string header;
+  if (!metrics.next(header)) metrics.fail("empty file; expected a header starting with \"step\"");
+  std::vector<std::string> columns;
+  {
+    std::vector<std::string_view> f;
+    split_csv(header, f);
+    for (auto v : f) columns.emplace_back(v);
+  }
+  auto find_column = [&](const std::string& name) -> int {
+    for (size_t k = 0; k < columns.size(); ++k) {
+      if (columns[k] == name) return static_cast<int>(k);
+    }
+    return -1;
+  };
+  const int step_col = find_column("step");
+  if (step_col < 0) metrics.fail("no \"step\" column in the header");
+  const int old_time_col = find_column("sim_time_s");
+  const size_t width = columns.size();
+
+  const auto new_columns = recost_columns(res.label);
+  std::vector<size_t> out_index;  // where each new value goes in the output row
+  std::string out_header = header;
+  size_t out_width = width;
+  for (const auto& name : new_columns) {
+    const int k = find_column(name);
+    if (k >= 0) {
+      if (!o.force) {
+        throw ConfigError(metrics_path.string() + ": already has the columns of label \"" +
+                          res.label + "\" (" + name +
+                          "); choose another --label, or pass --force to replace them");
+      }
+      res.replaced = true;
+      out_index.push_back(static_cast<size_t>(k));
+    } else {
+      out_index.push_back(out_width++);
+      out_header += "," + name;
+    }
+  }
+
+  // ---- stream: price each row, write it to a temporary file, rename.
+  const fs::path tmp_path = metrics_path.string() + ".recost.tmp";
+  try {
+    std::ofstream out(tmp_path, std::ios::binary | std::ios::trunc);
+    if (!out) throw ConfigError(tmp_path.string() + ": cannot be written");
+    out << out_header << '\n';
+    std::string line;
+    std::vector<std::string_view> fields;
+    std::vector<std::string> row(out_width);
+    std::vector<CommRecord> records;
+    std::vector<double> worker_s(static_cast<size_t>(workers));
+    int64_t last_step = 0;
+    double sim_time_s = 0;
+    while (metrics.next(line)) {
+      if (line.empty()) continue;
+      split_csv(line, fields);
+      if (fields.size() != width) {
+        metrics.fail("expected " + std::to_string(width) + " columns, found " +
+                     std::to_string(fields.size()));
+      }
+      const int64_t step = parse_int(metrics, fields[step_col], "step");
+      if (step <= last_step) {
+        metrics.fail("step " + std::to_string(step) + " comes after step " +
+                     std::to_string(last_step) + " (steps must increase from 1)");
+      }
+      last_step = step;
+      if (old_time_col >= 0 && !fields[old_time_col].empty()) {
+        res.old_sim_time_s = parse_double(metrics, fields[old_time_col], "sim_time_s");
+        res.has_old = true;
+      }
+      comm_log.records_for(step, records);
+      // The same call as Simulation::step(): a run re-priced under its own
+      // network reproduces its times to the bit.
+      worker_compute_s(compute, base_s, seed, step, worker_s);
+      const StepTime st = price_step(records, res.topology, worker_s, compute);
+      sim_time_s += st.step_s;
+      res.compute_s += st.compute_s;
+      res.comm_s += st.comm_s;
+      ++res.steps;
+      res.collectives += static_cast<int64_t>(records.size());
+
+      for (size_t k = 0; k < width; ++k) row[k].assign(fields[k]);
+      const double values[4] = {st.compute_s, st.comm_s, st.step_s, sim_time_s};
+      for (size_t j = 0; j < 4; ++j) row[out_index[j]] = fmt(values[j]);
+      for (size_t k = 0; k < out_width; ++k) {
+        if (k) out << ',';
+        out << row[k];
+      }
+      out << '\n';
+    }
+    comm_log.finish();
+    res.sim_time_s = sim_time_s;
+    out.flush();
+    if (!out) throw ConfigError(tmp_path.string() + ": write failed (disk full?)");
+    out.close();
+    fs::rename(tmp_path, metrics_path);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(tmp_path, ignored);
+    throw;
+  }
+  return res;
+}
+
+}  // namespace bitlab

@@ -1,0 +1,77 @@
+// `bitlab recost RUN_DIR --network PRESET`: re-prices a finished run's
+// communication log under another network without re-training
+// (design.md: "the per-step communication log, so a run can be re-priced
+// under another network") and writes the new time columns beside the old.
+//
+// Inputs, all in RUN_DIR: config.json (the resolved experiment: seed,
+// cluster.workers, cluster.batch_size and the run's "network" / "compute"
+// sections), comm_log.csv (one row per collective) and metrics.csv (one row
+// per step). summary.json's "dim" is read only when the compute time is
+// derived from the model size (step_ms 0, device_tflops > 0, model_params 0);
+// without it the problem is rebuilt from config.json (so are the shards for
+// a full batch).
+//
+// Every step of metrics.csv is priced with price_step() from that step's
+// comm-log records and the per-worker compute times of worker_compute_s()
+// times each worker's base_compute_s(), in the run loop's order of operations
+// (the same deterministic jitter: RngStream(seed, kJitter, worker, step)), so
+// a run re-priced under its own network reproduces its own columns to the
+// bit. A step with no records still gets its compute time.
+//
+// Output: four columns `compute_s@LABEL,comm_s@LABEL,step_s@LABEL,
+// sim_time_s@LABEL` appended at the END of every row of metrics.csv, so a
+// recost never moves an existing column (wall_s and the run's own time
+// columns keep their places; several recosts stack up at the end). With
+// `force`, columns of an existing LABEL are rewritten in place. The file is
+// written to a temporary name beside it and renamed over the original: a
+// reader sees the old file or the new one, never half of one. Both CSVs are
+// streamed (memory: one step's records).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/timing/network.hpp"
+
+namespace bitlab {
+
+struct RecostOptions {
+  std::string run_dir;
+  // A preset name (or "custom"); the network starts from that preset's values.
+  // "": the run's own "network" section from config.json.
+  std::string network;
+  // Overrides "network.<field>=value" or "compute.<field>=value" applied on
+  // top (the compute section starts from the run's own).
+  std::vector<std::string> sets;
+  std::string label;   // "": the network's preset name
+  bool force = false;  // replace the columns of an existing label
+};
+
+struct RecostResult {
+  std::string label;
+  std::string metrics_path;
+  Topology topology;
+  ComputeOptions compute;
+  int64_t steps = 0;        // rows priced
+  int64_t collectives = 0;  // comm-log records priced
+  double compute_s = 0;     // Σ of the steps' compute_s under the new network
+  double comm_s = 0;        // Σ of the steps' exposed communication
+  double sim_time_s = 0;    // Σ step_s (the last row's sim_time_s@LABEL)
+  bool replaced = false;    // --force rewrote an existing label's columns
+  // The run's own simulated time (its last non-empty sim_time_s), if any.
+  bool has_old = false;
+  double old_sim_time_s = 0;
+  std::string old_network;  // the run's network preset ("" when unknown)
+};
+
+// Throws ConfigError for bad options (naming network.<field> / compute.<field>,
+// or the --set that caused it), a label that already exists without `force`,
+// and a missing or malformed run folder (naming the file, the line and the
+// problem). On any error metrics.csv is left untouched.
+RecostResult recost_run(const RecostOptions& options);
+
+// The names of the four columns a label adds, in order.
+std::vector<std::string> recost_columns(const std::string& label);
+
+}  // namespace bitlab

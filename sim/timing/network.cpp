@@ -1,0 +1,314 @@
+#include "sim/timing/network.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+
+#include "sim/core/rng.hpp"
+
+namespace bitlab {
+
+namespace {
+constexpr double kGbpsToBytesPerS = 1e9 / 8.0;
+int ceil_log2(int p) {
+  int k = 0;
+  while ((1 << k) < p) ++k;
+  return k;
+}
+}  // namespace
+
+const std::vector<NetworkPreset>& network_presets() {
+  // Bandwidths are what a collective can use, not line rates, where a
+  // measurement exists; otherwise the line rate with the assumption stated.
+  static const std::vector<NetworkPreset> kPresets = {
+      {"ethernet_40g_v100x4", 4, 5.0, 96.0, 30.0, 4.1,
+       "1-bit Adam (Tang et al. 2021) Ethernet cluster: 4 V100 per node on PCIe, 40 Gb "
+       "Ethernet whose measured throughput was about 4.1 Gbps. PCIe 3.0 x16 ~12 GB/s "
+       "achievable (96 Gbps); latencies assumed: 5 us PCIe, 30 us TCP."},
+      {"infiniband_qdr_v100x8", 8, 3.0, 1040.0, 5.0, 32.0,
+       "1-bit Adam (Tang et al. 2021) InfiniBand cluster: 8 V100 per node on NVLink, 40 Gb "
+       "InfiniBand QDR measured at about 32 Gbps. Intra-node: ~130 GB/s NCCL ring bandwidth "
+       "on a DGX-1V (assumed); latencies assumed: 3 us NVLink, 5 us InfiniBand."},
+      {"ethernet_10g_a100x8", 8, 3.0, 1840.0, 30.0, 9.4,
+       "8 A100 per node on NVLink 3 (~230 GB/s NCCL ring bandwidth, assumed), one 10 Gb "
+       "Ethernet NIC per node at ~94 % TCP efficiency (assumed) - the BinSGDM paper's setting"},
+      {"ethernet_25g_a100x8", 8, 3.0, 1840.0, 25.0, 23.5,
+       "8 A100 per node on NVLink 3, one 25 Gb Ethernet NIC per node at ~94 % (assumed)"},
+      {"ethernet_100g_a100x8", 8, 3.0, 1840.0, 15.0, 94.0,
+       "8 A100 per node on NVLink 3, one 100 Gb Ethernet NIC per node at ~94 % (assumed)"},
+      {"infiniband_hdr_a100x8", 8, 3.0, 1840.0, 4.0, 1600.0,
+       "DGX A100: 8 A100 on NVLink 3, 8 x 200 Gb HDR InfiniBand NICs per node (line rate)"},
+      {"infiniband_ndr_h100x8", 8, 3.0, 3600.0, 4.0, 3200.0,
+       "DGX H100: 8 H100 on NVLink 4 (~450 GB/s NCCL ring bandwidth, assumed), 8 x 400 Gb NDR "
+       "InfiniBand NICs per node (line rate)"},
+  };
+  return kPresets;
+}
+
+Schema<NetworkOptions> NetworkOptions::schema() {
+  using O = NetworkOptions;
+  std::vector<std::string> names = {"none", "custom"};
+  for (const auto& p : network_presets()) names.push_back(p.name);
+  Schema<O> s;
+  s.field("preset", &O::preset,
+          "cluster network: a preset (see `bitlab list`), \"custom\" (give every link value), "
+          "or \"none\" (no time model)",
+          {rules::one_of(names)});
+  s.field("gpus_per_node", &O::gpus_per_node, "devices per node; 0: the preset's",
+          {rules::at_least<int64_t>(0)});
+  s.field("intra_latency_us", &O::intra_latency_us,
+          "latency of one message inside a node (us); 0: the preset's", {rules::at_least(0.0)});
+  s.field("intra_bandwidth_gbps", &O::intra_bandwidth_gbps,
+          "bandwidth a device can use inside a node (Gbit/s); 0: the preset's",
+          {rules::at_least(0.0)});
+  s.field("inter_latency_us", &O::inter_latency_us,
+          "latency of one message between nodes (us); 0: the preset's", {rules::at_least(0.0)});
+  s.field("inter_bandwidth_gbps", &O::inter_bandwidth_gbps,
+          "bandwidth of a node's network interface, shared by its devices (Gbit/s); 0: the "
+          "preset's",
+          {rules::at_least(0.0)});
+  s.field("allreduce", &O::allreduce,
+          "how allreduces are priced: as_logged (the algorithm the communicator recorded), "
+          "ring, tree (halving-doubling) or hierarchical (reduce-scatter in the node, allreduce "
+          "across nodes, allgather in the node)",
+          {rules::one_of({"as_logged", "ring", "tree", "hierarchical"})});
+  return s;
+}
+
+Schema<ComputeOptions> ComputeOptions::schema() {
+  using O = ComputeOptions;
+  Schema<O> s;
+  s.field("step_ms", &O::step_ms,
+          "compute time of one step (forward + backward + optimizer) per worker, ms; 0: "
+          "derived from model_params, flops_per_param_sample and device_tflops",
+          {rules::at_least(0.0)});
+  s.field("model_params", &O::model_params,
+          "parameters of the modelled network for the derived compute time; 0: the problem's "
+          "dimension",
+          {rules::at_least(0.0)});
+  s.field("flops_per_param_sample", &O::flops_per_param_sample,
+          "FLOPs per parameter per sample (forward + backward ≈ 6)", {rules::greater(0.0)});
+  s.field("device_tflops", &O::device_tflops,
+          "achieved device throughput, TFLOP/s; 0 (with step_ms 0): compute is not modelled",
+          {rules::at_least(0.0)});
+  s.field("memory_bandwidth_gbs", &O::memory_bandwidth_gbs,
+          "device memory bandwidth (GB/s) pricing compression and decompression as bytes "
+          "touched / bandwidth; 0: not modelled",
+          {rules::at_least(0.0)});
+  s.field("overlap", &O::overlap,
+          "fraction of the backward pass (2/3 of compute) that can hide an uncompressed "
+          "allreduce (DDP buckets); compressed collectives never overlap",
+          {rules::in_closed(0.0, 1.0)});
+  s.field("jitter", &O::jitter,
+          "relative standard deviation of each worker's compute time per step",
+          {rules::at_least(0.0)});
+  s.field("straggler_worker", &O::straggler_worker, "a worker that is slower; -1: none",
+          {rules::at_least<int64_t>(-1)});
+  s.field("straggler_factor", &O::straggler_factor, "the straggler's compute time multiplier",
+          {rules::at_least(1.0)});
+  return s;
+}
+
+Topology make_topology(const NetworkOptions& o, int64_t workers) {
+  Topology t;
+  t.name = o.preset;
+  t.allreduce = o.allreduce;
+  const NetworkPreset* preset = nullptr;
+  for (const auto& p : network_presets()) {
+    if (p.name == o.preset) preset = &p;
+  }
+  auto pick = [&](double given, double from_preset, const char* field) {
+    if (given > 0) return given;
+    if (preset) return from_preset;
+    config_fail(std::string("network.") + field, Json(given), "must be > 0 for a custom network");
+  };
+  if (!preset && o.preset != "custom") {
+    std::vector<std::string> names = {"custom"};
+    for (const auto& p : network_presets()) names.push_back(p.name);
+    config_fail("network.preset", Json(o.preset), one_of_message(o.preset, names));
+  }
+  const int g = static_cast<int>(o.gpus_per_node > 0 ? o.gpus_per_node
+                                                     : (preset ? preset->gpus_per_node : 0));
+  if (g <= 0)
+    config_fail("network.gpus_per_node", Json(o.gpus_per_node), "must be > 0 for a custom network");
+  t.intra_latency_s =
+      pick(o.intra_latency_us, preset ? preset->intra_latency_us : 0, "intra_latency_us") * 1e-6;
+  t.intra_bytes_per_s = pick(o.intra_bandwidth_gbps, preset ? preset->intra_bandwidth_gbps : 0,
+                             "intra_bandwidth_gbps") *
+                        kGbpsToBytesPerS;
+  t.inter_latency_s =
+      pick(o.inter_latency_us, preset ? preset->inter_latency_us : 0, "inter_latency_us") * 1e-6;
+  t.inter_bytes_per_s = pick(o.inter_bandwidth_gbps, preset ? preset->inter_bandwidth_gbps : 0,
+                             "inter_bandwidth_gbps") *
+                        kGbpsToBytesPerS;
+  t.source = preset ? preset->source : "custom values";
+  if (workers <= g) {
+    t.nodes = 1;
+    t.gpus_per_node = static_cast<int>(workers);
+  } else {
+    if (workers % g != 0) {
+      config_fail("network.gpus_per_node", Json(g),
+                  "must divide cluster.workers (" + std::to_string(workers) + ")");
+    }
+    t.nodes = static_cast<int>(workers / g);
+    t.gpus_per_node = g;
+  }
+  return t;
+}
+
+namespace {
+
+struct Link {
+  double alpha_s, bytes_per_s;
+};
+
+double ring_like(int p, double s, Link l, double rounds, double factor) {
+  if (p <= 1) return 0.0;
+  return rounds * l.alpha_s + factor * s / l.bytes_per_s;
+}
+
+// The link a collective over `ranks` ranks of scope `scope` runs on.
+Link link_for(const CommRecord& r, const Topology& t) {
+  const Link intra{t.intra_latency_s, t.intra_bytes_per_s};
+  const Link inter{t.inter_latency_s, t.inter_bytes_per_s};
+  const std::string_view scope(r.scope);
+  if (scope == "intra") return intra;
+  if (scope == "inter") return inter;
+  // "all": the ranks span every node when there is more than one.
+  if (t.nodes <= 1) return intra;
+  return {inter.alpha_s, std::min(intra.bytes_per_s, inter.bytes_per_s)};
+}
+
+double allreduce_time(const CommRecord& r, const Topology& t, std::string_view algo) {
+  const int p = r.ranks;
+  const double s = static_cast<double>(r.payload_bytes);
+  if (p <= 1) return 0.0;
+  if (algo == "hierarchical" && std::string_view(r.scope) == "all" && t.nodes > 1) {
+    const int g = t.gpus_per_node, nodes = t.nodes;
+    const Link intra{t.intra_latency_s, t.intra_bytes_per_s};
+    // reduce-scatter and allgather inside the node on S
+    const double rs = ring_like(g, s, intra, g - 1, static_cast<double>(g - 1) / g);
+    // allreduce across nodes on S/g per GPU; the g GPUs share the NIC, so
+    // each gets inter/g: 2(N−1)/N · (S/g)/(B/g) = 2(N−1)/N · S/B
+    const double ar =
+        2.0 * (nodes - 1) * t.inter_latency_s + 2.0 * (nodes - 1) / nodes * s / t.inter_bytes_per_s;
+    return rs + ar + rs;
+  }
+  const Link l = link_for(r, t);
+  const double factor = 2.0 * (p - 1) / p;
+  if (algo == "tree") return ring_like(p, s, l, 2.0 * ceil_log2(p), factor);
+  return ring_like(p, s, l, 2.0 * (p - 1), factor);
+}
+
+}  // namespace
+
+double collective_time_s(const CommRecord& r, const Topology& t) {
+  const int p = r.ranks;
+  if (p <= 1) return 0.0;
+  const std::string_view op(r.op);
+  const double s = static_cast<double>(r.payload_bytes);
+  if (op == "allreduce") {
+    const std::string_view algo =
+        t.allreduce == "as_logged" ? std::string_view(r.algorithm) : std::string_view(t.allreduce);
+    return allreduce_time(r, t, algo);
+  }
+  const Link l = link_for(r, t);
+  if (op == "allgather" || op == "reduce_scatter") {
+    return ring_like(p, s, l, p - 1, static_cast<double>(p - 1) / p);
+  }
+  if (op == "alltoall") {
+    const double base = ring_like(p, s, l, p - 1, static_cast<double>(p - 1) / p);
+    if (std::string_view(r.scope) != "all" || t.nodes <= 1) return base;
+    // Across nodes the NIC carries the off-node part of all g ranks' traffic.
+    const int g = t.gpus_per_node;
+    const double off_node = g * s * static_cast<double>(p - g) / p;
+    return std::max(base, (p - 1) * t.inter_latency_s + off_node / t.inter_bytes_per_s);
+  }
+  if (op == "broadcast") return ceil_log2(p) * (l.alpha_s + s / l.bytes_per_s);
+  return 0.0;
+}
+
+double bus_factor(const CommRecord& r) {
+  const int p = r.ranks;
+  if (p <= 1) return 0.0;
+  const std::string_view op(r.op);
+  if (op == "allreduce") return 2.0 * (p - 1) / p;
+  if (op == "broadcast") return 1.0;
+  return static_cast<double>(p - 1) / p;
+}
+
+double compression_bytes_touched(const CommRecord& r) {
+  const std::string_view dt(r.dtype);
+  double bits_per_element = 0;
+  if (dt == "bits")
+    bits_per_element = 1;
+  else if (dt.size() == 4 && dt.substr(0, 3) == "int")
+    bits_per_element = dt[3] - '0';
+  else if (dt == "fp16" || dt == "bf16")
+    return 0.0;  // a cast fused into the copy
+  else
+    return 0.0;
+  // Encode on the sender: read the fp32 input and its error buffer, write the
+  // error back (12 bytes/element); decode on the receiver: write 4 bytes.
+  // Elements follow from the bytes on the wire.
+  const double elements = static_cast<double>(r.payload_bytes) * 8.0 / bits_per_element;
+  return 16.0 * elements;
+}
+
+StepTime price_step(const std::vector<CommRecord>& records, const Topology& t,
+                    const std::vector<double>& worker_compute_s, const ComputeOptions& c) {
+  StepTime st;
+  for (double w : worker_compute_s) st.compute_s = std::max(st.compute_s, w);
+  double overlappable = 0, exposed = 0;
+  for (const auto& r : records) {
+    const double time = collective_time_s(r, t);
+    const std::string_view dt(r.dtype);
+    const bool plain = dt == "fp32" || dt == "fp16" || dt == "bf16";
+    if (std::string_view(r.op) == "allreduce" && plain) {
+      overlappable += time;
+    } else {
+      exposed += time;
+    }
+    if (c.memory_bandwidth_gbs > 0) {
+      st.compression_s += compression_bytes_touched(r) / (c.memory_bandwidth_gbs * 1e9);
+    }
+  }
+  // Backward is 2/3 of compute; `overlap` of it can hide the DDP-style
+  // gradient allreduce. The 1-bit family compresses inside the optimizer
+  // step, so its collectives are never hidden.
+  const double hidden = std::min(overlappable, c.overlap * (2.0 / 3.0) * st.compute_s);
+  // (overlappable − hidden) first: exposed + 0 stays exactly `exposed`, so a
+  // faster link is never priced slower by a rounding step.
+  st.comm_s = exposed + (overlappable - hidden) + st.compression_s;
+  st.step_s = st.compute_s + st.comm_s;
+  return st;
+}
+
+double base_compute_s(const ComputeOptions& c, double model_params, double samples_per_worker) {
+  if (c.step_ms > 0) return c.step_ms * 1e-3;
+  if (c.device_tflops <= 0) return 0.0;
+  const double params = c.model_params > 0 ? c.model_params : model_params;
+  return c.flops_per_param_sample * params * samples_per_worker / (c.device_tflops * 1e12);
+}
+
+void worker_compute_s(const ComputeOptions& c, double base_s, uint64_t seed, int64_t step,
+                      std::vector<double>& out) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    double v = base_s;
+    if (c.jitter > 0) {
+      RngStream rng(seed, Purpose::kJitter, static_cast<uint32_t>(i), static_cast<uint64_t>(step));
+      v *= std::max(0.0, 1.0 + c.jitter * rng.next_normal());
+    }
+    if (static_cast<int64_t>(i) == c.straggler_worker) v *= c.straggler_factor;
+    out[i] = v;
+  }
+}
+
+void worker_compute_s(const ComputeOptions& c, const std::vector<double>& base_s, uint64_t seed,
+                      int64_t step, std::vector<double>& out) {
+  out.resize(base_s.size());
+  worker_compute_s(c, 1.0, seed, step, out);
+  for (size_t i = 0; i < out.size(); ++i) out[i] *= base_s[i];
+}
+
+}  // namespace bitlab
