@@ -37,4 +37,9 @@ void Adam::step(StepContext& ctx) {
   adam_update_elements(ctx.cluster.params(), m_, v_, g_mean_, c);
 }
 
+// One phase: the gradient allreduce of every step.
+CommPlan Adam::comm_plan(const PlanShape& shape) const {
+  return full_allreduce_plan(shape, wire_);
+}
+
 }  // namespace bitlab

@@ -54,6 +54,7 @@ class Adam : public Optimizer {
   explicit Adam(const AdamOptions& opts);
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
+  CommPlan comm_plan(const PlanShape& shape) const override;
 
   const AdamOptions& options() const { return opts_; }
   std::span<const float> m() const { return m_; }

@@ -39,14 +39,23 @@ Schema<BinSgdmOptions> BinSgdmOptions::schema() {
 BinSgdm::BinSgdm(const BinSgdmOptions& opts)
     : opts_(opts), sqrt_ema_(opts.denominator == "sqrt_ema") {}
 
+CommPlan BinSgdm::comm_plan(const PlanShape& shape) const {
+  check_node_size(opts_.node_size, shape.workers);
+  const BinarizeCompressor c;
+  CommPlan plan;
+  plan.phases.push_back(
+      {"onebit", shape.steps,
+       CompressedAllgatherMean::plan(shape.workers, static_cast<int>(opts_.node_size),
+                                     c.wire_bytes(static_cast<size_t>(shape.params)),
+                                     intern_dtype_name(c.wire_dtype()))});
+  return plan;
+}
+
 void BinSgdm::setup(Cluster& cluster) {
   workers_ = cluster.workers();
   dim_ = cluster.dim();
   stride_ = cluster.stride();
-  if (opts_.node_size > 0 && workers_ % opts_.node_size != 0) {
-    config_fail("optimizer.node_size", Json(opts_.node_size),
-                "must divide the number of workers (" + std::to_string(workers_) + ")");
-  }
+  check_node_size(opts_.node_size, workers_);
   // Rows for this process's workers only (all in the simulator): worker i at
   // row i − local_.begin.
   local_ = cluster.local_workers();

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "optimizers/optimizer.hpp"
+#include "sim/collectives/onebit_allreduce.hpp"
 #include "sim/core/float16.hpp"
 #include "sim/core/schema.hpp"
 
@@ -27,6 +28,40 @@ void add_wire_field(Schema<Options>& s) {
 // bytes; this is the only place a baseline optimizer combines gradients.
 inline void allreduce_gradients(StepContext& ctx, std::span<float> g_mean, WireDtype wire) {
   ctx.comm.allreduce_mean(ctx.cluster.grads(), g_mean, wire, "ring");
+}
+
+// The record allreduce_gradients logs for d = shape.params.
+inline CommRecord gradient_allreduce_record(const PlanShape& shape, WireDtype wire) {
+  return allreduce_record(shape.workers, shape.params, wire, "ring");
+}
+
+// The plan of an optimizer whose every step is allreduce_gradients: one phase,
+// "full".
+inline CommPlan full_allreduce_plan(const PlanShape& shape, WireDtype wire) {
+  CommPlan plan;
+  plan.phases.push_back({"full", shape.steps, {gradient_allreduce_record(shape, wire)}});
+  return plan;
+}
+
+// The 1-bit allreduce's padding multiple must make every chunk whole bytes (a
+// rule only the cluster size decides; checked by setup() and comm_plan()).
+inline void check_pad_multiple(int64_t pad_multiple, int workers) {
+  const int64_t eight_n = 8 * static_cast<int64_t>(workers);
+  if (pad_multiple != 0 && pad_multiple % eight_n != 0) {
+    config_fail("optimizer.pad_multiple", Json(pad_multiple),
+                "must be 0 (the reference's n·lcm(n, 8) = " +
+                    std::to_string(onebit_reference_pad_multiple(workers)) +
+                    ") or a multiple of 8·workers = " + std::to_string(eight_n));
+  }
+}
+
+// The rule on a hierarchical exchange's node size that only the cluster size
+// decides (checked by setup() and by comm_plan()).
+inline void check_node_size(int64_t node_size, int workers) {
+  if (node_size > 0 && workers % node_size != 0) {
+    config_fail("optimizer.node_size", Json(node_size),
+                "must divide the number of workers (" + std::to_string(workers) + ")");
+  }
 }
 
 // Number of elements above which an elementwise loop is worth a parallel

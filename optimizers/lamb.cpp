@@ -112,4 +112,9 @@ void Lamb::step(StepContext& ctx) {
   }
 }
 
+// One phase: the gradient allreduce of every step.
+CommPlan Lamb::comm_plan(const PlanShape& shape) const {
+  return full_allreduce_plan(shape, wire_);
+}
+
 }  // namespace bitlab

@@ -61,6 +61,7 @@ class Lamb : public Optimizer {
   explicit Lamb(const LambOptions& opts);
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
+  CommPlan comm_plan(const PlanShape& shape) const override;
 
   const LambOptions& options() const { return opts_; }
   std::span<const float> m() const { return m_; }

@@ -78,14 +78,25 @@ QuantizeSpec LocoOptions::spec() const {
 
 Loco::Loco(const LocoOptions& opts) : opts_(opts), spec_(opts.spec()), adam_(opts.base == "adam") {}
 
+CommPlan Loco::comm_plan(const PlanShape& shape) const {
+  check_node_size(opts_.node_size, shape.workers);
+  const size_t d = static_cast<size_t>(shape.params);
+  const NbitCompressor c(spec_);
+  CommPlan plan;
+  plan.phases.push_back(
+      {"compressed", shape.steps,
+       opts_.node_size == 0
+           ? QuantizedReduceScatter::plan(shape.workers, d, spec_, opts_.gather)
+           : CompressedAllgatherMean::plan(shape.workers, static_cast<int>(opts_.node_size),
+                                           c.wire_bytes(d), intern_dtype_name(c.wire_dtype()))});
+  return plan;
+}
+
 void Loco::setup(Cluster& cluster) {
   workers_ = cluster.workers();
   dim_ = cluster.dim();
   stride_ = cluster.stride();
-  if (opts_.node_size > 0 && workers_ % opts_.node_size != 0) {
-    config_fail("optimizer.node_size", Json(opts_.node_size),
-                "must divide the number of workers (" + std::to_string(workers_) + ")");
-  }
+  check_node_size(opts_.node_size, workers_);
   // Rows for this process's workers only (all in the simulator): worker i at
   // row i − local.begin (the collectives read only local workers' inputs).
   const WorkerRange local = cluster.local_workers();

@@ -48,4 +48,9 @@ void MomentumSgd::step(StepContext& ctx) {
   }
 }
 
+// One phase: the gradient allreduce of every step.
+CommPlan MomentumSgd::comm_plan(const PlanShape& shape) const {
+  return full_allreduce_plan(shape, wire_);
+}
+
 }  // namespace bitlab

@@ -32,6 +32,7 @@ class MomentumSgd : public Optimizer {
   explicit MomentumSgd(const MomentumSgdOptions& opts);
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
+  CommPlan comm_plan(const PlanShape& shape) const override;
 
   std::span<const float> momentum() const { return m_; }
 

@@ -107,19 +107,34 @@ OneBitAdam::OneBitAdam(const OneBitAdamOptions& opts)
       compress_(opts.compression != "none"),
       last_var_change_(std::numeric_limits<double>::quiet_NaN()) {}
 
+CommPlan OneBitAdam::comm_plan(const PlanShape& shape) const {
+  check_pad_multiple(opts_.pad_multiple, shape.workers);
+  const int64_t warmup = std::min(opts_.freeze_step, shape.steps);
+  CommPlan plan;
+  plan.phases.push_back({"warmup", warmup, {gradient_allreduce_record(shape, wire_)}});
+  plan.phases.push_back(
+      {"compressed", shape.steps - warmup,
+       compress_ ? OneBitAllreduce::plan(shape.workers, static_cast<size_t>(shape.params),
+                                         static_cast<size_t>(opts_.pad_multiple))
+                 : std::vector<CommRecord>{
+                       allreduce_record(shape.workers, shape.params, WireDtype::kFp32, "ring")}});
+  if (variance_stable_ && warmup > 0) {
+    plan.notes.push_back(
+        "switch variance_stable: the warm-up ends once the variance is stable, which only "
+        "training can tell; priced at freeze_step = " +
+        std::to_string(opts_.freeze_step) + ", its upper bound (min_warmup = " +
+        std::to_string(opts_.min_warmup) + " is the lower bound), so this time is an upper bound");
+  }
+  return plan;
+}
+
 void OneBitAdam::setup(Cluster& cluster) {
   workers_ = cluster.workers();
   dim_ = cluster.dim();
   stride_ = cluster.stride();
-  const int64_t n = workers_;
 
   // Checks that need the cluster: the padding multiple and the mask length.
-  if (opts_.pad_multiple != 0 && opts_.pad_multiple % (8 * n) != 0) {
-    config_fail("optimizer.pad_multiple", Json(opts_.pad_multiple),
-                "must be 0 (the reference's n·lcm(n, 8) = " +
-                    std::to_string(onebit_reference_pad_multiple(workers_)) +
-                    ") or a multiple of 8·workers = " + std::to_string(8 * n));
-  }
+  check_pad_multiple(opts_.pad_multiple, workers_);
   if (!opts_.momentum_mask.empty()) {
     if (opts_.momentum_mask.size() != dim_) {
       config_fail("optimizer.momentum_mask", Json(opts_.momentum_mask),

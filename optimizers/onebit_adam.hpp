@@ -102,6 +102,11 @@ class OneBitAdam : public Optimizer {
   explicit OneBitAdam(const OneBitAdamOptions& opts);
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
+  // "warmup" (min(freeze_step, steps) steps: the gradient allreduce) and
+  // "compressed" (the 1-bit allreduce of the momentum, or an fp32 allreduce
+  // with compression "none"); variance_stable is priced at freeze_step, its
+  // upper bound, with a note.
+  CommPlan comm_plan(const PlanShape& shape) const override;
   // "warmup" or "compressed": of the last step (before the first step: of
   // step 1).
   const char* phase() const override { return phase_; }

@@ -85,6 +85,17 @@ LambOptions OneBitLambOptions::lamb_options() const {
 
 OneBitLamb::OneBitLamb(const OneBitLambOptions& opts) : opts_(opts), warmup_(opts.lamb_options()) {}
 
+CommPlan OneBitLamb::comm_plan(const PlanShape& shape) const {
+  check_pad_multiple(opts_.pad_multiple, shape.workers);
+  const int64_t warmup = std::min(opts_.freeze_step, shape.steps);
+  CommPlan plan;
+  plan.phases.push_back({"warmup", warmup, warmup_.comm_plan(shape).phases.at(0).records});
+  plan.phases.push_back({"compressed", shape.steps - warmup,
+                         OneBitAllreduce::plan(shape.workers, static_cast<size_t>(shape.params),
+                                               static_cast<size_t>(opts_.pad_multiple))});
+  return plan;
+}
+
 void OneBitLamb::setup(Cluster& cluster) {
   warmup_.setup(cluster);  // checks that the tensors tile [0, dim)
   workers_ = cluster.workers();
@@ -93,12 +104,7 @@ void OneBitLamb::setup(Cluster& cluster) {
   tensors_ = cluster.tensors();
   if (tensors_.empty()) tensors_.push_back({"all", 0, dim_});
 
-  const int64_t eight_n = 8 * static_cast<int64_t>(workers_);
-  if (opts_.pad_multiple % eight_n != 0) {
-    config_fail("optimizer.pad_multiple", Json(opts_.pad_multiple),
-                "must be a multiple of 8·workers = " + std::to_string(eight_n) +
-                    " (0 picks the reference's workers·lcm(workers, 8))");
-  }
+  check_pad_multiple(opts_.pad_multiple, workers_);
   onebit_ = std::make_unique<OneBitAllreduce>(
       workers_, dim_, static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
   onebit_->set_error_feedback(opts_.error_feedback);

@@ -104,6 +104,9 @@ class OneBitLamb : public Optimizer {
   explicit OneBitLamb(const OneBitLambOptions& opts);
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
+  // "warmup" (min(freeze_step, steps) steps: LAMB's gradient allreduce) and
+  // "compressed" (the 1-bit allreduce of the momentum).
+  CommPlan comm_plan(const PlanShape& shape) const override;
   const char* phase() const override { return phase_; }
   size_t worker_state_bytes() const override { return worker_m_.size() * sizeof(float); }
 

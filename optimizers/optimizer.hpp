@@ -9,6 +9,7 @@
 
 #include "sim/cluster/cluster.hpp"
 #include "sim/comm/comm.hpp"
+#include "sim/comm/comm_plan.hpp"
 #include "sim/core/registry.hpp"
 
 namespace bitlab {
@@ -34,8 +35,24 @@ class Optimizer {
   // what it counts): under the MPI backend every optimizer holds its rank's
   // block of workers only. 0 for optimizers with shared state only.
   virtual size_t worker_state_bytes() const { return 0; }
+  // The records one step of each phase logs and how many of shape.steps steps
+  // each phase takes, for shape.params parameters on shape.workers workers,
+  // without training (sim/comm/comm_plan.hpp): what `bitlab cost` prices. Built
+  // from the closed forms the collectives log with, so it equals what a run
+  // logs (the `cost` test checks every registered optimizer). Throws
+  // ConfigError for options only the cluster size can reject, as setup() does.
+  virtual CommPlan comm_plan(const PlanShape& shape) const = 0;
 };
 
+// Every optimizer `bitlab` knows by name (optimizers/registry.cpp), then those
+// added with add_optimizer, in that order.
 const std::vector<RegistryEntry<Optimizer>>& optimizer_registry();
+// Registers one more optimizer (a plug-in, or a test's throw-away one): from
+// then on `list`, `run` and `cost` know it. Throws std::invalid_argument for a
+// name already taken. Not thread-safe: call before any run starts.
+void add_optimizer(RegistryEntry<Optimizer> entry);
+// The optimizer the papers measure speed-ups against: Adam, with an
+// uncompressed gradient allreduce. `bitlab cost` prices it beside every job.
+const RegistryEntry<Optimizer>& baseline_optimizer();
 
 }  // namespace bitlab

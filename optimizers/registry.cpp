@@ -2,6 +2,8 @@
 // optimizers/, an #include and one line below.
 #include "sim/core/registry.hpp"
 
+#include <stdexcept>
+
 #include "optimizers/adam.hpp"
 #include "optimizers/binsgdm.hpp"
 #include "optimizers/lamb.hpp"
@@ -15,8 +17,10 @@
 
 namespace bitlab {
 
-const std::vector<RegistryEntry<Optimizer>>& optimizer_registry() {
-  static const std::vector<RegistryEntry<Optimizer>> kRegistry = {
+namespace {
+
+std::vector<RegistryEntry<Optimizer>>& registry() {
+  static std::vector<RegistryEntry<Optimizer>> entries = {
       make_registry_entry<Optimizer, Sgd, SgdOptions>(
           "sgd", "minibatch SGD on the allreduced gradient, L2 weight decay (PyTorch SGD)"),
       make_registry_entry<Optimizer, MomentumSgd, MomentumSgdOptions>(
@@ -52,7 +56,25 @@ const std::vector<RegistryEntry<Optimizer>>& optimizer_registry() {
           "BinSGDM (ICLR 2023 submission) [verify]: unbiased 1-bit binarization of m ⊘ b, "
           "flat or hierarchical, no warm-up, no error feedback"),
   };
-  return kRegistry;
+  return entries;
+}
+
+}  // namespace
+
+const std::vector<RegistryEntry<Optimizer>>& optimizer_registry() {
+  return registry();
+}
+
+void add_optimizer(RegistryEntry<Optimizer> entry) {
+  if (find_entry(registry(), entry.name)) {
+    throw std::invalid_argument("add_optimizer: an optimizer named \"" + entry.name +
+                                "\" is already registered");
+  }
+  registry().push_back(std::move(entry));
+}
+
+const RegistryEntry<Optimizer>& baseline_optimizer() {
+  return *find_entry(registry(), "adam");
 }
 
 }  // namespace bitlab

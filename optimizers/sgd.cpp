@@ -36,4 +36,9 @@ void Sgd::step(StepContext& ctx) {
   }
 }
 
+// One phase: the gradient allreduce of every step.
+CommPlan Sgd::comm_plan(const PlanShape& shape) const {
+  return full_allreduce_plan(shape, wire_);
+}
+
 }  // namespace bitlab

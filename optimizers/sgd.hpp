@@ -26,6 +26,7 @@ class Sgd : public Optimizer {
   explicit Sgd(const SgdOptions& opts);
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
+  CommPlan comm_plan(const PlanShape& shape) const override;
 
  private:
   SgdOptions opts_;

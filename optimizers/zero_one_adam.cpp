@@ -106,16 +106,28 @@ double zero_one_check_lrs(double lrs, int64_t step) {
 ZeroOneAdam::ZeroOneAdam(const ZeroOneAdamOptions& opts)
     : opts_(opts), wire_(parse_wire_dtype(opts.wire)), schedule_(opts) {}
 
+CommPlan ZeroOneAdam::comm_plan(const PlanShape& shape) const {
+  check_pad_multiple(opts_.pad_multiple, shape.workers);
+  int64_t count[4] = {0, 0, 0, 0};
+  ZeroOneSchedule schedule(opts_);
+  for (int64_t t = 0; t < shape.steps; ++t) ++count[static_cast<int>(schedule.next())];
+  const auto steps = [&](ZeroOnePhase p) { return count[static_cast<int>(p)]; };
+  const auto onebit = OneBitAllreduce::plan(shape.workers, static_cast<size_t>(shape.params),
+                                            static_cast<size_t>(opts_.pad_multiple));
+  CommPlan plan;
+  plan.phases.push_back(
+      {"full", steps(ZeroOnePhase::kFull), {gradient_allreduce_record(shape, wire_)}});
+  plan.phases.push_back({"onebit", steps(ZeroOnePhase::kOneBit), onebit});
+  plan.phases.push_back({"sync", steps(ZeroOnePhase::kSync), onebit});
+  plan.phases.push_back({"local", steps(ZeroOnePhase::kLocal), {}});
+  return plan;
+}
+
 void ZeroOneAdam::setup(Cluster& cluster) {
   workers_ = cluster.workers();
   local_ = cluster.local_workers();  // all workers in the simulator
   dim_ = cluster.dim();
-  const int64_t n = workers_;
-  if (opts_.pad_multiple % (8 * n) != 0) {
-    config_fail("optimizer.pad_multiple", Json(opts_.pad_multiple),
-                "must be a multiple of 8n = " + std::to_string(8 * n) +
-                    " (n = " + std::to_string(n) + " workers)");
-  }
+  check_pad_multiple(opts_.pad_multiple, workers_);
   onebit_ = std::make_unique<OneBitAllreduce>(
       workers_, dim_, static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
   // Per-worker parameters from the start: step() must not allocate.

@@ -159,6 +159,9 @@ class ZeroOneAdam : public Optimizer {
   explicit ZeroOneAdam(const ZeroOneAdamOptions& opts);
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
+  // "full" (the gradient allreduce), "onebit" and "sync" (the 1-bit
+  // allreduce), "local" (nothing), counted by iterating the schedule.
+  CommPlan comm_plan(const PlanShape& shape) const override;
   const char* phase() const override { return zero_one_phase_name(phase_); }
 
   const ZeroOneAdamOptions& options() const { return opts_; }

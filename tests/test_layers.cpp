@@ -20,9 +20,9 @@ namespace fs = std::filesystem;
 namespace {
 
 struct LayerRules {
-  std::vector<std::string> layers;                        // from the ground up
-  std::map<std::string, std::set<std::string>> allowed;   // layer -> layers it may include
-  std::map<std::string, std::set<std::string>> headers;   // <header> -> layers that may include it
+  std::vector<std::string> layers;                       // from the ground up
+  std::map<std::string, std::set<std::string>> allowed;  // layer -> layers it may include
+  std::map<std::string, std::set<std::string>> headers;  // <header> -> layers that may include it
 };
 
 std::string read_text(const fs::path& p) {
@@ -98,12 +98,11 @@ std::vector<std::string> layer_violations(const fs::path& root, const LayerRules
       if (m[1] == "<") {
         const auto h = rules.headers.find(target);
         if (h != rules.headers.end() && !h->second.count(layer)) {
-          out.push_back(where + "<" + target + "> may only be included by: " +
-                        [&] {
-                          std::string s;
-                          for (const auto& l : h->second) s += (s.empty() ? "" : ", ") + l;
-                          return s;
-                        }());
+          out.push_back(where + "<" + target + "> may only be included by: " + [&] {
+            std::string s;
+            for (const auto& l : h->second) s += (s.empty() ? "" : ", ") + l;
+            return s;
+          }());
         }
         continue;
       }
@@ -117,8 +116,8 @@ std::vector<std::string> layer_violations(const fs::path& root, const LayerRules
   }
   // Every layer folder of sim/ says what it owns.
   for (const auto& layer : rules.layers) {
-    const fs::path dir = (layer == "optimizers" || layer == "problems") ? root / layer
-                                                                         : root / "sim" / layer;
+    const fs::path dir =
+        (layer == "optimizers" || layer == "problems") ? root / layer : root / "sim" / layer;
     if (fs::is_directory(dir) && !fs::exists(dir / "README.md")) {
       out.push_back(fs::relative(dir, root).generic_string() + "/: no README.md");
     }
@@ -151,7 +150,8 @@ fs::path clean_tree(const std::string& name) {
   write_file(root / "sim/compress/README.md", "compress");
   write_file(root / "sim/compress/sign.cpp", "#include \"sim/core/rng.hpp\"\n");
   write_file(root / "sim/cli/README.md", "cli");
-  write_file(root / "sim/cli/main.cpp", "#include <CLI/CLI.hpp>\n#include \"sim/timing/network.hpp\"\n");
+  write_file(root / "sim/cli/main.cpp",
+             "#include <CLI/CLI.hpp>\n#include \"sim/timing/network.hpp\"\n");
   write_file(root / "problems/README.md", "problems");
   write_file(root / "problems/problem.hpp", "#include \"sim/core/rng.hpp\"\n");
   write_file(root / "optimizers/README.md", "optimizers");
@@ -204,7 +204,8 @@ TEST_SUITE("layers") {
       const char* expect;  // a piece of the one violation reported
     };
     const Plant plants[] = {
-        {"optimizer includes a problem", "optimizers/lamb.cpp", "#include \"problems/problem.hpp\"\n",
+        {"optimizer includes a problem", "optimizers/lamb.cpp",
+         "#include \"problems/problem.hpp\"\n",
          "optimizers/lamb.cpp:1: optimizers may not include problems"},
         {"compressor includes the network model", "sim/compress/x.hpp",
          "#include <vector>\n  #  include \"sim/timing/network.hpp\"\n",
@@ -214,7 +215,8 @@ TEST_SUITE("layers") {
         {"a loose source file in sim/", "sim/loose.cpp", "int x;\n", "sim/loose.cpp: in no layer"},
         {"an include of no layer", "sim/core/a.cpp", "#include \"lib/thing.hpp\"\n",
          "\"lib/thing.hpp\" is in no layer"},
-        {"a folder that is no layer", "sim/extra/README.md", "x", "sim/extra/: a folder that is no layer"},
+        {"a folder that is no layer", "sim/extra/README.md", "x",
+         "sim/extra/: a folder that is no layer"},
     };
     for (const auto& p : plants) {
       CAPTURE(p.what);

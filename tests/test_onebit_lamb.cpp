@@ -449,7 +449,7 @@ TEST_SUITE("onebit_lamb") {
       Simulation sim(make(R"({"steps": 1, "problem": {"name": "mlp"}, "cluster": {"workers": 4},
           "optimizer": {"name": "onebit_lamb", "pad_multiple": 40}})"));
     });
-    CHECK(msg.find("optimizer.pad_multiple = 40: must be a multiple of 8·workers = 32") == 0);
+    CHECK(msg.find("optimizer.pad_multiple = 40: must be 0 (the reference's n·lcm(n, 8) = 32) or a multiple of 8·workers = 32") == 0);
     // Through the registry, by name.
     CHECK(config_error_of([] {
             make(R"({"problem": {"name": "mlp"},

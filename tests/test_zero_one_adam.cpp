@@ -550,7 +550,8 @@ TEST_SUITE("zero_one_adam") {
     } catch (const ConfigError& e) {
       msg = e.what();
     }
-    CHECK(msg == "optimizer.pad_multiple = 24: must be a multiple of 8n = 32 (n = 4 workers)");
+    CHECK(msg == "optimizer.pad_multiple = 24: must be 0 (the reference's n·lcm(n, 8) = 32) or a "
+                 "multiple of 8·workers = 32");
     o.pad_multiple = 64;
     ZeroOneAdam good(o);
     good.setup(drv.cluster);

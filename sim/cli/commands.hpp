@@ -6,6 +6,9 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+
+#include "sim/core/schema.hpp"
 
 namespace bitlab {
 
@@ -13,6 +16,11 @@ struct Subcommand {
   CLI::App* app = nullptr;
   std::function<int()> run;
 };
+
+// `bitlab list`: every experiment field, problem, optimizer, compressor,
+// network preset with its options (sim/cli/list_command.cpp).
+std::string format_list_options();
+Json list_options_json();
 
 // `bitlab cost`: price a training job without training it (sim/cli/cost_command.cpp).
 Subcommand add_cost_command(CLI::App& app);

@@ -30,103 +30,6 @@ std::string joined_command(int argc, char** argv) {
   return s;
 }
 
-template <class T>
-void print_fields(const std::vector<FieldInfo>& fields) {
-  size_t w = 0, tw = 0, dw = 0;
-  for (const auto& f : fields) {
-    w = std::max(w, f.name.size());
-    tw = std::max(tw, f.type.size());
-    dw = std::max(dw, f.default_value.dump().size());
-  }
-  for (const auto& f : fields) {
-    std::printf("    %-*s  %-*s  default %-*s  %s", static_cast<int>(w), f.name.c_str(),
-                static_cast<int>(tw), f.type.c_str(), static_cast<int>(dw),
-                f.default_value.dump().c_str(), f.doc.c_str());
-    if (!f.rule.empty()) std::printf(" [%s]", f.rule.c_str());
-    std::printf("\n");
-  }
-}
-
-Json fields_json(const std::vector<FieldInfo>& fields) {
-  Json a = Json::array();
-  for (const auto& f : fields) {
-    a.push_back({{"name", f.name},
-                 {"type", f.type},
-                 {"default", f.default_value},
-                 {"rule", f.rule},
-                 {"doc", f.doc}});
-  }
-  return a;
-}
-
-int cmd_list(bool as_json) {
-  const auto run_fields = RunSettings::schema().describe();
-  const auto cluster_fields = ClusterOptions::schema().describe();
-  if (as_json) {
-    Json j = Json::object();
-    j["experiment"] = fields_json(run_fields);
-    j["cluster"] = fields_json(cluster_fields);
-    for (const auto& e : problem_registry()) {
-      j["problems"][e.name] = {{"summary", e.summary}, {"options", fields_json(e.fields)}};
-    }
-    for (const auto& e : optimizer_registry()) {
-      j["optimizers"][e.name] = {{"summary", e.summary}, {"options", fields_json(e.fields)}};
-    }
-    for (const auto& e : compressor_registry()) {
-      j["compressors"][e.name] = {{"summary", e.summary}, {"options", fields_json(e.fields)}};
-    }
-    j["error_feedback"] = fields_json(ErrorFeedbackOptions::schema().describe());
-    j["network"] = fields_json(NetworkOptions::schema().describe());
-    j["compute"] = fields_json(ComputeOptions::schema().describe());
-    for (const auto& p : network_presets()) {
-      j["network_presets"][p.name] = {{"gpus_per_node", p.gpus_per_node},
-                                      {"intra_latency_us", p.intra_latency_us},
-                                      {"intra_bandwidth_gbps", p.intra_bandwidth_gbps},
-                                      {"inter_latency_us", p.inter_latency_us},
-                                      {"inter_bandwidth_gbps", p.inter_bandwidth_gbps},
-                                      {"source", p.source}};
-    }
-    std::printf("%s\n", j.dump(2).c_str());
-    return 0;
-  }
-  std::printf("bitlab %s (%s)\n\n", bitlab_version(), bitlab_git_revision());
-  std::printf("EXPERIMENT (top level of the JSON file)\n");
-  print_fields<RunSettings>(run_fields);
-  std::printf("    problem    object     (required) {\"name\": <problem>, options...}\n");
-  std::printf("    cluster    object     the simulated cluster, below\n");
-  std::printf("    optimizer  object     (required) {\"name\": <optimizer>, options...}\n");
-  std::printf("\nCLUSTER (\"cluster\": {...})\n");
-  print_fields<ClusterOptions>(cluster_fields);
-  std::printf("\nPROBLEMS (\"problem\": {\"name\": ..., ...})\n");
-  for (const auto& e : problem_registry()) {
-    std::printf("  %s: %s\n", e.name.c_str(), e.summary.c_str());
-    print_fields<void>(e.fields);
-  }
-  std::printf("\nOPTIMIZERS (\"optimizer\": {\"name\": ..., ...})\n");
-  for (const auto& e : optimizer_registry()) {
-    std::printf("  %s: %s\n", e.name.c_str(), e.summary.c_str());
-    print_fields<void>(e.fields);
-  }
-  std::printf("\nCOMPRESSORS (used inside the optimizers' collectives; {\"name\": ..., ...})\n");
-  for (const auto& e : compressor_registry()) {
-    std::printf("  %s: %s\n", e.name.c_str(), e.summary.c_str());
-    print_fields<void>(e.fields);
-  }
-  std::printf("\nERROR FEEDBACK (per-worker error buffers of a compressed exchange)\n");
-  print_fields<void>(ErrorFeedbackOptions::schema().describe());
-  std::printf("\nNETWORK (\"network\": {...}; the time model)\n");
-  print_fields<void>(NetworkOptions::schema().describe());
-  std::printf("  presets (latency us / bandwidth Gbit/s, intra | inter-node NIC):\n");
-  for (const auto& p : network_presets()) {
-    std::printf("    %-22s %d GPUs/node  intra %g us %g Gbps | inter %g us %g Gbps\n      %s\n",
-                p.name.c_str(), p.gpus_per_node, p.intra_latency_us, p.intra_bandwidth_gbps,
-                p.inter_latency_us, p.inter_bandwidth_gbps, p.source.c_str());
-  }
-  std::printf("\nCOMPUTE (\"compute\": {...}; compute time per step for the time model)\n");
-  print_fields<void>(ComputeOptions::schema().describe());
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -202,7 +105,11 @@ int main(int argc, char** argv) {
                         "results; add --backend mpi to split the workers over the ranks, or "
                         "run without mpirun");
     }
-    if (*list) return cmd_list(list_json);
+    if (*list) {
+      std::printf("%s", list_json ? (list_options_json().dump(2) + "\n").c_str()
+                                  : format_list_options().c_str());
+      return 0;
+    }
     for (const auto& sub : extra) {
       if (*sub.app) return sub.run();
     }

@@ -129,13 +129,31 @@ CompressedAllgatherMean::CompressedAllgatherMean(int workers, size_t dim,
   }  // else: flat, or across ranks without node communicators: streamed, no rows
   compressed_.assign(stride_ * static_cast<size_t>(b), 0.0f);
   node_mean_.assign(stride_ * static_cast<size_t>(lead_hi_ - lead_lo_), 0.0f);
+  records_ = plan(n_, g_, c_->wire_bytes(d_), intern_dtype_name(c_->wire_dtype()));
+}
+
+std::vector<CommRecord> CompressedAllgatherMean::plan(int n, int node_size, int64_t wire,
+                                                      const char* dtype) {
+  const int g = node_size <= 0 ? n : node_size;
+  const int nodes = n / g;
+  if (!(nodes > 1 && g > 1)) {
+    return {make_comm_record("allgather", "ring", dtype, "all", n, 1, wire * n,
+                             ring_allgather_cost(n, wire * n))};
+  }
+  return {
+      make_comm_record("allgather", "ring", dtype, "intra", g, nodes, wire * g,
+                       ring_allgather_cost(g, wire * g)),
+      make_comm_record("allgather", "ring", dtype, "inter", nodes, 1, wire * nodes,
+                       ring_allgather_cost(nodes, wire * nodes)),
+      make_comm_record("broadcast", "tree", dtype, "intra", g, nodes, wire * nodes,
+                       tree_broadcast_cost(g, wire * nodes)),
+  };
 }
 
 void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out,
                                   uint64_t seed, int64_t step) {
   const int n = n_;
   const bool shared = c_->shared_randomness();
-  const char* dtype = intern_dtype_name(c_->wire_dtype());
   const int64_t wire = c_->wire_bytes(d_);
   WorkerBuffers comp = compressed();
   const WorkerRange mine = comm.local_workers();
@@ -186,8 +204,7 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
     } else {
       mean_over_workers(comp, out, WireDtype::kFp32);
     }
-    comm.record(make_comm_record("allgather", "ring", dtype, "all", n, 1, wire * n,
-                                 ring_allgather_cost(n, wire * n)));
+    comm.record(records_[0]);
     return;
   }
   const auto leads = [&](int k) { return k >= lead_lo_ && k < lead_hi_; };
@@ -224,8 +241,7 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
   };
   WorkerBuffers node_means{node_mean_.data(), stride_, d_, nodes_, lead_lo_, lead_hi_ - lead_lo_};
   for (int k = lead_lo_; k < lead_hi_; ++k) node_mean(k, node_means[k]);
-  comm.record(make_comm_record("allgather", "ring", dtype, "intra", g_, nodes_, wire * g_,
-                               ring_allgather_cost(g_, wire * g_)));
+  comm.record(records_[0]);
   // Stage 2: each node's leader compresses the node mean; leaders allgather.
   // Across ranks the leaders' images travel over the leaders' communicator
   // (g ≥ b: the first rank of every node) or, when every rank leads b/g whole
@@ -254,11 +270,9 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
     // images over the node communicator.
     if (g_ > b) nt->node->broadcast(node_images_.data(), nodes_ * wire, 0);
   }
-  comm.record(make_comm_record("allgather", "ring", dtype, "inter", nodes_, 1, wire * nodes_,
-                               ring_allgather_cost(nodes_, wire * nodes_)));
+  comm.record(records_[1]);
   // Stage 3: each leader broadcasts the gathered images inside its node.
-  comm.record(make_comm_record("broadcast", "tree", dtype, "intra", g_, nodes_, wire * nodes_,
-                               tree_broadcast_cost(g_, wire * nodes_)));
+  comm.record(records_[2]);
   if (!comm.distributed()) {
     mean_over_workers(node_means, out, WireDtype::kFp32);
     return;
@@ -304,6 +318,31 @@ QuantizedReduceScatter::QuantizedReduceScatter(int workers, size_t dim, const Qu
     columns_.assign(static_cast<size_t>(n_) * (D_ / n_) * static_cast<size_t>(local_.size()), 0.0f);
   }
   mean_.assign(D_, 0.0f);
+  records_ = plan(n_, d_, spec_, gather_);
+}
+
+std::vector<CommRecord> QuantizedReduceScatter::plan(int n, size_t dim, const QuantizeSpec& spec,
+                                                     const std::string& gather) {
+  const size_t m = static_cast<size_t>(n) * spec.group_size;
+  const size_t D = (std::max<size_t>(dim, 1) + m - 1) / m * m;
+  const size_t chunk = D / n;
+  const int64_t wire1 = quantize_wire_bytes(chunk, spec);
+  const char* codes = intern_dtype_name("int" + std::to_string(spec.bits));
+  int64_t wire2 = static_cast<int64_t>(4 * chunk);
+  const char* dtype2 = "fp32";
+  if (gather == "quantized") {
+    wire2 = wire1;
+    dtype2 = codes;
+  } else if (gather == "fp16") {
+    wire2 = static_cast<int64_t>(2 * chunk);
+    dtype2 = "fp16";
+  }
+  return {
+      make_comm_record("alltoall", "pairwise", codes, "all", n, 1, wire1 * n,
+                       pairwise_alltoall_cost(n, wire1 * n)),
+      make_comm_record("allgather", "ring", dtype2, "all", n, 1, wire2 * n,
+                       ring_allgather_cost(n, wire2 * n)),
+  };
 }
 
 double QuantizedReduceScatter::sent_bytes_per_call() const {
@@ -349,11 +388,9 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
                       rng);
     }
   }
-  static const char* kInt[] = {"", "int1", "int2", "int3", "int4", "int5", "int6", "int7", "int8"};
   const int64_t wire1 = quantize_wire_bytes(chunk, spec_);
   // alltoall: chunk r of each worker's codes (and its groups' scales) to worker r.
-  comm.record(make_comm_record("alltoall", "pairwise", kInt[bits], "all", n, 1, wire1 * n,
-                               pairwise_alltoall_cost(n, wire1 * n)));
+  comm.record(records_[0]);
   // Worker r averages the dequantized chunks (the fixed tree over workers).
   // Across ranks, chunk r of every worker reaches r's owner first as its
   // wire message — the chunk's packed codes then its groups' scales, exactly
@@ -395,7 +432,6 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
   }
   // Stage 2: the averaged chunks go back to everyone.
   int64_t wire2 = 0;
-  const char* dtype2 = "fp32";
   if (gather_ == "quantized") {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int r = mine.begin; r < mine.end; ++r) {
@@ -412,11 +448,9 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
       }
     }
     wire2 = wire1;
-    dtype2 = kInt[bits];
   } else if (gather_ == "fp16") {
     round_to_wire(mean_, WireDtype::kFp16);
     wire2 = static_cast<int64_t>(2 * chunk);
-    dtype2 = "fp16";
   } else {
     wire2 = static_cast<int64_t>(4 * chunk);
   }
@@ -453,8 +487,7 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
           }
         });
   }
-  comm.record(make_comm_record("allgather", "ring", dtype2, "all", n, 1, wire2 * n,
-                               ring_allgather_cost(n, wire2 * n)));
+  comm.record(records_[1]);
   std::copy(mean_.begin(), mean_.begin() + static_cast<ptrdiff_t>(d), out.begin());
 }
 

@@ -61,6 +61,13 @@ class CompressedAllgatherMean {
   void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
            int64_t step);
 
+  // The records one run() logs, in log order, for a compressor whose image of
+  // one worker is `wire_bytes` bytes of `dtype`: flat, one allgather of n
+  // images; hierarchical, the allgather inside each node, the allgather of one
+  // image per node across nodes and the broadcast inside each node.
+  static std::vector<CommRecord> plan(int workers, int node_size, int64_t wire_bytes,
+                                      const char* dtype);
+
   // C(x_i) of the last run, per resident worker (what error feedback
   // subtracts); global worker ids.
   WorkerBuffers compressed() {
@@ -83,8 +90,9 @@ class CompressedAllgatherMean {
   bool by_node_ = false;
   int lead_lo_ = 0, lead_hi_ = 0;  // nodes [lead_lo_, lead_hi_) whose means are held
   std::shared_ptr<const Compressor> c_;
-  std::vector<float> compressed_;  // local workers × stride
-  std::vector<float> node_mean_;   // led nodes × stride (stage 2 input, then C of it)
+  std::vector<CommRecord> records_;  // plan(): what run() logs
+  std::vector<float> compressed_;    // local workers × stride
+  std::vector<float> node_mean_;     // led nodes × stride (stage 2 input, then C of it)
   // Receive scratch (MPI only): gathered wire images, streamed-tree partial sums.
   std::vector<uint8_t> images_, node_images_;
   std::vector<float> scratch_, inner_scratch_;
@@ -101,6 +109,13 @@ class QuantizedReduceScatter {
   // stage 1 and worker id n + r for server r's re-quantization.
   void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
            int64_t step);
+
+  // The records one run() logs, in log order: the alltoall of every worker's
+  // b-bit codes and group scales (n messages of quantize_wire_bytes(D/n)) and
+  // the allgather of the averaged chunks in the gather precision; D is dim
+  // padded to a multiple of n·group_size.
+  static std::vector<CommRecord> plan(int workers, size_t dim, const QuantizeSpec& spec,
+                                      const std::string& gather);
 
   // Q(x_i) of the last run, per resident worker; global worker ids.
   WorkerBuffers quantized() {
@@ -119,11 +134,12 @@ class QuantizedReduceScatter {
   WorkerRange local_;  // resident workers (= the servers of their chunks)
   QuantizeSpec spec_;
   std::string gather_;
-  std::vector<float> quantized_;   // local workers × stride: Q(x_i) of the padded input
-  std::vector<float> columns_;     // MPI only: n × (local chunks), every worker's Q of them
-  std::vector<float> mean_;        // D
-  std::vector<uint8_t> images_;    // MPI: the resident workers' packed images
-  std::vector<uint8_t> gathered_;  // MPI: the servers' gathered chunks
+  std::vector<CommRecord> records_;  // plan(): what run() logs
+  std::vector<float> quantized_;     // local workers × stride: Q(x_i) of the padded input
+  std::vector<float> columns_;       // MPI only: n × (local chunks), every worker's Q of them
+  std::vector<float> mean_;          // D
+  std::vector<uint8_t> images_;      // MPI: the resident workers' packed images
+  std::vector<uint8_t> gathered_;    // MPI: the servers' gathered chunks
 };
 
 }  // namespace bitlab

@@ -19,6 +19,22 @@ size_t onebit_padded_dim(size_t dim, int n, size_t pad_multiple) {
   return (dim + m - 1) / m * m;
 }
 
+std::vector<CommRecord> OneBitAllreduce::plan(int n, size_t dim, size_t pad_multiple) {
+  const size_t D = onebit_padded_dim(std::max<size_t>(dim, 1), n, pad_multiple);
+  const auto bits = static_cast<int64_t>(D / 8);
+  const int64_t scales = 4 * static_cast<int64_t>(n);
+  return {
+      make_comm_record("alltoall", "pairwise", "bits", "all", n, 1, bits,
+                       pairwise_alltoall_cost(n, bits)),
+      make_comm_record("allgather", "ring", "fp32", "all", n, 1, scales,
+                       ring_allgather_cost(n, scales)),
+      make_comm_record("allgather", "ring", "bits", "all", n, 1, bits,
+                       ring_allgather_cost(n, bits)),
+      make_comm_record("allgather", "ring", "fp32", "all", n, 1, scales,
+                       ring_allgather_cost(n, scales)),
+  };
+}
+
 OneBitAllreduce::OneBitAllreduce(int workers, size_t dim, size_t pad_multiple, WorkerRange local)
     : n_(workers), d_(dim), local_(local.size() > 0 ? local : WorkerRange{0, workers}) {
   if (workers < 1) throw std::invalid_argument("OneBitAllreduce: workers must be >= 1");
@@ -27,6 +43,7 @@ OneBitAllreduce::OneBitAllreduce(int workers, size_t dim, size_t pad_multiple, W
                                 " must be a multiple of 8n = " + std::to_string(8 * workers));
   }
   D_ = onebit_padded_dim(std::max<size_t>(dim, 1), workers, pad_multiple);
+  records_ = plan(workers, dim, pad_multiple);
   const size_t resident = static_cast<size_t>(local_.size());
   e_.assign(D_ * resident, 0.0f);
   s_.assign(D_ / n_ * resident, 0.0f);
@@ -75,24 +92,8 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
   const Communicator::ColumnBlock signs = comm.alltoall_columns(
       bits_.data(), D / 8, mine.begin, comm.server_bounds(static_cast<int64_t>(chunk_bytes)));
   comm.gather_columns(a_.data(), comm.server_bounds(sizeof(float)));
-  CommRecord r;
-  r.ranks = n;
-  r.op = "alltoall";
-  r.algorithm = "pairwise";
-  r.dtype = "bits";
-  r.payload_bytes = static_cast<int64_t>(D / 8);
-  WireCost c = pairwise_alltoall_cost(n, r.payload_bytes);
-  r.sent_bytes = c.sent_bytes;
-  r.messages = c.messages;
-  comm.record(r);
-  r.op = "allgather";
-  r.algorithm = "ring";
-  r.dtype = "fp32";
-  r.payload_bytes = 4 * n;
-  c = ring_allgather_cost(n, r.payload_bytes);
-  r.sent_bytes = c.sent_bytes;
-  r.messages = c.messages;
-  comm.record(r);
+  comm.record(records_[0]);
+  comm.record(records_[1]);
 
   // ---- server side, server r owns elements [r·D/n, (r+1)·D/n).
 #pragma omp parallel for schedule(static)
@@ -107,20 +108,8 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
   // of the server scales.
   comm.gather_columns(server_bits_.data(), comm.server_bounds(static_cast<int64_t>(chunk_bytes)));
   comm.gather_columns(c_.data(), comm.server_bounds(sizeof(float)));
-  r.op = "allgather";
-  r.algorithm = "ring";
-  r.dtype = "bits";
-  r.payload_bytes = static_cast<int64_t>(D / 8);
-  c = ring_allgather_cost(n, r.payload_bytes);
-  r.sent_bytes = c.sent_bytes;
-  r.messages = c.messages;
-  comm.record(r);
-  r.dtype = "fp32";
-  r.payload_bytes = 4 * n;
-  c = ring_allgather_cost(n, r.payload_bytes);
-  r.sent_bytes = c.sent_bytes;
-  r.messages = c.messages;
-  comm.record(r);
+  comm.record(records_[2]);
+  comm.record(records_[3]);
 
   decode_for(0, out);
 }

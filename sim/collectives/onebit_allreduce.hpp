@@ -59,6 +59,12 @@ class OneBitAllreduce {
   // input) and records the four collectives in comm's log.
   void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out);
 
+  // The four records one run() logs for `dim` elements on `workers` workers, in
+  // log order (the closed form an optimizer's comm_plan states; run() logs
+  // exactly these): alltoall of the sign chunks (S = D/8), allgather of the
+  // scales (S = 4n), allgather of the server signs (D/8) and scales (4n).
+  static std::vector<CommRecord> plan(int workers, size_t dim, size_t pad_multiple = 0);
+
   // What worker `w` reconstructs from the phase-2 image it received; equals
   // `out` of run() (each worker decodes the same gathered bytes).
   void decode_for(int worker, std::span<float> out) const;
@@ -88,6 +94,7 @@ class OneBitAllreduce {
   int64_t sent_bytes_per_call() const;
 
  private:
+  std::vector<CommRecord> records_;  // plan(): what run() logs
   int n_;
   size_t d_, D_;
   WorkerRange local_;  // resident workers (and servers)

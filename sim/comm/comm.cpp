@@ -337,18 +337,15 @@ void Communicator::exact_mean(const WorkerBuffers& in, std::span<float> out, Wir
 void Communicator::allreduce_mean(const WorkerBuffers& in, std::span<float> out, WireDtype wire,
                                   const char* algorithm) {
   exact_mean(in, out, wire);
-  const int64_t s = static_cast<int64_t>(in.len) * wire_dtype_bytes(wire);
+  record(allreduce_record(workers_, static_cast<int64_t>(in.len), wire, algorithm));
+}
+
+CommRecord allreduce_record(int workers, int64_t len, WireDtype wire, const char* algorithm) {
+  const int64_t s = len * wire_dtype_bytes(wire);
   const bool tree = std::string_view(algorithm) == "tree";
-  const WireCost c = tree ? tree_allreduce_cost(workers_, s) : ring_allreduce_cost(workers_, s);
-  CommRecord r;
-  r.op = "allreduce";
-  r.algorithm = tree ? "tree" : "ring";
-  r.dtype = wire_dtype_name(wire);
-  r.ranks = workers_;
-  r.payload_bytes = s;
-  r.sent_bytes = c.sent_bytes;
-  r.messages = c.messages;
-  record(r);
+  const WireCost c = tree ? tree_allreduce_cost(workers, s) : ring_allreduce_cost(workers, s);
+  return make_comm_record("allreduce", tree ? "tree" : "ring", wire_dtype_name(wire), "all",
+                          workers, 1, s, c);
 }
 
 void Communicator::allgather(const WorkerBuffers& in, std::span<float> out, WireDtype wire) {

@@ -83,6 +83,9 @@ WireCost tree_broadcast_cost(int p, int64_t payload_bytes);
 CommRecord make_comm_record(const char* op, const char* algorithm, const char* dtype,
                             const char* scope, int ranks, int groups, int64_t payload_bytes,
                             WireCost cost);
+// The record Communicator::allreduce_mean logs for buffers of `len` elements
+// on `workers` workers ("ring" or "tree").
+CommRecord allreduce_record(int workers, int64_t len, WireDtype wire, const char* algorithm);
 // CommRecord keeps `const char*`: the static name of a wire dtype ("fp32",
 // "bits", "int4", ...), or "compressed" for one it does not know.
 const char* intern_dtype_name(const std::string& dtype);

@@ -6,13 +6,7 @@
 #include <limits>
 #include <string_view>
 
-#include "optimizers/loco.hpp"
 #include "optimizers/optimizer.hpp"
-#include "optimizers/zero_one_adam.hpp"
-#include "sim/collectives/onebit_allreduce.hpp"
-#include "sim/compress/compressors.hpp"
-#include "sim/compress/quantize.hpp"
-#include "sim/core/float16.hpp"
 #include "sim/core/registry.hpp"
 
 namespace bitlab {
@@ -127,171 +121,14 @@ CostSpec resolve_cost_spec(const Json& raw,
 // ---------------------------------------------------------------------------
 // The plan
 
-namespace {
-
-// Communicator::allreduce_mean(..., "ring").
-CommRecord ring_allreduce(int n, int64_t d, const std::string& wire) {
-  const int64_t s = d * wire_dtype_bytes(parse_wire_dtype(wire));
-  return make_comm_record("allreduce", "ring", intern_dtype_name(wire), "all", n, 1, s,
-                          ring_allreduce_cost(n, s));
-}
-
-// OneBitAllreduce::run: the four collectives of algorithms.md §1.
-std::vector<CommRecord> onebit_allreduce(int n, int64_t d, int64_t pad_multiple) {
-  const size_t D = onebit_padded_dim(std::max<size_t>(static_cast<size_t>(d), 1), n,
-                                     static_cast<size_t>(pad_multiple));
-  const auto bits = static_cast<int64_t>(D / 8);
-  const int64_t scales = 4 * static_cast<int64_t>(n);
-  return {
-      make_comm_record("alltoall", "pairwise", "bits", "all", n, 1, bits,
-                       pairwise_alltoall_cost(n, bits)),
-      make_comm_record("allgather", "ring", "fp32", "all", n, 1, scales,
-                       ring_allgather_cost(n, scales)),
-      make_comm_record("allgather", "ring", "bits", "all", n, 1, bits,
-                       ring_allgather_cost(n, bits)),
-      make_comm_record("allgather", "ring", "fp32", "all", n, 1, scales,
-                       ring_allgather_cost(n, scales)),
-  };
-}
-
-// CompressedAllgatherMean::run with a compressor of `wire` bytes per worker.
-std::vector<CommRecord> allgather_mean(int n, int64_t node_size, int64_t wire, const char* dtype) {
-  const int g = node_size <= 0 ? n : static_cast<int>(node_size);
-  const int nodes = n / g;
-  if (!(nodes > 1 && g > 1)) {
-    return {make_comm_record("allgather", "ring", dtype, "all", n, 1, wire * n,
-                             ring_allgather_cost(n, wire * n))};
-  }
-  return {
-      make_comm_record("allgather", "ring", dtype, "intra", g, nodes, wire * g,
-                       ring_allgather_cost(g, wire * g)),
-      make_comm_record("allgather", "ring", dtype, "inter", nodes, 1, wire * nodes,
-                       ring_allgather_cost(nodes, wire * nodes)),
-      make_comm_record("broadcast", "tree", dtype, "intra", g, nodes, wire * nodes,
-                       tree_broadcast_cost(g, wire * nodes)),
-  };
-}
-
-// QuantizedReduceScatter::run.
-std::vector<CommRecord> quantized_reduce_scatter(int n, int64_t d, const QuantizeSpec& spec,
-                                                 const std::string& gather) {
-  const size_t m = static_cast<size_t>(n) * spec.group_size;
-  const size_t D = (std::max<size_t>(static_cast<size_t>(d), 1) + m - 1) / m * m;
-  const size_t chunk = D / n;
-  const int64_t wire1 = quantize_wire_bytes(chunk, spec);
-  const char* codes = intern_dtype_name("int" + std::to_string(spec.bits));
-  int64_t wire2 = static_cast<int64_t>(4 * chunk);
-  const char* dtype2 = "fp32";
-  if (gather == "quantized") {
-    wire2 = wire1;
-    dtype2 = codes;
-  } else if (gather == "fp16") {
-    wire2 = static_cast<int64_t>(2 * chunk);
-    dtype2 = "fp16";
-  }
-  return {
-      make_comm_record("alltoall", "pairwise", codes, "all", n, 1, wire1 * n,
-                       pairwise_alltoall_cost(n, wire1 * n)),
-      make_comm_record("allgather", "ring", dtype2, "all", n, 1, wire2 * n,
-                       ring_allgather_cost(n, wire2 * n)),
-  };
-}
-
-void check_pad_multiple(int64_t pad_multiple, int n) {
-  if (pad_multiple != 0 && pad_multiple % (8 * static_cast<int64_t>(n)) != 0) {
-    config_fail(
-        "optimizer.pad_multiple", Json(pad_multiple),
-        "must be 0 (the reference's n·lcm(n, 8) = " +
-            std::to_string(onebit_reference_pad_multiple(n)) +
-            ") or a multiple of 8·workers = " + std::to_string(8 * static_cast<int64_t>(n)));
-  }
-}
-
-void check_node_size(int64_t node_size, int n) {
-  if (node_size > 0 && n % node_size != 0) {
-    config_fail("optimizer.node_size", Json(node_size),
-                "must divide the number of workers (" + std::to_string(n) + ")");
-  }
-}
-
-template <class Options>
-Options read_options(const Json& resolved) {
-  auto schema = Options::schema();
-  schema.allow_key("name");
-  return schema.read(resolved, "optimizer");
-}
-
-}  // namespace
-
 CommPlan plan_communication(const Json& opt, int64_t params, int n, int64_t steps) {
-  CommPlan plan;
   const std::string name = opt.at("name").get<std::string>();
+  const auto* entry = find_entry(optimizer_registry(), name);
+  if (!entry) config_fail("optimizer.name", Json(name), "not a registered optimizer");
+  // Constructing an optimizer only reads its options; setup() would allocate.
+  CommPlan plan = entry->make(opt)->comm_plan({params, n, steps});
   plan.optimizer = name;
-  const int64_t d = params;
-  auto field = [&](const char* key) -> const Json& { return opt.at(key); };
-
-  if (name == "adam" || name == "sgd" || name == "momentum_sgd" || name == "lamb") {
-    plan.phases.push_back({"full", steps, {ring_allreduce(n, d, field("wire"))}});
-    return plan;
-  }
-  if (name == "onebit_adam" || name == "apmsqueeze" || name == "onebit_lamb") {
-    const int64_t pad = field("pad_multiple").get<int64_t>();
-    check_pad_multiple(pad, n);
-    const int64_t freeze = field("freeze_step").get<int64_t>();
-    const int64_t warmup = std::min(freeze, steps);
-    plan.phases.push_back({"warmup", warmup, {ring_allreduce(n, d, field("wire"))}});
-    const bool none = opt.contains("compression") && field("compression") == "none";
-    plan.phases.push_back({"compressed", steps - warmup,
-                           none ? std::vector<CommRecord>{ring_allreduce(n, d, "fp32")}
-                                : onebit_allreduce(n, d, pad)});
-    if (opt.contains("switch") && field("switch") == "variance_stable" && warmup > 0) {
-      plan.notes.push_back(
-          "switch variance_stable: the warm-up ends once the variance is stable, which only "
-          "training can tell; priced at freeze_step = " +
-          std::to_string(freeze) +
-          ", its upper bound (min_warmup = " + std::to_string(field("min_warmup").get<int64_t>()) +
-          " is the lower bound), so this time is an upper bound");
-    }
-    return plan;
-  }
-  if (name == "zero_one_adam") {
-    const auto o = read_options<ZeroOneAdamOptions>(opt);
-    check_pad_multiple(o.pad_multiple, n);
-    const auto onebit = onebit_allreduce(n, d, o.pad_multiple);
-    int64_t count[4] = {0, 0, 0, 0};
-    ZeroOneSchedule schedule(o);
-    for (int64_t t = 0; t < steps; ++t) ++count[static_cast<int>(schedule.next())];
-    plan.phases.push_back(
-        {"full", count[static_cast<int>(ZeroOnePhase::kFull)], {ring_allreduce(n, d, o.wire)}});
-    plan.phases.push_back({"onebit", count[static_cast<int>(ZeroOnePhase::kOneBit)], onebit});
-    plan.phases.push_back({"sync", count[static_cast<int>(ZeroOnePhase::kSync)], onebit});
-    plan.phases.push_back({"local", count[static_cast<int>(ZeroOnePhase::kLocal)], {}});
-    return plan;
-  }
-  if (name == "loco") {
-    const auto o = read_options<LocoOptions>(opt);
-    check_node_size(o.node_size, n);
-    const QuantizeSpec spec = o.spec();
-    if (o.node_size == 0) {
-      plan.phases.push_back({"compressed", steps, quantized_reduce_scatter(n, d, spec, o.gather)});
-    } else {
-      const NbitCompressor c(spec);
-      plan.phases.push_back({"compressed", steps,
-                             allgather_mean(n, o.node_size, c.wire_bytes(static_cast<size_t>(d)),
-                                            intern_dtype_name(c.wire_dtype()))});
-    }
-    return plan;
-  }
-  if (name == "binsgdm") {
-    const int64_t node_size = field("node_size").get<int64_t>();
-    check_node_size(node_size, n);
-    const BinarizeCompressor c;
-    plan.phases.push_back({"onebit", steps,
-                           allgather_mean(n, node_size, c.wire_bytes(static_cast<size_t>(d)),
-                                          intern_dtype_name(c.wire_dtype()))});
-    return plan;
-  }
-  config_fail("optimizer.name", Json(name), "bitlab cost has no communication plan for it");
+  return plan;
 }
 
 // ---------------------------------------------------------------------------
@@ -343,12 +180,14 @@ CostReport estimate_cost(const CostSpec& spec) {
 
   rep.job = price_plan(plan_communication(spec.optimizer, s.params, n, s.steps), rep.topology,
                        spec.compute, worker_s, spec.optimizer.at("name").get<std::string>());
-  const auto* adam = find_entry(optimizer_registry(), "adam");
+  const auto& baseline = baseline_optimizer();
+  rep.baseline = baseline.name;
   for (const char* wire : {"fp16", "fp32"}) {
-    const Json resolved = adam->resolve(Json{{"name", "adam"}, {"wire", wire}}, "optimizer");
+    const Json resolved =
+        baseline.resolve(Json{{"name", baseline.name}, {"wire", wire}}, "optimizer");
     JobCost j = price_plan(plan_communication(resolved, s.params, n, s.steps), rep.topology,
-                           spec.compute, worker_s, std::string("adam, ") + wire + " allreduce");
-    (std::string_view(wire) == "fp16" ? rep.adam_fp16 : rep.adam_fp32) = std::move(j);
+                           spec.compute, worker_s, baseline.name + ", " + wire + " allreduce");
+    (std::string_view(wire) == "fp16" ? rep.baseline_fp16 : rep.baseline_fp32) = std::move(j);
   }
   for (const auto& note : rep.job.notes) rep.notes.push_back(note);
   return rep;
@@ -427,22 +266,23 @@ Json record_json(const CommRecord& r, const Topology& t) {
           {"time_s", collective_time_s(r, t)}};
 }
 
-Json job_json(const JobCost& job, const Topology& t, double baseline_step_s) {
+Json job_json(const JobCost& job, const Topology& t, double baseline_step_s,
+              const std::string& baseline) {
   Json phases = Json::array();
   for (const auto& p : job.phases) {
     Json recs = Json::array();
     for (const auto& r : p.plan.records) recs.push_back(record_json(r, t));
-    phases.push_back(
-        {{"name", p.plan.name},
-         {"steps", p.plan.steps},
-         {"compute_s", p.time.compute_s},
-         {"compression_s", p.time.compression_s},
-         {"comm_s", p.time.comm_s},
-         {"step_s", p.time.step_s},
-         {"sent_bytes_per_worker", p.sent_bytes},
-         {"messages_per_worker", p.messages},
-         {"step_speedup_vs_adam_fp16", ratio_json(ratio(baseline_step_s, p.time.step_s))},
-         {"records", recs}});
+    phases.push_back({{"name", p.plan.name},
+                      {"steps", p.plan.steps},
+                      {"compute_s", p.time.compute_s},
+                      {"compression_s", p.time.compression_s},
+                      {"comm_s", p.time.comm_s},
+                      {"step_s", p.time.step_s},
+                      {"sent_bytes_per_worker", p.sent_bytes},
+                      {"messages_per_worker", p.messages},
+                      {"step_speedup_vs_" + baseline + "_fp16",
+                       ratio_json(ratio(baseline_step_s, p.time.step_s))},
+                      {"records", recs}});
   }
   return {{"label", job.label},
           {"total_s", job.total_s},
@@ -452,7 +292,7 @@ Json job_json(const JobCost& job, const Topology& t, double baseline_step_s) {
 }
 
 double baseline_step_s(const CostReport& r) {
-  return r.adam_fp16.phases.empty() ? 0.0 : r.adam_fp16.phases[0].time.step_s;
+  return r.baseline_fp16.phases.empty() ? 0.0 : r.baseline_fp16.phases[0].time.step_s;
 }
 
 }  // namespace
@@ -485,14 +325,13 @@ std::string format_cost_report(const CostReport& r) {
          pad("comm ms", 11) + pad("step ms", 11) + pad("sent/step", 11) + pad("msgs", 7) +
          pad("vs fp16", 10) + "\n";
   print_job_rows(out, r.job, base);
-  print_job_rows(out, r.adam_fp16, base);
-  print_job_rows(out, r.adam_fp32, base);
-  out +=
-      "  (sent/step and msgs: per worker per step; vs fp16: Adam fp16's step time / this "
-      "phase's)\n\n";
+  print_job_rows(out, r.baseline_fp16, base);
+  print_job_rows(out, r.baseline_fp32, base);
+  out += "  (sent/step and msgs: per worker per step; vs fp16: " + r.baseline +
+         " fp16's step time / this phase's)\n\n";
 
   out += "collectives per step (time on this topology):\n";
-  for (const JobCost* job : {&r.job, &r.adam_fp16}) {
+  for (const JobCost* job : {&r.job, &r.baseline_fp16}) {
     for (const auto& p : job->phases) {
       if (p.plan.steps == 0 && job != &r.job) continue;
       out += "  " + job->label + " / " + p.plan.name + ":" +
@@ -509,16 +348,18 @@ std::string format_cost_report(const CostReport& r) {
     }
   }
   out += "\n";
-  const double sp16 = ratio(r.adam_fp16.total_s, r.job.total_s);
-  const double sp32 = ratio(r.adam_fp32.total_s, r.job.total_s);
-  out += "total time " + duration_text(r.job.total_s) + " (adam fp16 " +
-         duration_text(r.adam_fp16.total_s) + ", adam fp32 " + duration_text(r.adam_fp32.total_s) +
-         ")\n";
-  out += "speed-up (total time): " + ratio_text(sp16) + " vs adam fp16 allreduce, " +
-         ratio_text(sp32) + " vs adam fp32 allreduce\n";
-  out += "volume per worker " + bytes_text(r.job.total_sent_bytes) + ": adam fp16 sends " +
-         ratio_text(ratio(r.adam_fp16.total_sent_bytes, r.job.total_sent_bytes)) + ", adam fp32 " +
-         ratio_text(ratio(r.adam_fp32.total_sent_bytes, r.job.total_sent_bytes)) + " as much\n";
+  const std::string& b = r.baseline;
+  const double sp16 = ratio(r.baseline_fp16.total_s, r.job.total_s);
+  const double sp32 = ratio(r.baseline_fp32.total_s, r.job.total_s);
+  out += "total time " + duration_text(r.job.total_s) + " (" + b + " fp16 " +
+         duration_text(r.baseline_fp16.total_s) + ", " + b + " fp32 " +
+         duration_text(r.baseline_fp32.total_s) + ")\n";
+  out += "speed-up (total time): " + ratio_text(sp16) + " vs " + b + " fp16 allreduce, " +
+         ratio_text(sp32) + " vs " + b + " fp32 allreduce\n";
+  out += "volume per worker " + bytes_text(r.job.total_sent_bytes) + ": " + b + " fp16 sends " +
+         ratio_text(ratio(r.baseline_fp16.total_sent_bytes, r.job.total_sent_bytes)) + ", " + b +
+         " fp32 " + ratio_text(ratio(r.baseline_fp32.total_sent_bytes, r.job.total_sent_bytes)) +
+         " as much\n";
   if (!r.notes.empty()) {
     out += "notes:\n";
     for (const auto& n : r.notes) out += "  - " + n + "\n";
@@ -544,15 +385,21 @@ Json cost_report_json(const CostReport& r) {
                    {"allreduce", t.allreduce},
                    {"source", t.source}};
   j["compute_s_per_step"] = r.compute_s;
-  j["optimizer"] = job_json(r.job, t, base);
-  j["baselines"] = {{"adam_fp16", job_json(r.adam_fp16, t, base)},
-                    {"adam_fp32", job_json(r.adam_fp32, t, base)}};
-  j["speedup"] = {{"vs_adam_fp16", ratio_json(ratio(r.adam_fp16.total_s, r.job.total_s))},
-                  {"vs_adam_fp32", ratio_json(ratio(r.adam_fp32.total_s, r.job.total_s))}};
-  j["volume_ratio"] = {{"adam_fp16_over_this",
-                        ratio_json(ratio(r.adam_fp16.total_sent_bytes, r.job.total_sent_bytes))},
-                       {"adam_fp32_over_this",
-                        ratio_json(ratio(r.adam_fp32.total_sent_bytes, r.job.total_sent_bytes))}};
+  // Keys name the baseline: "adam_fp16", "vs_adam_fp16", ... for Adam.
+  const std::string& b = r.baseline;
+  j["optimizer"] = job_json(r.job, t, base, b);
+  j["baselines"] = Json::object();
+  j["speedup"] = Json::object();
+  j["volume_ratio"] = Json::object();
+  using Baseline = std::pair<const char*, const JobCost*>;
+  for (const auto& [wire, job] :
+       {Baseline{"fp16", &r.baseline_fp16}, Baseline{"fp32", &r.baseline_fp32}}) {
+    const std::string key = b + "_" + wire;
+    j["baselines"][key] = job_json(*job, t, base, b);
+    j["speedup"]["vs_" + key] = ratio_json(ratio(job->total_s, r.job.total_s));
+    j["volume_ratio"][key + "_over_this"] =
+        ratio_json(ratio(job->total_sent_bytes, r.job.total_sent_bytes));
+  }
   j["notes"] = r.notes;
   return j;
 }

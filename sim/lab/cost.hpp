@@ -1,34 +1,16 @@
-// `bitlab cost`: price a training job without training it (design.md,
+// `bitlab cost`: price a training job without training it (docs/design.md,
 // "Command line"). Given a parameter count d, n workers, a network and a
 // compute model, an optimizer with its schedule options and a number of
-// steps, it builds the optimizer's communication plan analytically — per
-// phase, the CommRecords ONE step logs, from the same closed forms the
-// communicator and the compressed collectives use (no buffers of size d, so d
-// can be 340 M) — and prices it with the network model (sim/timing/network.hpp),
-// against Adam with fp16 and fp32 gradient allreduce on the same cluster.
-//
-// The plan per optimizer (one step of each phase; S as in CommRecord):
-//   adam, sgd, momentum_sgd, lamb ("full"); the warm-up of onebit_adam,
-//   apmsqueeze, onebit_lamb ("warmup"); 0/1 Adam's "full" steps:
-//       one ring allreduce of S = d·bytes(wire).
-//   The 1-bit allreduce (algorithms.md §1) — onebit_adam / apmsqueeze /
-//   onebit_lamb "compressed", 0/1 Adam "onebit" and "sync": with
-//   D = onebit_padded_dim(d, n, pad_multiple): alltoall bits S = D/8,
-//   allgather fp32 scales S = 4n, allgather bits S = D/8, allgather fp32 4n.
-//   onebit_adam with compression "none": a ring fp32 allreduce of d.
-//   0/1 Adam "local": nothing.
-//   loco, node_size 0: QuantizedReduceScatter — alltoall int<b> of
-//   n·wire(D/n) and allgather (gather dtype) of n·wire2(D/n), D = d padded to
-//   n·group_size; node_size > 0: CompressedAllgatherMean with the n-bit
-//   compressor (flat, or intra allgather + inter allgather + intra broadcast).
-//   binsgdm: CompressedAllgatherMean with ceil(d/8)-byte bit-vectors.
-// Phase step counts over `steps`:
-//   onebit_adam, onebit_lamb: warm-up = min(freeze_step, steps).
-//   apmsqueeze (switch variance_stable): the switch depends on the gradients,
-//     which cost does not have: priced at freeze_step, the switch's upper
-//     bound (a note says so); with switch fixed_step it is exact.
-//   zero_one_adam: ZeroOneSchedule iterated over the steps (exact).
-// tests/test_cost.cpp checks the plan against what a real Simulation logs.
+// steps, it asks the optimizer for its communication plan
+// (Optimizer::comm_plan: per phase, the CommRecords ONE step logs and the
+// phase's step count, from the closed forms the collectives log with — no
+// buffers of size d, so d can be 340 M) and prices it with the network model
+// (sim/timing/network.hpp), against the baseline optimizer (baseline_optimizer():
+// the uncompressed data-parallel optimizer the papers compare with) with fp16
+// and fp32 gradient allreduce on the same cluster. It knows no optimizer by
+// name: a new optimizer is priced as soon as it is registered. The `cost`
+// test checks every registered optimizer's plan against what a real
+// Simulation logs.
 //
 // Pricing: per-worker compute = base_compute_s(compute, params,
 // samples_per_worker) (compute.step_ms when given), the straggler's × its
@@ -41,6 +23,7 @@
 #include <vector>
 
 #include "sim/comm/comm.hpp"
+#include "sim/comm/comm_plan.hpp"
 #include "sim/core/schema.hpp"
 #include "sim/timing/network.hpp"
 
@@ -71,24 +54,9 @@ struct CostSpec {
 CostSpec resolve_cost_spec(const Json& raw,
                            const std::vector<std::pair<std::string, std::string>>& labels = {});
 
-// One phase of an optimizer's communication: the records of ONE of its steps
-// (step field 0) and how many of the run's steps are in it.
-struct PhasePlan {
-  std::string name;  // as Optimizer::phase() reports it
-  int64_t steps = 0;
-  std::vector<CommRecord> records;
-};
-
-struct CommPlan {
-  std::string optimizer;
-  std::vector<PhasePlan> phases;   // every phase the optimizer has, in order; some may have 0 steps
-  std::vector<std::string> notes;  // approximations the plan makes
-};
-
 // The plan of a resolved optimizer (registry `resolve` output) for d params,
-// n workers, `steps` steps. Throws ConfigError naming optimizer.<field> for a
-// value that only the cluster size can reject (pad_multiple, node_size), and
-// for an optimizer the cost model does not know.
+// n workers, `steps` steps: the optimizer's own comm_plan. Throws ConfigError
+// naming optimizer.<field> for a value that only the cluster size can reject.
 CommPlan plan_communication(const Json& optimizer, int64_t params, int workers, int64_t steps);
 
 struct PhaseCost {
@@ -116,8 +84,9 @@ struct CostReport {
   Topology topology;
   double compute_s = 0;  // base per-worker compute per step
   JobCost job;
-  JobCost adam_fp16;  // Adam, fp16 gradient allreduce, same cluster, compute and steps
-  JobCost adam_fp32;
+  std::string baseline;   // the baseline optimizer's name (baseline_optimizer())
+  JobCost baseline_fp16;  // the baseline, fp16 gradient allreduce, same cluster, compute and steps
+  JobCost baseline_fp32;
   std::vector<std::string> notes;
 };
 
