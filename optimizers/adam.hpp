@@ -1,4 +1,4 @@
-// Adam / AdamW on the allreduced gradient (algorithms.md §2), and the element
+// Adam / AdamW on the allreduced gradient (docs/algorithms.md §2), and the element
 // update that the 1-bit family (1-bit Adam, 1-bit LAMB, 0/1 Adam) reuses, so
 // that their full-precision warm-up is bit-for-bit this optimizer.
 #pragma once
@@ -29,7 +29,7 @@ struct AdamOptions {
   static Schema<AdamOptions> schema();
 };
 
-// One Adam step of every element (algorithms.md §2). Elements are independent,
+// One Adam step of every element (docs/algorithms.md §2). Elements are independent,
 // so the result is bit-identical for any thread count.
 inline void adam_update_elements(std::span<float> x, std::span<float> m, std::span<float> v,
                                  std::span<const float> g, const AdamCoeffs& c) {

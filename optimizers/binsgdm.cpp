@@ -1,4 +1,4 @@
-// BinSGDM (ICLR 2023 submission; algorithms.md §7, [verify]); see binsgdm.hpp.
+// BinSGDM (ICLR 2023 submission; docs/algorithms.md §7, [verify]); see binsgdm.hpp.
 #include "optimizers/binsgdm.hpp"
 
 #include <algorithm>

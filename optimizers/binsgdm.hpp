@@ -1,6 +1,6 @@
 // BinSGDM (anonymous ICLR 2023 submission "BinSGDM: Extreme One-Bit
 // Quantization for Communication Efficient Large-Scale Distributed Training",
-// also circulated as Birder; algorithms.md §7). **[verify]** Reconstructed
+// also circulated as Birder; docs/algorithms.md §7). **[verify]** Reconstructed
 // from the abstract and secondary sources, not from the full paper or code.
 #pragma once
 
@@ -28,7 +28,7 @@ struct BinSgdmOptions {
   static Schema<BinSgdmOptions> schema();
 };
 
-// One bit per element, no warm-up, no error feedback (algorithms.md §7):
+// One bit per element, no warm-up, no error feedback (docs/algorithms.md §7):
 //   m_i = β m_i + (1−β) g_i
 //   b_i = β b_i + (1−β) |g_i|                 denominator "abs_ema" (same β: |m_i| ≤ b_i,
 //                                              exactly, also in float: rounding is monotone)
@@ -55,7 +55,7 @@ struct BinSgdmOptions {
 // has entries in [−1, 1], the scale of Adam's normalised step.
 // Per-worker state m_i, b_i, z_i (d floats each, plus b̂_i with amsgrad) and
 // the collective's C(z_i) = q_i, for this process's workers only: all n in
-// the simulator, the rank's block under the MPI backend (issue #8; worker i
+// the simulator, the rank's block under the MPI backend (worker i
 // at row i − first).
 class BinSgdm : public Optimizer {
  public:

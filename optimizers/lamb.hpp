@@ -1,5 +1,5 @@
 // LAMB on the allreduced gradient: the full-precision optimizer that 1-bit
-// LAMB runs during its warm-up (algorithms.md §4, warm-up part).
+// LAMB runs during its warm-up (docs/algorithms.md §4, warm-up part).
 #pragma once
 
 #include <span>
@@ -68,7 +68,7 @@ class Lamb : public Optimizer {
   std::span<const float> v() const { return v_; }
   // r_p of the last step, one per tensor (in problem().tensors() order).
   std::span<const double> trust_ratios() const { return trust_ratio_; }
-  // C_p, the EMA of the trust ratio (algorithms.md §4), one per tensor.
+  // C_p, the EMA of the trust ratio (docs/algorithms.md §4), one per tensor.
   std::span<const double> coeff_ema() const { return coeff_ema_; }
 
  private:

@@ -1,4 +1,4 @@
-// LoCo (Xie et al. 2024; algorithms.md §6); see loco.hpp.
+// LoCo (Xie et al. 2024; docs/algorithms.md §6); see loco.hpp.
 #include "optimizers/loco.hpp"
 
 #include "optimizers/adam.hpp"
@@ -12,7 +12,7 @@ Schema<LocoOptions> LocoOptions::schema() {
   Schema<O> s;
   s.field("base", &O::base,
           "the wrapped optimizer, run unchanged on the averaged quantized gradient: adam "
-          "(Adam/AdamW, algorithms.md §2) or momentum_sgd (torch.optim.SGD with momentum)",
+          "(Adam/AdamW, docs/algorithms.md §2) or momentum_sgd (torch.optim.SGD with momentum)",
           {rules::one_of({"adam", "momentum_sgd"})});
   s.field("lr", &O::lr, "learning rate of the base optimizer (the default suits adam)",
           {rules::greater(0.0)});

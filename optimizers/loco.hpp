@@ -1,6 +1,6 @@
 // LoCo, the Low-bit Communication Adaptor (Xie et al., "LoCo: Low-Bit
 // Communication Adaptor for Large-scale Model Training", 2024;
-// algorithms.md §6): error-compensated 4-bit gradient exchange wrapped around
+// docs/algorithms.md §6): error-compensated 4-bit gradient exchange wrapped around
 // an unchanged full-precision optimizer (Adam/AdamW or momentum SGD).
 #pragma once
 
@@ -44,7 +44,7 @@ struct LocoOptions {
   QuantizeSpec spec() const;
 };
 
-// Every step, every worker i (algorithms.md §6; the paper's Algorithm 1):
+// Every step, every worker i (docs/algorithms.md §6; the paper's Algorithm 1):
 //   h_i = g_i + e_i                          compensate
 //   ĥ_i = Q_b(h_i)                           b-bit symmetric per-group quantizer (§1)
 //   e_i = β·e_i + (1−β)·(h_i − ĥ_i)          moving average of the errors, β = err_beta

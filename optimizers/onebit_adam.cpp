@@ -58,7 +58,7 @@ Schema<O> make_onebit_adam_schema() {
                             {rules::at_least<int64_t>(1)});
   s.template field<bool>("error_feedback", &O::error_feedback,
                          "keep the worker and server errors of the compressed allreduce "
-                         "(algorithms.md §1); false is the ablation: every call starts from "
+                         "(docs/algorithms.md §1); false is the ablation: every call starts from "
                          "zero errors (plain scaled sign at both stages)");
   s.template field<int64_t>("pad_multiple", &O::pad_multiple,
                             "the compressed buffer is padded to a multiple of this: 0 = the "

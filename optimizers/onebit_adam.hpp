@@ -1,4 +1,4 @@
-// 1-bit Adam and APMSqueeze (algorithms.md §3): Adam with a full-precision
+// 1-bit Adam and APMSqueeze (docs/algorithms.md §3): Adam with a full-precision
 // warm-up, then frozen variance and the MOMENTUM sent through the two-stage
 // error-compensated 1-bit allreduce (§1, sim/collectives/onebit_allreduce.hpp).
 #pragma once

@@ -1,4 +1,4 @@
-// 1-bit LAMB (algorithms.md §4): LAMB during a full-precision warm-up, then
+// 1-bit LAMB (docs/algorithms.md §4): LAMB during a full-precision warm-up, then
 // the momentum is communicated with the two-stage 1-bit compressed allreduce
 // and LAMB's per-tensor trust ratio is frozen and only rescaled by a factor
 // measured from a freshly tracked second moment.
@@ -45,7 +45,7 @@ struct OneBitLambOptions {
 
 // 1-bit LAMB (Li, Awan, Tang, Rajbhandari, Zhang, Yang, He, "1-bit LAMB:
 // Communication Efficient Large-Scale Large-Batch Training with LAMB's
-// Convergence Speed", 2021, Algorithm 1), as in algorithms.md §4:
+// Convergence Speed", 2021, Algorithm 1), as in docs/algorithms.md §4:
 //
 //   warm-up, t ≤ T_w (phase "warmup"): LAMB on ḡ, exactly optimizers/lamb
 //     (this class runs a Lamb object, so the warm-up is `lamb` bit-for-bit),

@@ -62,7 +62,7 @@ const char* zero_one_phase_name(ZeroOnePhase p) {
 }
 
 // ---------------------------------------------------------------------------
-// Schedule (algorithms.md §5; the counters of the reference's zoadam.py)
+// Schedule (docs/algorithms.md §5; the counters of the reference's zoadam.py)
 
 ZeroOneSchedule::ZeroOneSchedule(const ZeroOneAdamOptions& o)
     : freeze_(o.var_freeze_step),

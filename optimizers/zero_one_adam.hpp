@@ -1,6 +1,6 @@
 // 0/1 Adam (Lu, Li, Zhang, De Sa, He, "Maximizing Communication Efficiency
 // for Large-scale Training via 0/1 Adam", ICLR 2023, arXiv 2202.06009),
-// exactly algorithms.md §5: adaptive variance freezing (stage A) and 1-bit
+// exactly docs/algorithms.md §5: adaptive variance freezing (stage A) and 1-bit
 // synchronisation with local steps (stage B). The compressor is the two-stage
 // error-compensated 1-bit allreduce of §1 (sim/collectives/onebit_allreduce.hpp).
 //

@@ -20,7 +20,7 @@ namespace bitlab {
 // Which training samples this process holds. The simulator holds every one.
 // Under the MPI backend a rank holds only the samples of its own workers'
 // shards (plus, on rank 0, what evaluation reads), so that a data set's memory
-// divides over the ranks (issue #8: "each rank loads only its shard").
+// divides over the ranks.
 struct DataScope {
   // Given the training set's size, labels (empty for problems without labels)
   // and class count, returns the sorted, distinct indices of the samples this

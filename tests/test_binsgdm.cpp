@@ -1,4 +1,4 @@
-// BinSGDM (optimizers/binsgdm.hpp, algorithms.md §7, [verify]): |m| ≤ b, the
+// BinSGDM (optimizers/binsgdm.hpp, docs/algorithms.md §7, [verify]): |m| ≤ b, the
 // binarization's mean and variance at the optimizer level, bytes, the values
 // ū can take, convergence, threads and options.
 #include <doctest/doctest.h>

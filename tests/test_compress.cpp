@@ -1,5 +1,5 @@
 // Compressors, the n-bit quantizer and error feedback: the statements of
-// algorithms.md §1, §6 and §7 turned into checks. Each test names the
+// docs/algorithms.md §1, §6 and §7 turned into checks. Each test names the
 // statement it checks. Random inputs come from fixed seeds, so every
 // statistical test is deterministic; the stated false-failure probabilities
 // say how lucky the seed would have to be for a correct implementation to

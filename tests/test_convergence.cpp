@@ -87,7 +87,7 @@ void check_problem(const std::string& problem) {
               problem.c_str());
   std::printf("  %-18s lr %-6g loss %.6f\n", "adam", adam.lr, adam.loss);
   // Adam without bias correction is what the 1-bit family's warm-up runs
-  // (algorithms.md §2): shown as a second reference, not checked.
+  // (docs/algorithms.md §2): shown as a second reference, not checked.
   const Best adam_nbc = sweep(problem, "adam_no_bc");
   std::printf("  %-18s lr %-6g loss %.6f  (%+.2f%% vs adam; reference, not checked)\n",
               "adam no bias corr.", adam_nbc.lr, adam_nbc.loss,

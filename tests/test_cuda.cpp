@@ -1,4 +1,4 @@
-// Suite `cuda` (issue #9): the CUDA kernels (sim/cuda/) against their CPU
+// Suite `cuda`: the CUDA kernels (sim/cuda/) against their CPU
 // references (sim/kernels/reference.hpp), which are the simulator's own code
 // path. The comparison harness is itself tested on CPU data first (a planted
 // difference must be caught and reported), so the GPU checks cannot pass by
@@ -356,7 +356,7 @@ void check_scales_and_errors(const std::vector<float>& got_scales,
 
 // ---------------------------------------------------------------------------
 // A short training run with the compression and update path on a KernelSet
-// (issue #9: n = 4, d = 10^5, 200 steps): a noisy quadratic, loss
+// (n = 4, d = 10^5, 200 steps): a noisy quadratic, loss
 // L(x) = mean_k ½ h_k (x_k − t_k)², worker i's gradient h ⊙ (x_i − t) + 0.1·ξ
 // with ξ = N(0, 1) from RngStream(7, kGradNoise, i, step). Gradients and the
 // loss are computed on the host from the downloaded parameters, the same way

@@ -1,4 +1,4 @@
-// Tests of DataScope (issue #8, "each rank loads only its shard"): a problem
+// Tests of DataScope ("each rank loads only its shard"): a problem
 // built for a process that computes some workers holds only their training
 // samples (plus, when it evaluates, the evaluation prefix), and everything it
 // computes from them is bit-identical to the problem built whole.

@@ -1,4 +1,4 @@
-// LoCo (optimizers/loco.hpp, algorithms.md §6): with an exact quantizer it is
+// LoCo (optimizers/loco.hpp, docs/algorithms.md §6): with an exact quantizer it is
 // its base optimizer bit for bit; the error buffer is wired to exactly what
 // was sent; bytes; resets; convergence; threads; options.
 #include <doctest/doctest.h>

@@ -1,4 +1,4 @@
-// The MPI backend (issue #8): `mpirun -np R bitlab run FILE --backend mpi`
+// The MPI backend: `mpirun -np R bitlab run FILE --backend mpi`
 // must write the same metrics.csv (but the wall-clock column) and comm_log.csv
 // as `bitlab run FILE`, byte for byte, for every optimizer family; a worker
 // count the ranks do not divide is a config error (exit 2). Skipped, with the

@@ -1,4 +1,4 @@
-// The network and time model (algorithms.md §8): costs computable by hand
+// The network and time model (docs/algorithms.md §8): costs computable by hand
 // equal exactly; monotonicity; the 1-bit allreduce's four latencies;
 // stragglers, jitter, overlap, compression; presets and their errors.
 #include <doctest/doctest.h>
@@ -426,7 +426,7 @@ TEST_SUITE("network") {
       CHECK(over.inter_bytes_per_s == 1e9 / 8);
       CHECK(over.intra_bytes_per_s == two.intra_bytes_per_s);
     }
-    // The calibration facts of algorithms.md §8.
+    // The calibration facts of docs/algorithms.md §8.
     const Topology eth = make_topology(NetworkOptions{"ethernet_40g_v100x4"}, 16);
     CHECK(eth.gpus_per_node == 4);
     CHECK(eth.nodes == 4);

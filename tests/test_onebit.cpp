@@ -1,4 +1,4 @@
-// The two-stage compressed allreduce (algorithms.md §1): each test names the
+// The two-stage compressed allreduce (docs/algorithms.md §1): each test names the
 // statement it checks.
 #include <doctest/doctest.h>
 #include <omp.h>
@@ -29,7 +29,7 @@ struct Inputs {
   }
 };
 
-// A plain transcription of algorithms.md §1, one element at a time, with the
+// A plain transcription of docs/algorithms.md §1, one element at a time, with the
 // same summation order (norms: double over blocks of 4096; server sum: float,
 // workers in order). The optimized implementation must match it bit for bit.
 struct Reference {

@@ -1,4 +1,4 @@
-// 1-bit Adam / APMSqueeze (algorithms.md §3): the warm-up is Adam bit for bit,
+// 1-bit Adam / APMSqueeze (docs/algorithms.md §3): the warm-up is Adam bit for bit,
 // the compression stage with an exact allreduce is Adam with frozen variance,
 // the compression stage with the 1-bit allreduce is the §1 collective driven
 // by hand, the byte ratio matches the closed forms, error feedback pays, and
@@ -313,7 +313,7 @@ TEST_SUITE("onebit_adam") {
     const double w = static_cast<double>(freeze) / static_cast<double>(steps);
     const double d = 251.0, D = 256.0;
     const double fp16_step = 2.0 * (n - 1) / n * 2.0 * d;                // ring, 2 bytes
-    const double onebit_step = (n - 1) * D / (4.0 * n) + 8.0 * (n - 1);  // algorithms.md §1
+    const double onebit_step = (n - 1) * D / (4.0 * n) + 8.0 * (n - 1);  // docs/algorithms.md §1
     const double r = onebit_step / fp16_step;
     auto total_bytes = [&](const Json& opt) {
       Json j = {{"steps", steps},

@@ -263,7 +263,7 @@ TEST_SUITE("onebit_lamb") {
         }
         CHECK(m_match);
 
-        // v_fresh, u, f_p and x from the formulas of algorithms.md §4.
+        // v_fresh, u, f_p and x from the formulas of docs/algorithms.md §4.
         const std::vector<float> vf_new = copy_of(opt.v_fresh());
         const std::vector<float> x_new = copy_of(sim.cluster().params());
         const std::vector<double> f_new = copy_of(opt.factors());

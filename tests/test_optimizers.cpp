@@ -158,7 +158,7 @@ TEST_SUITE("optimizers") {
     const std::vector<double> x0 = {1.0, -0.5, 2.0};
     const std::vector<std::vector<double>> g = {
         {0.1, -0.2, 0.3}, {0.05, 0.4, -0.1}, {-0.3, 0.1, 0.2}};
-    // algorithms.md §2 in double, written out once here:
+    // docs/algorithms.md §2 in double, written out once here:
     //   m = β1 m + (1−β1) g ; v = β2 v + (1−β2) g²
     //   m̂ = m/(1−β1^t), v̂ = v/(1−β2^t) (or m, v) ; x −= lr·(m̂/(sqrt(v̂)+ε) + wd·x)
     auto reference = [&](double lr, double wd, bool bc, int steps) {

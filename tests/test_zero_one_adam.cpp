@@ -1,4 +1,4 @@
-// 0/1 Adam (optimizers/zero_one_adam.hpp, algorithms.md §5): the schedule
+// 0/1 Adam (optimizers/zero_one_adam.hpp, docs/algorithms.md §5): the schedule
 // against an independent count, interval 1 = Adam, per-worker parameters at
 // and between syncs, the error reset at the transition, the lrs guard, thread
 // invariance and the bytes of every phase.

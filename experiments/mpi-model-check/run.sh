@@ -1,5 +1,5 @@
 #!/bin/bash
-# Checks the time model against a real transport (issue #8, item 3): runs on
+# Checks the time model against a real transport : runs on
 # 2 MPI ranks (one worker each, one node), calibrates the model's two link
 # parameters (latency, bandwidth) on exact fp32 allreduces of four sizes, then
 # predicts the compressed optimizers' communication time with `bitlab recost`

@@ -12,7 +12,7 @@ namespace bitlab {
 
 namespace {
 
-// Across ranks (issue #8) the collectives hand MPI the compressed messages
+// Across ranks (the MPI backend) the collectives hand MPI the compressed messages
 // themselves, one `unit`-byte message per (worker, server) or per worker, and
 // the receiving rank decodes them exactly as the simulator decodes: these two
 // exchanges are how. On one rank they are never called (nothing moves).

@@ -14,7 +14,7 @@
 //   network) and LoCo's hierarchical option; stage-2 error feedback is left
 //   to the caller (not modelled here yet).
 //
-// * QuantizedReduceScatter: LoCo's exchange of n-bit codes (algorithms.md §6):
+// * QuantizedReduceScatter: LoCo's exchange of n-bit codes (docs/algorithms.md §6):
 //   every worker quantizes its whole buffer (group scales), an alltoall sends
 //   chunk r of every worker's codes to worker r, which averages the
 //   dequantized chunks, and an allgather returns the averaged chunks to
@@ -25,7 +25,7 @@
 // Sums over workers use the communicator's fixed pairwise tree
 // (mean_over_workers), so results do not depend on the thread count.
 //
-// Resident workers (issue #8): both take the workers this process runs
+// Resident workers (the MPI backend): both take the workers this process runs
 // (`local`, default all: the simulator) and hold per-worker rows for those
 // only — C(x_i) / Q(x_i) of worker i at row i − local.begin, read through
 // compressed() / quantized() with global ids. Under the MPI backend what a

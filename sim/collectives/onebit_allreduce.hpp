@@ -1,5 +1,5 @@
 // The two-stage error-compensated 1-bit allreduce of 1-bit Adam / 1-bit LAMB /
-// 0/1 Adam / APMSqueeze (algorithms.md §1; DeepSpeed's compressed_allreduce).
+// 0/1 Adam / APMSqueeze (docs/algorithms.md §1; DeepSpeed's compressed_allreduce).
 //
 //   worker i:  u = pad(b_i) + e_i ; a_i = ‖u‖₂/√D ; e_i = u − a_i·sign(u)
 //              signs of u packed MSB first, split into n chunks of D/(8n) bytes

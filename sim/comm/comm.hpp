@@ -1,5 +1,5 @@
 // The communicator: the math of every collective over the emulated workers'
-// buffers, and the only place where bytes are counted (design.md, "One
+// buffers, and the only place where bytes are counted (docs/design.md, "One
 // concept, one place"). Each call appends one CommRecord per underlying
 // collective to the run's CommLog; the network model prices that log later,
 // never knowing which optimizer produced it.
@@ -40,7 +40,7 @@ struct WorkerBuffers {
 };
 
 // One collective as the network model needs to price it. Sizes follow the cost
-// table of algorithms.md §8: for allreduce S = the buffer of one rank; for
+// table of docs/algorithms.md §8: for allreduce S = the buffer of one rank; for
 // allgather / reduce-scatter S = the total gathered; for alltoall S = the bytes
 // one rank sends in total (its own chunk included).
 struct CommRecord {
@@ -67,7 +67,7 @@ class CommLog {
   std::vector<CommRecord> records_;
 };
 
-// Per-rank wire cost of the standard algorithms (algorithms.md §8), in bytes
+// Per-rank wire cost of the standard algorithms (docs/algorithms.md §8), in bytes
 // and message rounds, for p ranks and S bytes (S as in CommRecord).
 struct WireCost {
   double sent_bytes;
@@ -100,7 +100,7 @@ void mean_over_workers(const WorkerBuffers& in, std::span<float> out, WireDtype 
 double tree_mean(std::span<const double> values);
 
 // mean_over_workers with the fp32 wire for rows that are not all held at once
-// (issue #8: a rank holds its own workers' rows and receives the others' as
+// (the MPI backend: a rank holds its own workers' rows and receives the others' as
 // compressed images). fill(i, dst) writes worker i's len values into dst. The
 // same fixed pairwise tree, evaluated depth first, so only ceil(log2 n)
 // len-sized partial sums live at once (in `scratch`, grown to that once and
@@ -222,7 +222,7 @@ class Communicator {
   };
   const NodeTransports& node_transports(int node_size);
 
-  // Reusable staging for the exchanges across ranks (issue #8): each call
+  // Reusable staging for the exchanges across ranks (the MPI backend): each call
   // site names its slot; a slot grows to the largest size asked and is then
   // reused, so step() does not allocate once sizes are steady. Contents are
   // left over from earlier use; a span is valid until its slot's next use.

@@ -1,5 +1,5 @@
 // What a parallel launcher told this process about its place among the
-// processes it started (issue #8): `mpirun`/`mpiexec` (Open MPI's
+// processes it started: `mpirun`/`mpiexec` (Open MPI's
 // OMPI_COMM_WORLD_RANK/SIZE, MPICH's and Intel MPI's PMI_RANK/SIZE) or a
 // Slurm array job (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_MIN/COUNT). Read from
 // the environment only; MPI itself is not initialised.

@@ -1,4 +1,4 @@
-// The byte transport under the communicator (issue #8): how ranks that each own
+// The byte transport under the communicator (the MPI backend): how ranks that each own
 // a contiguous block of workers hand each other the bytes that the simulator's
 // collectives already "have" when one process holds every worker.
 //

@@ -1,4 +1,4 @@
-// Compressors (algorithms.md §1 "Other compressors", §6, §7): each maps a
+// Compressors (docs/algorithms.md §1 "Other compressors", §6, §7): each maps a
 // float vector x to a wire image of an exact size in bytes and back. The
 // simulator mostly needs the value the receiver reconstructs, C(x) =
 // decode(encode(x)), which `apply` computes directly; `encode`/`decode` build

@@ -1,4 +1,4 @@
-// The compressors other than sign (algorithms.md §1, §7); see compressors.hpp.
+// The compressors other than sign (docs/algorithms.md §1, §7); see compressors.hpp.
 #include "sim/compress/compressors.hpp"
 
 #include <algorithm>

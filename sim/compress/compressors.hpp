@@ -1,4 +1,4 @@
-// The compressors other than sign (algorithms.md §1 "Other compressors", §6,
+// The compressors other than sign (docs/algorithms.md §1 "Other compressors", §6,
 // §7), with their options. Each is registered by name in
 // compressor_registry.cpp; `make_compressor({"name": ...})` builds one.
 //
@@ -94,7 +94,7 @@ struct NbitOptions {
   QuantizeSpec spec() const;
 };
 
-// n-bit symmetric per-group quantization (algorithms.md §1; sim/compress/quantize.hpp).
+// n-bit symmetric per-group quantization (docs/algorithms.md §1; sim/compress/quantize.hpp).
 // Note bits = 1 follows the same formula: q ∈ {−1, 0}, i.e. levels {−M, 0}.
 // Stochastic rounding of element k uses rng.block(k) lane 0.
 class NbitCompressor final : public Compressor {
@@ -187,7 +187,7 @@ class RandomkCompressor final : public Compressor {
   RandomkOptions opts_;
 };
 
-// ---- unbiased randomized binarization (BinSGDM, algorithms.md §7) -----------
+// ---- unbiased randomized binarization (BinSGDM, docs/algorithms.md §7) -----------
 
 // z = clamp(x, −1, 1) (the caller passes m ⊘ (b + ε), which lies in [−1, 1]
 // up to rounding; clamping makes the probabilities valid for any input, NaN

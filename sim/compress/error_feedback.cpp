@@ -1,4 +1,4 @@
-// Error-feedback policies (algorithms.md §1, §6); see error_feedback.hpp.
+// Error-feedback policies (docs/algorithms.md §1, §6); see error_feedback.hpp.
 #include "sim/compress/error_feedback.hpp"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Error-feedback policies, one error buffer e_i per worker (algorithms.md §1
+// Error-feedback policies, one error buffer e_i per worker (docs/algorithms.md §1
 // worker side, §6 LoCo). With a compressor C, each step and worker:
 //
 //   h   = x + e_i                               compensate()
@@ -17,7 +17,7 @@
 // Resets: begin_step(step) with reset_every = T > 0 zeroes every error at
 // steps T+1, 2T+1, ... (steps count from 1), i.e. after each T steps of use.
 // LoCo's reference counts its reset per compressed tensor call, not per step
-// (an artefact, algorithms.md §6); we count optimizer steps. Departure from the
+// (an artefact, docs/algorithms.md §6); we count optimizer steps. Departure from the
 // brief, flagged: the reset also applies to kind = "classic" (it is a no-op
 // for "none"), so either policy can be restarted periodically.
 //
@@ -25,7 +25,7 @@
 // dequantized 8-bit values (what LoCo would read back), not a packed image.
 // No allocation after construction.
 //
-// Resident workers (issue #8): the errors of the workers `local` only (default
+// Resident workers (the MPI backend): the errors of the workers `local` only (default
 // all, the simulator); under the MPI backend a rank holds its own block's rows
 // (worker i at row i − local.begin) and calls compensate / update / error for
 // those workers only.

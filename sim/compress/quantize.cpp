@@ -1,4 +1,4 @@
-// n-bit symmetric per-group quantization (algorithms.md §1); the arithmetic
+// n-bit symmetric per-group quantization (docs/algorithms.md §1); the arithmetic
 // and the wire layout are documented in quantize.hpp.
 #include "sim/compress/quantize.hpp"
 

@@ -1,4 +1,4 @@
-// n-bit symmetric per-group quantization (algorithms.md §1): for each group of
+// n-bit symmetric per-group quantization (docs/algorithms.md §1): for each group of
 // `group_size` consecutive elements, M = max|y|, s = 2^b / (2M),
 // q = clamp(round(s·y), −2^(b−1), 2^(b−1) − 1), Q(y) = q / s (M = 0 ⇒ Q = 0).
 // Round-to-nearest (ties to even) or stochastic rounding. The scale on the

@@ -1,6 +1,6 @@
 // Deterministic reductions. Sums are formed over fixed blocks of kReduceBlock
 // elements (in double), then the block sums are added in block order, so the
-// result is the same for any thread count (design.md: "Reductions sum in a
+// result is the same for any thread count (docs/design.md: "Reductions sum in a
 // fixed order").
 #pragma once
 

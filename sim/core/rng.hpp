@@ -1,6 +1,6 @@
 // Counter-based random numbers: every draw is a pure function of
 // (seed, purpose, worker, step, index), so results never depend on the order
-// in which threads run or on how many there are (design.md, "Deterministic by
+// in which threads run or on how many there are (docs/design.md, "Deterministic by
 // construction").
 //
 // The generator is Philox4x32-10 (Salmon et al., "Parallel random numbers: as

@@ -1,4 +1,4 @@
-// CUDA kernels of the compressed optimizers (issue #9), each the GPU twin of
+// CUDA kernels of the compressed optimizers, each the GPU twin of
 // a CPU reference in sim/kernels/reference.hpp with the same signature, on
 // device pointers. Plain C++: the simulator and the tests include it without
 // nvcc. Built by BITLAB_CUDA=AUTO|ON (sim/cuda/kernels.cu); without CUDA

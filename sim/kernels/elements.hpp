@@ -114,7 +114,7 @@ BITLAB_HD inline void zero_one_sync_element(float& m0, float& x, float ubar, flo
   x += ubar / den;
 }
 
-// BinSGDM's randomized binarization of one element (algorithms.md §7):
+// BinSGDM's randomized binarization of one element (docs/algorithms.md §7):
 // +1 with probability (1 + z)/2, else −1, as a bool (true = +1), from 24 bits
 // of `draw`. Clamping z to [−1, 1] needs no code: with u ∈ (0, 1], z > 1 gives
 // p > 1 (always +1), z < −1 gives p < 0 (always −1), and NaN compares false

@@ -89,7 +89,7 @@ BITLAB_HD inline float quantize_element(const GroupCoder& coder, float y, float 
   return (stochastic ? coder.stochastic(y, m, draw) : coder.nearest(y, m)) * step;
 }
 
-// LoCo's moving-average error feedback (algorithms.md §6), one element:
+// LoCo's moving-average error feedback (docs/algorithms.md §6), one element:
 // e = β·e + (1−β)·(h − ĥ), with b = fl(β) and c = 1 − b in float.
 BITLAB_HD inline float ema_error_element(float e, float h, float ch, float b, float c) {
   return b * e + c * (h - ch);

@@ -204,7 +204,7 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-// Decimal units (GB = 10^9 bytes, design.md).
+// Decimal units (GB = 10^9 bytes, docs/design.md).
 std::string bytes_text(double b) {
   if (b >= 1e12) return fmt("%.3g TB", b / 1e12);
   if (b >= 1e9) return fmt("%.3g GB", b / 1e9);
@@ -365,7 +365,7 @@ std::string format_cost_report(const CostReport& r) {
     for (const auto& n : r.notes) out += "  - " + n + "\n";
   }
   out +=
-      "(an expectation from the alpha-beta model of algorithms.md section 8: no jitter, no "
+      "(an expectation from the alpha-beta model of docs/algorithms.md section 8: no jitter, no "
       "congestion, no implementation overheads)\n";
   return out;
 }

@@ -1,6 +1,6 @@
 // `bitlab recost RUN_DIR --network PRESET`: re-prices a finished run's
 // communication log under another network without re-training
-// (design.md: "the per-step communication log, so a run can be re-priced
+// (docs/design.md: "the per-step communication log, so a run can be re-priced
 // under another network") and writes the new time columns beside the old.
 //
 // Inputs, all in RUN_DIR: config.json (the resolved experiment: seed,

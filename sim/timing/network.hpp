@@ -1,6 +1,6 @@
-// The network and time model (algorithms.md §8): prices a step's
+// The network and time model (docs/algorithms.md §8): prices a step's
 // communication log and compute on a cluster of `nodes × gpus_per_node`
-// devices. It never knows which optimizer produced the log (design.md: "the
+// devices. It never knows which optimizer produced the log (docs/design.md: "the
 // network never knows which optimizer runs").
 //
 // Units are in the names: seconds `_s`, microseconds `_us`, bandwidth in

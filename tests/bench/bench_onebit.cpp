@@ -1,7 +1,7 @@
 // Benchmark (run on demand, not a test): the two-stage compressed allreduce
-// (algorithms.md §1) for n = 16 workers and d = 2^22: time per call, effective
+// (docs/algorithms.md §1) for n = 16 workers and d = 2^22: time per call, effective
 // memory bandwidth against a STREAM triad measured in the same run (target,
-// issue 3: >= 50 %), and the speed of sign packing in GB/s of input.
+// target: >= 50 %), and the speed of sign packing in GB/s of input.
 //
 //   ./build/bench_onebit [--workers N] [--log2-dim K] [--repeats R]
 //

@@ -1,7 +1,7 @@
 // Benchmark (run on demand, not a test): time per simulated step of Adam with
 // an exact fp32 allreduce on the quadratic, N = 16 workers, d = 2^22, and the
 // effective memory bandwidth it reaches, next to a STREAM-style triad
-// measured in the same run. Target (issue 2): >= 50 % of the triad bandwidth.
+// measured in the same run. Target: >= 50 % of the triad bandwidth.
 //
 //   ./build/bench_step [--workers N] [--log2-dim K] [--repeats R]
 //

@@ -1,4 +1,4 @@
-// Benchmark of the CUDA kernels (issue #9), not a test: effective bandwidth of
+// Benchmark of the CUDA kernels, not a test: effective bandwidth of
 // each kernel = bytes necessarily touched / time, against the device's peak.
 //
 //   build/bench_kernels [--repeats N]        (tests/cuda/run.sh runs it)
