@@ -776,7 +776,7 @@ TEST_SUITE("compress") {
   }
 
   TEST_CASE("error feedback with resident workers [2, 4) of 5: the same rows, 2/5 of the bytes") {
-    // Issue #8: a rank holds its own block's errors only. Fed the same
+    // Under the MPI backend a rank holds its own block's errors only. Fed the same
     // inputs, workers 2 and 3 of a resident-only buffer match the
     // all-workers one bit for bit (ema, 8-bit storage, a reset on the way).
     ErrorFeedbackOptions o;

@@ -134,6 +134,23 @@ std::vector<std::string> layer_violations(const fs::path& root, const LayerRules
   return out;
 }
 
+// Every source, script and notebook of the project (not build output).
+std::vector<fs::path> project_files(const fs::path& root) {
+  static const std::set<std::string> kExt = {".cpp", ".hpp", ".h",     ".cu", ".inc",
+                                             ".py",  ".sh",  ".ipynb", ".txt"};
+  std::vector<fs::path> out;
+  for (const char* top : {"sim", "optimizers", "problems", "tests", "notebooks", "experiments"}) {
+    for (const auto& e : fs::recursive_directory_iterator(root / top)) {
+      if (e.is_regular_file() && kExt.count(e.path().extension().string())) {
+        out.push_back(e.path());
+      }
+    }
+  }
+  out.push_back(root / "CMakeLists.txt");
+  out.push_back(root / "setup.sh");
+  return out;
+}
+
 void write_file(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());
   std::ofstream(p) << text;
@@ -232,5 +249,66 @@ TEST_SUITE("layers") {
     REQUIRE(v.size() == 1);
     CHECK(v[0] == "sim/timing/: no README.md");
     fs::remove_all(root);
+  }
+
+  TEST_CASE("every document the code cites is in the repository, every section too") {
+    // A comment, a doc string in `bitlab list` or a line of command output
+    // that names a .md file must name one of this repository (relative to
+    // the root or to the citing file's folder), and a "docs/algorithms.md §N"
+    // must find its section "## N." there.
+    const fs::path root = BITLAB_SOURCE_DIR;
+    const std::string algorithms = read_text(root / "docs/algorithms.md");
+    static const std::regex kDoc(R"(([A-Za-z0-9_./-]*[A-Za-z0-9_-]\.md)\b)");
+    static const std::regex kSection(
+        R"(docs/algorithms\.md,? (?:section |§)(\d+)((?:,? (?:and )?§\d+)*))");
+    static const std::regex kMore(R"(§(\d+))");
+    std::set<std::string> missing;
+    int cited = 0;
+    for (const auto& file : project_files(root)) {
+      if (file.filename() == "test_layers.cpp") continue;  // its planted trees cite made-up files
+      const std::string text = read_text(file);
+      const std::string name = fs::relative(file, root).generic_string();
+      for (std::sregex_iterator it(text.begin(), text.end(), kDoc), end; it != end; ++it) {
+        const std::string doc = (*it)[1];
+        ++cited;
+        if (!fs::exists(root / doc) && !fs::exists(file.parent_path() / doc)) {
+          missing.insert(name + ": " + doc);
+        }
+      }
+      for (std::sregex_iterator it(text.begin(), text.end(), kSection), end; it != end; ++it) {
+        std::vector<std::string> sections = {(*it)[1]};
+        const std::string more = (*it)[2];
+        for (std::sregex_iterator m(more.begin(), more.end(), kMore); m != end; ++m) {
+          sections.push_back((*m)[1]);
+        }
+        for (const auto& n : sections) {
+          if (algorithms.find("\n## " + n + ". ") == std::string::npos) {
+            missing.insert(name + ": docs/algorithms.md §" + n);
+          }
+        }
+      }
+    }
+    for (const auto& m : missing) MESSAGE("cited but not in the repository: " << m);
+    CHECK(missing.empty());
+    CHECK(cited > 50);  // the scan reads the citations (about 80 today)
+  }
+
+  TEST_CASE("no comment refers to an issue number") {
+    // Issues are the tracker's; the code explains itself and cites docs/.
+    const fs::path root = BITLAB_SOURCE_DIR;
+    static const std::regex kIssue(R"(\bissue #?\d+|\(#\d+\))", std::regex::icase);
+    std::vector<std::string> found;
+    for (const auto& file : project_files(root)) {
+      if (file.filename() == "test_layers.cpp") continue;  // the rule itself names the pattern
+      std::istringstream in(read_text(file));
+      std::string line;
+      for (int no = 1; std::getline(in, line); ++no) {
+        if (std::regex_search(line, kIssue)) {
+          found.push_back(fs::relative(file, root).generic_string() + ":" + std::to_string(no));
+        }
+      }
+    }
+    for (const auto& f : found) MESSAGE("refers to an issue number: " << f);
+    CHECK(found.empty());
   }
 }
