@@ -58,7 +58,7 @@ struct LocoOptions {
 // The exchange (node_size = 0): QuantizedReduceScatter — an alltoall of the
 // codes (chunk r of every worker to worker r), worker r averages its chunk,
 // and an allgather returns the averaged chunks. `gather` picks the precision
-// of that allgather. Default "fp16", departing from the brief's "quantized":
+// of that allgather. Default "fp16", not "quantized" (docs/algorithms.md §6):
 // in the reference (DeepSpeed ZeRO++ `all_to_all_loco_quant_reduce`, which is
 // how LoCo ships) only the reduce-scatter is quantized, and what returns to
 // every rank afterwards is the optimizer's result on its partition, allgathered

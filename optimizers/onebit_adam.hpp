@@ -72,10 +72,12 @@ struct ApmSqueezeOptions : OneBitAdamOptions {
 //   switch "fixed_step" (onebit_adam's default): T_w = freeze_step. DeepSpeed
 //     switches after the step whose counter (incremented before use, so also
 //     1-based) reaches `step >= freeze_step`: the same T_w. But DeepSpeed's
-//     first call to step() is an "initialization call" that updates m, v and
-//     leaves the parameters alone; that is an artefact of its engine and is not
-//     copied, so here all T_w warm-up steps move the parameters (DeepSpeed
-//     moves them in T_w − 1).
+//     first call to step() is an "initialization call" (OnebitAdam.step with
+//     initialize False): it allocates the error buffers, advances the counter
+//     and compresses the zero momentum, changing neither m, v nor the
+//     parameters; that is an artefact of its engine and is not copied, so here
+//     all T_w warm-up steps move the parameters (DeepSpeed moves them in
+//     T_w − 1; docs/algorithms.md §3, departure D8).
 //   switch "variance_stable" (apmsqueeze's default) [verify]: the APMSqueeze
 //     paper only says the switch comes when the variance "has stabilised". We
 //     measure, after each warm-up step, the relative change

@@ -134,20 +134,24 @@ std::vector<std::string> layer_violations(const fs::path& root, const LayerRules
   return out;
 }
 
-// Every source, script and notebook of the project (not build output).
+// Every source, script, notebook and document of the project (no build
+// output; of results/ only its README).
 std::vector<fs::path> project_files(const fs::path& root) {
-  static const std::set<std::string> kExt = {".cpp", ".hpp", ".h",     ".cu", ".inc",
-                                             ".py",  ".sh",  ".ipynb", ".txt"};
+  static const std::set<std::string> kExt = {".cpp", ".hpp", ".h",     ".cu",  ".inc",
+                                             ".py",  ".sh",  ".ipynb", ".txt", ".md"};
   std::vector<fs::path> out;
-  for (const char* top : {"sim", "optimizers", "problems", "tests", "notebooks", "experiments"}) {
+  for (const char* top :
+       {"sim", "optimizers", "problems", "tests", "notebooks", "experiments", "docs"}) {
     for (const auto& e : fs::recursive_directory_iterator(root / top)) {
       if (e.is_regular_file() && kExt.count(e.path().extension().string())) {
         out.push_back(e.path());
       }
     }
   }
-  out.push_back(root / "CMakeLists.txt");
-  out.push_back(root / "setup.sh");
+  for (const char* file :
+       {"CMakeLists.txt", "setup.sh", "README.md", ".ci/run", "results/README.md"}) {
+    out.push_back(root / file);
+  }
   return out;
 }
 

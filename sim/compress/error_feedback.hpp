@@ -17,9 +17,9 @@
 // Resets: begin_step(step) with reset_every = T > 0 zeroes every error at
 // steps T+1, 2T+1, ... (steps count from 1), i.e. after each T steps of use.
 // LoCo's reference counts its reset per compressed tensor call, not per step
-// (an artefact, docs/algorithms.md §6); we count optimizer steps. Departure from the
-// brief, flagged: the reset also applies to kind = "classic" (it is a no-op
-// for "none"), so either policy can be restarted periodically.
+// (an artefact, docs/algorithms.md §6, departure D20); we count optimizer
+// steps. An extension, flagged: the reset also applies to kind = "classic" (it
+// is a no-op for "none"), so either policy can be restarted periodically.
 //
 // The error is kept in fp32; with storage_bits = 8 the fp32 buffer holds the
 // dequantized 8-bit values (what LoCo would read back), not a packed image.
