@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "optimizers/optimizer.hpp"
-#include "sim/engine/run.hpp"
+#include "sim/engine/simulation.hpp"
 #include "sim/lab/cost.hpp"
 
 using namespace bitlab;
