@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "sim/engine/config.hpp"
-#include "sim/engine/run.hpp"
+#include "sim/engine/simulation.hpp"
 #include "sim/lab/cost.hpp"
 
 namespace bitlab {

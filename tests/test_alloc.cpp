@@ -7,7 +7,7 @@
 #include <doctest/doctest.h>
 
 #include "sim/engine/config.hpp"
-#include "sim/engine/run.hpp"
+#include "sim/engine/simulation.hpp"
 #include "tests/alloc_counter.hpp"
 
 namespace bitlab::testing {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/engine/run.hpp"
+#include "sim/engine/simulation.hpp"
 
 using namespace bitlab;
 

@@ -11,7 +11,7 @@
 #include "optimizers/optimizer.hpp"
 #include "sim/collectives/compressed_collectives.hpp"
 #include "sim/collectives/onebit_allreduce.hpp"
-#include "sim/engine/run.hpp"
+#include "sim/engine/simulation.hpp"
 #include "sim/lab/cost.hpp"
 #include "tests/plan_check.hpp"
 

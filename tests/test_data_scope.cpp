@@ -32,7 +32,7 @@ ClusterOptions cluster(int workers, const std::string& sharding) {
 }
 
 // The scope of a process computing workers `local` of `opts`, as the MPI
-// backend builds it (sim/engine/run.cpp).
+// backend builds it (sim/engine/simulation.cpp).
 DataScope scope_of(const ClusterOptions& opts, WorkerRange local, bool evaluates) {
   DataScope s;
   s.evaluates = evaluates;

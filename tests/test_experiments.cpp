@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "sim/engine/config.hpp"
-#include "sim/engine/run.hpp"
+#include "sim/engine/simulation.hpp"
 #include "sim/lab/cost.hpp"
 #include "sim/lab/sweep.hpp"
 

@@ -21,7 +21,7 @@
 #include "sim/comm/comm.hpp"
 #include "sim/core/rng.hpp"
 #include "sim/core/schema.hpp"
-#include "sim/engine/run.hpp"
+#include "sim/engine/simulation.hpp"
 #include "tests/fixtures.hpp"
 
 namespace bitlab {

@@ -18,7 +18,7 @@
 #include "optimizers/onebit_lamb.hpp"
 #include "sim/collectives/onebit_allreduce.hpp"
 #include "sim/core/reduce.hpp"
-#include "sim/engine/run.hpp"
+#include "sim/engine/simulation.hpp"
 
 namespace bitlab {
 namespace {

@@ -10,7 +10,7 @@
 #include "problems/problem.hpp"
 #include "sim/core/rng.hpp"
 #include "sim/engine/config.hpp"
-#include "sim/engine/run.hpp"
+#include "sim/engine/simulation.hpp"
 
 using namespace bitlab;
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "sim/engine/run.hpp"
+#include "sim/engine/simulation.hpp"
 
 using namespace bitlab;
 

@@ -12,7 +12,7 @@
 
 #include "problems/text_corpus.hpp"
 #include "problems/transformer.hpp"
-#include "sim/engine/run.hpp"
+#include "sim/engine/simulation.hpp"
 #include "tests/cli_fixtures.hpp"
 #include "tests/fixtures.hpp"
 

@@ -18,6 +18,7 @@
 #include "sim/compress/error_feedback.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/run.hpp"
+#include "sim/engine/simulation.hpp"
 #include "sim/timing/network.hpp"
 
 using namespace bitlab;

@@ -1,47 +1,106 @@
-// Sweeps: one base experiment, a grid and zipped lists over any config path,
-// and a list of seeds; every run in its own child process (`bitlab run`),
-// up to --jobs at once, one results folder per run and a sweep.csv.
+// Sweeps: one base experiment, a grid and zipped lists over any config paths,
+// and a list of seeds; every run in its own child process (`bitlab run`), up
+// to --jobs at once, one results folder per run, and a sweep.csv.
 //
-// Sweep file (JSON; every key but "base" optional):
-//   {"name": "warmup-sweep",            // default: the sweep file's stem
+// The code: sweep_spec.cpp reads the sweep file and resolves it into runs
+// (resolve_sweep, load_sweep); sweep_runner.cpp checks the sweep folder and
+// runs the children (run_sweep); sweep_csv.cpp writes sweep.csv and merges
+// the shards' csvs (sweep_csv.hpp).
+//
+// ## The sweep file
+//
+// JSON; every key but "base" optional, no other key allowed:
+//   {"name": "warmup-sweep",
 //    "description": "free text",
-//    "base": "quickstart.json",          // or an inline experiment object; a
-//                                        // path is relative to the sweep file
-//    "grid": {"optimizer.lr": [0.01, 0.03], "optimizer.freeze_step": [10, 50]},
+//    "base": "quickstart.json",
+//    "grid": {"optimizer.lr": [0.01, 0.03], "cluster.workers": [8, 16]},
 //    "zip":  {"optimizer.name": ["adam", "onebit_adam"],
 //             "optimizer.bias_correction": [true, false]},
 //    "seeds": [1, 2, 3]}
-// Runs = cartesian product of the grid lists (first key varies slowest) ×
-// the zipped tuples (every zip list has the same length; tuple k takes the
-// k-th value of each) × the seeds (fastest). Keys of grid and zip are config
-// paths as for --set ("a.b.c"); the values are JSON values set as they are.
-// A path may appear in only one of grid and zip, and "seed" not in them when
-// "seeds" is given. No grid, zip or seeds: one run of the base.
+//   name         names the sweep folder: a non-empty string without '/', not
+//                "." or "..". Default: the sweep file's stem.
+//   description  a string, copied into sweep.json.
+//   base         the experiment every run starts from: an experiment file
+//                (a relative path is relative to the sweep file's folder) or
+//                an inline experiment object. A run's experiment is named by
+//                the base's "name", else the base file's stem, else (inline)
+//                the sweep's name.
+//   grid         {config path: non-empty list of values}: the cartesian
+//                product, first path slowest.
+//   zip          {config path: non-empty list of values}: lists of one
+//                length, taken in step (tuple k takes the k-th value of each).
+//   seeds        a non-empty list of integers >= 0, set as "seed".
+// Runs = grid × zip tuples × seeds (fastest), numbered from 1 in that order.
+// No grid, zip or seeds: one run of the base. A config path is as for --set:
+// "a.b.c", no empty parts; objects on the way are created. Its value is set
+// as it is (any JSON value; an object replaces the whole section). A path may
+// appear in only one of grid and zip, may not lie inside another swept path
+// ("optimizer" and "optimizer.lr"), and may not be "seed" when "seeds" is
+// given. At most 100000 runs.
+//
+// Each run has a label, "optimizer.lr=0.01, seed=2" (strings bare, other
+// values as JSON), and a folder name, "run-007_optimizer.lr=0.01_seed=2": the
+// index zero-padded to at least 3 digits, then "_path=value" per swept path
+// with every character but letters, digits and . _ = - + made '-', cut at
+// 120 characters.
 //
 // Everything is validated before any folder is created: the sweep file
 // (`grid.optimizer.lr = 5: must be a non-empty list of values`) and every
 // run's resolved experiment (`run 3 (optimizer.lr=-1, seed=2): optimizer.lr =
-// -1: must be > 0`), including building its problem and shards.
+// -1: must be > 0`), including building its problem, shards and optimizer
+// (once per distinct problem, cluster and optimizer: seeds change only the
+// draws).
 //
-// Output folder (results/<name>/ or --out):
-//   sweep.json   the resolved sweep: swept paths and every run's assignments
-//                and folder (written before the first run starts)
-//   run-007_optimizer.lr=0.01_seed=2/   one `bitlab run` results folder per
-//                run (plus run.json, the resolved experiment given to the
-//                child, and stderr.txt, the child's stderr)
-//   sweep.csv    one row per finished run: run, each swept path, seed,
-//                status, steps_completed, train_loss, every final eval column
-//                (union over runs), bytes_sent_per_worker,
-//                messages_per_worker, sim_time_s (when a run has a network
-//                model), wall_s, dir. Rewritten atomically after every
-//                finished run, so an interrupted sweep keeps a valid csv.
-// Statuses: completed, diverged, interrupted, failed (the child exited 1 or
-// 2 or was killed; see its stderr.txt).
+// ## The sweep folder (<results_root>/<name>/, or --out)
 //
-// Exit status of run_sweep: 0 every run completed; 3 some run diverged or
-// failed (the sweep goes on; they are listed at the end); 130 interrupted
-// (Ctrl-C is forwarded to the children, the csv holds what finished); bad
-// input throws ConfigError (the CLI exits 2) before any folder is created.
+//   sweep.json   the resolved sweep: name, description, base (the raw base
+//                experiment), swept (the swept paths, "seed" last) and runs
+//                (each run's index, folder and assignments). Written before
+//                the first run starts.
+//   run-007_optimizer.lr=0.01_seed=2/   the run's folder: run.json (the
+//                resolved experiment given to the child), what `bitlab run
+//                run.json --out DIR --quiet --threads T` writes there
+//                (config.json, manifest.json, metrics.csv, comm_log.csv,
+//                summary.json; T = the CPUs this process may use / jobs, at
+//                least 1) and stderr.txt (the child's stderr; its stdout is
+//                dropped). The child does not inherit an MPI launcher's
+//                variables.
+//   sweep.csv    one row per finished run, in run order: run, each swept path
+//                but seed, seed (the run's seed), status, steps_completed,
+//                train_loss, every final eval column (union over the runs),
+//                bytes_sent_per_worker, messages_per_worker, sim_time_s (when
+//                some run has a network model), wall_s, dir. Values come from
+//                the run's summary.json ("" when it left none). Rewritten
+//                atomically at the start and after every finished run, so an
+//                interrupted sweep keeps a valid csv.
+// A folder holding a sweep.json is refused, unless --resume, --shard or
+// --merge continues that very sweep (its sweep.json lists the same runs and
+// base).
+//
+// Statuses: completed, diverged or interrupted, as the run's summary.json
+// says when the child exited 0, 3 or 130; interrupted when the child was
+// killed by SIGINT; failed otherwise (the child exited 1 or 2, was killed by
+// another signal, or left no summary; see its stderr.txt).
+//
+// --resume: runs whose summary.json says completed or diverged keep their
+// folders and rows ("finished before, skipped"); the others are run again in
+// an emptied folder.
+// --shard i/k: only the runs with (index − 1) % k == i, in the shared folder;
+// writes sweep.shard-i-of-k.csv instead of sweep.csv. --merge runs nothing:
+// it needs every shard's csv of one count k and a row for every run, and
+// writes the sweep.csv an unsharded sweep would have written.
+//
+// On stderr (not with --quiet): a progress line ("[sweep] 3/8 done, 2
+// running, 1 diverged, ETA 40s"; redrawn on a terminal, else every
+// progress_every_s), then a report listing every run that did not complete.
+// On stdout: the sweep folder.
+//
+// Exit status of run_sweep: 0 every run (of the shard) completed; 3 some run
+// did not (it diverged, failed or was interrupted alone; the sweep goes on
+// and lists them at the end; --merge likewise); 130 the sweep was interrupted
+// (Ctrl-C is forwarded to the children, which end their step; no run starts
+// after it; the csv holds what finished). Bad input throws ConfigError (the
+// CLI exits 2) before any folder is created.
 #pragma once
 
 #include <string>

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/engine/run.hpp"
+#include "sim/engine/simulation.hpp"
 #include "tests/bench/bench_util.hpp"
 
 using namespace bitlab;

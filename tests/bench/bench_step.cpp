@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/engine/run.hpp"
+#include "sim/engine/simulation.hpp"
 #include "tests/bench/bench_util.hpp"
 
 using namespace bitlab;

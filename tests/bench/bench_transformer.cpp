@@ -29,7 +29,7 @@
 
 #include "problems/synthetic.hpp"
 #include "problems/transformer.hpp"
-#include "sim/engine/run.hpp"
+#include "sim/engine/simulation.hpp"
 #include "tests/bench/bench_util.hpp"
 
 using namespace bitlab;

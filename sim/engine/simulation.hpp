@@ -1,0 +1,92 @@
+// The step loop as a library (docs/design.md "The way data flows"):
+//   1. every worker: loss + gradient on its batch (parallel)
+//   2. optimizer.step(): the communicator does the math of each collective and
+//      records it in the CommLog
+//   3. a metrics row (StepMetrics), evaluation when due
+// Tests and benchmarks drive Simulation step by step; run_experiment()
+// (sim/engine/run.hpp) adds the results folder, progress and signals.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "optimizers/optimizer.hpp"
+#include "problems/problem.hpp"
+#include "sim/cluster/cluster.hpp"
+#include "sim/comm/comm.hpp"
+#include "sim/engine/config.hpp"
+#include "sim/timing/network.hpp"
+
+namespace bitlab {
+
+// One row of metrics.csv. NaN marks "not measured at this step".
+struct StepMetrics {
+  int64_t step = 0;
+  const char* phase = "";
+  double train_loss = 0.0;      // tree mean of the workers' batch losses
+  double grad_norm = 0.0;       // ‖mean_i g_i‖ (NaN when not measured)
+  std::vector<double> eval;     // problem's eval columns; empty when not an eval step
+  double bytes_sent = 0.0;      // per worker, this step
+  double bytes_sent_cum = 0.0;  // per worker, since step 1
+  int64_t messages = 0;         // message rounds per worker, this step
+  int64_t messages_cum = 0;
+  // Simulated time (network model; NaN without one).
+  double compute_s = 0.0, comm_s = 0.0, step_s = 0.0, sim_time_s = 0.0;
+  double wall_s = 0.0;  // wall time since the run started (not deterministic)
+  // MPI backend: seconds this rank spent in the transport's moving calls
+  // during the optimizer's exchanges (the measured counterpart of comm_s;
+  // not deterministic, never in metrics.csv).
+  double transport_s = 0.0;
+};
+
+class Simulation {
+ public:
+  // `transport`: nullptr (or one rank) = the simulator; an MPI transport makes
+  // this process one rank of the MPI backend, computing its block of workers.
+  explicit Simulation(const Experiment& experiment, Transport* transport = nullptr);
+
+  // Runs one step and returns its metrics (eval filled when due).
+  const StepMetrics& step();
+  int64_t steps_done() const { return step_; }
+  const Experiment& experiment() const { return experiment_; }
+  const Problem& problem() const { return *problem_; }
+  Cluster& cluster() { return *cluster_; }
+  Communicator& comm() { return comm_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  std::vector<std::string> eval_columns() const { return problem_->eval_columns(); }
+  // Evaluates the synchronised parameters now (rank 0 only under MPI: the
+  // other ranks hold no held-out data).
+  std::vector<double> evaluate() const;
+  bool evaluates() const { return evaluates_; }
+  // The network model's topology, or nullptr without one.
+  const Topology* topology() const { return timed_ ? &topology_ : nullptr; }
+
+ private:
+  // The parts of step(), in order; each fills its fields of last_.
+  void compute_gradients();
+  void step_optimizer();
+  void count_traffic(size_t log_before);
+  void price_step_time(size_t log_before);
+  void evaluate_if_due();
+
+  Experiment experiment_;
+  std::unique_ptr<Problem> problem_;
+  std::unique_ptr<Cluster> cluster_;
+  Communicator comm_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<float> mean_grad_;
+  bool timed_ = false;
+  bool evaluates_ = true;
+  Topology topology_;
+  std::vector<double> compute_base_s_, compute_s_;
+  std::vector<CommRecord> step_records_;
+  double sim_time_s_ = 0.0;
+  int64_t step_ = 0;
+  double bytes_cum_ = 0.0;
+  int64_t messages_cum_ = 0;
+  StepMetrics last_;
+};
+
+}  // namespace bitlab

@@ -1,0 +1,238 @@
+// sweep.csv and the shards' csvs (sim/lab/sweep_csv.hpp): writing them, and
+// reading the shards' back for --merge.
+#include "sim/lab/sweep_csv.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "sim/core/files.hpp"
+
+namespace bitlab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string csv_cell(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// One csv line split into cells (cells quoted as csv_cell writes them).
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> cells(1);
+  bool quoted = false;
+  for (size_t k = 0; k < line.size(); ++k) {
+    const char c = line[k];
+    if (quoted) {
+      if (c == '"' && k + 1 < line.size() && line[k + 1] == '"') {
+        cells.back() += '"';
+        ++k;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        cells.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      cells.emplace_back();
+    } else {
+      cells.back() += c;
+    }
+  }
+  return cells;
+}
+
+// The columns that depend on what the runs reported.
+struct SummaryColumns {
+  std::vector<std::string> evals;  // final eval columns: union, in first-seen order
+  bool timed = false;              // some run has a network model
+};
+
+SummaryColumns summary_columns(const std::vector<SweepOutcome>& outcomes) {
+  SummaryColumns cols;
+  for (const auto& out : outcomes) {
+    if (!out.done || !out.summary.is_object()) continue;
+    if (out.summary.contains("final") && out.summary["final"].is_object()) {
+      for (const auto& [k, v] : out.summary["final"].items()) {
+        if (k == "train_loss" || k == "grad_norm" || k == "eval_step") continue;
+        if (std::find(cols.evals.begin(), cols.evals.end(), k) == cols.evals.end()) {
+          cols.evals.push_back(k);
+        }
+      }
+    }
+    if (out.summary.contains("time")) cols.timed = true;
+  }
+  return cols;
+}
+
+void write_header(std::ostream& csv, const SweepSpec& spec, const SummaryColumns& cols) {
+  csv << "run";
+  for (const auto& p : spec.swept) {
+    if (p != "seed") csv << ',' << csv_cell(p);
+  }
+  csv << ",seed,status,steps_completed,train_loss";
+  for (const auto& e : cols.evals) csv << ',' << csv_cell(e);
+  csv << ",bytes_sent_per_worker,messages_per_worker";
+  if (cols.timed) csv << ",sim_time_s";
+  csv << ",wall_s,dir\n";
+}
+
+void write_row(std::ostream& csv, const SweepSpec& spec, const SweepRun& r, const SweepOutcome& out,
+               const SummaryColumns& cols) {
+  csv << r.index;
+  for (const auto& p : spec.swept) {
+    if (p == "seed") continue;
+    for (const auto& [path, value] : r.assignments) {
+      if (path == p) csv << ',' << csv_cell(sweep_value_text(value));
+    }
+  }
+  csv << ',' << r.config.value("seed", Json(0)).dump() << ',' << out.status;
+  const Json& s = out.summary.is_object() ? out.summary : Json::object();
+  auto get = [&](const char* section, const std::string& key) -> std::string {
+    if (!s.contains(section) || !s[section].is_object() || !s[section].contains(key)) return "";
+    return csv_cell(summary_cell(s[section][key]));
+  };
+  csv << ',' << (s.contains("steps_completed") ? summary_cell(s["steps_completed"]) : "");
+  csv << ',' << get("final", "train_loss");
+  for (const auto& e : cols.evals) csv << ',' << get("final", e);
+  csv << ',' << get("totals", "bytes_sent_per_worker") << ','
+      << get("totals", "messages_per_worker");
+  if (cols.timed) csv << ',' << get("time", "sim_time_s");
+  csv << ',' << (s.contains("wall_s") ? summary_cell(s["wall_s"]) : "") << ','
+      << csv_cell(r.dir_name) << '\n';
+}
+
+// The shard count k the folder's sweep.shard-<i>-of-<k>.csv files name.
+int shard_count(const fs::path& dir) {
+  int shards = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    int i = 0, k = 0;
+    if (std::sscanf(name.c_str(), "sweep.shard-%d-of-%d.csv", &i, &k) == 2 &&
+        name == shard_csv_name(i, k)) {
+      if (shards != 0 && k != shards) {
+        throw ConfigError(dir.string() + ": shard csvs of different shard counts (" +
+                          std::to_string(shards) + " and " + std::to_string(k) +
+                          "); remove the stale ones");
+      }
+      shards = k;
+    }
+  }
+  if (shards == 0) {
+    throw ConfigError(dir.string() +
+                      ": no shard csv (sweep.shard-<i>-of-<k>.csv) to merge; run "
+                      "`bitlab sweep FILE --shard i/k` first");
+  }
+  return shards;
+}
+
+// Marks the runs shard s of k lists as done, with their status and summary.
+void read_shard_csv(const SweepSpec& spec, const fs::path& dir, int s, int shards,
+                    std::vector<SweepOutcome>& outcomes) {
+  const fs::path p = dir / shard_csv_name(s, shards);
+  std::ifstream in(p);
+  if (!in) {
+    throw ConfigError("--merge: " + p.string() + " is missing: shard " + std::to_string(s) + "/" +
+                      std::to_string(shards) + " has not run");
+  }
+  std::string line;
+  std::getline(in, line);
+  const auto header = split_csv_line(line);
+  const auto status_col = std::find(header.begin(), header.end(), "status") - header.begin();
+  while (std::getline(in, line)) {
+    const auto cells = split_csv_line(line);
+    const int run = std::atoi(cells[0].c_str());
+    if (run < 1 || run > static_cast<int>(spec.runs.size()) ||
+        static_cast<size_t>(status_col) >= cells.size()) {
+      throw ConfigError("--merge: " + p.string() + ": malformed row: " + line);
+    }
+    SweepOutcome& out = outcomes[run - 1];
+    out.done = true;
+    out.status = cells[status_col];
+    out.summary = read_run_summary(dir / spec.runs[run - 1].dir_name);
+  }
+}
+
+// Every run must have a row in its shard's csv.
+void check_all_merged(const SweepSpec& spec, const std::vector<SweepOutcome>& outcomes,
+                      int shards) {
+  std::string missing;
+  int missing_count = 0;
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    if (outcomes[i].done) continue;
+    if (++missing_count <= 5) {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(spec.runs[i].index) + " (shard " +
+                 std::to_string(i % shards) + ")";
+    }
+  }
+  if (missing_count > 0) {
+    throw ConfigError("--merge: " + std::to_string(missing_count) +
+                      " run(s) have no row in their shard's csv (unfinished?): " + missing +
+                      (missing_count > 5 ? ", ..." : ""));
+  }
+}
+
+}  // namespace
+
+Json read_run_summary(const fs::path& run_dir) {
+  std::error_code ec;
+  if (!fs::exists(run_dir / "summary.json", ec)) return nullptr;
+  try {
+    std::ifstream in(run_dir / "summary.json");
+    return Json::parse(in);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+std::string summary_cell(const Json& j) {
+  if (j.is_null()) return "";
+  if (j.is_string()) return j.get<std::string>();
+  return j.dump();
+}
+
+std::string shard_csv_name(int shard, int shards) {
+  return "sweep.shard-" + std::to_string(shard) + "-of-" + std::to_string(shards) + ".csv";
+}
+
+std::string sweep_csv_name(const SweepOptions& options) {
+  return options.shards > 0 ? shard_csv_name(options.shard, options.shards) : "sweep.csv";
+}
+
+void write_sweep_csv(const SweepSpec& spec, const std::vector<SweepOutcome>& outcomes,
+                     const std::string& path) {
+  const SummaryColumns cols = summary_columns(outcomes);
+  std::ostringstream csv;
+  write_header(csv, spec, cols);
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    if (outcomes[i].done) write_row(csv, spec, spec.runs[i], outcomes[i], cols);
+  }
+  write_text_atomic(path, csv.str());
+}
+
+int merge_shard_csvs(const SweepSpec& spec, const fs::path& dir, const std::string& csv_name) {
+  // Every shard of the count the folder's shard csvs name must be there.
+  const int shards = shard_count(dir);
+  std::vector<SweepOutcome> outcomes(spec.runs.size());
+  for (int s = 0; s < shards; ++s) read_shard_csv(spec, dir, s, shards, outcomes);
+  check_all_merged(spec, outcomes, shards);
+  write_sweep_csv(spec, outcomes, (dir / csv_name).string());
+  std::printf("%s\n", dir.string().c_str());
+  std::fflush(stdout);
+  for (const auto& out : outcomes) {
+    if (out.status != "completed") return 3;
+  }
+  return 0;
+}
+
+}  // namespace bitlab
