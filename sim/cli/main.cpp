@@ -6,6 +6,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,71 @@ std::string joined_command(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
   return s;
 }
+// The flags of `run` and `validate` (main.cpp's own subcommands).
+struct RunFlags {
+  CLI::App* run = nullptr;
+  CLI::App* validate = nullptr;
+  std::string file;
+  std::vector<std::string> sets;
+  RunCliOptions options;
+  std::string backend = "sim";
+  bool print_resolved = false;
+};
+
+void add_set_option(CLI::App* sub, std::vector<std::string>& sets, const char* doc) {
+  sub->add_option("--set", sets, doc)->expected(1)->allow_extra_args(false)->take_all();
+}
+
+void add_run_commands(CLI::App& app, RunFlags& f) {
+  f.run = app.add_subcommand("run", "run an experiment file; prints its results folder");
+  f.run->add_option("file", f.file, "experiment JSON file")->required();
+  add_set_option(f.run, f.sets, "override a setting: path=value (e.g. optimizer.lr=0.01)");
+  f.run->add_option("--out", f.options.out_dir,
+                    "results folder (default: results/<name>/<optimizer>-seed<seed>)");
+  f.run->add_option("--threads", f.options.threads, "OpenMP threads (default: all cores)")
+      ->check(CLI::Range(1, 4096));
+  f.run->add_flag("--quiet,-q", f.options.quiet, "no progress bar or summary on stderr");
+  f.run
+      ->add_option("--backend", f.backend,
+                   "sim: one process emulates every worker; mpi: under mpirun, each rank "
+                   "computes an equal block of workers and the collectives exchange their "
+                   "messages over MPI (results bit-identical to sim; rank 0 writes them, with "
+                   "transport.csv: measured vs modelled)")
+      ->check(CLI::IsMember({"sim", "mpi"}));
+
+  f.validate = app.add_subcommand("validate", "check an experiment file without running it");
+  f.validate->add_option("file", f.file, "experiment JSON file")->required();
+  add_set_option(f.validate, f.sets, "override a setting: path=value");
+  f.validate->add_flag("--print", f.print_resolved, "print the resolved experiment (all defaults)");
+}
+
+// `bitlab validate`: builds the problem and cluster too (shard rules depend on
+// the data), prints a one-line summary.
+int validate_experiment(const RunFlags& f) {
+  Experiment exp = load_experiment(f.file, f.sets);
+  Simulation sim(exp);
+  if (f.print_resolved) std::printf("%s\n", exp.resolved.dump(2).c_str());
+  std::fprintf(stderr, "%s: OK: problem %s (d = %zu), optimizer %s, %lld workers, %lld steps\n",
+               f.file.c_str(), exp.problem.at("name").get<std::string>().c_str(),
+               sim.cluster().dim(), exp.optimizer.at("name").get<std::string>().c_str(),
+               static_cast<long long>(exp.cluster.workers), static_cast<long long>(exp.run.steps));
+  return 0;
+}
+
+// The MPI transport for `run --backend mpi`; refuses `run` under an MPI
+// launcher without it (every process would run the whole simulation).
+std::unique_ptr<Transport> make_transport(const RunFlags& f,
+                                          const std::optional<LauncherRank>& launcher) {
+  if (*f.run && f.backend == "mpi") return make_mpi_transport();
+  if (*f.run && launcher) {
+    throw ConfigError("--backend sim under an MPI launcher (" + std::to_string(launcher->size) +
+                      " processes, " + launcher->source +
+                      "): every process would run the whole simulation and write the same "
+                      "results; add --backend mpi to split the workers over the ranks, or "
+                      "run without mpirun");
+  }
+  return nullptr;
+}
 
 }  // namespace
 
@@ -40,45 +107,13 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag(
       "--version", std::string("bitlab ") + bitlab_version() + " (" + bitlab_git_revision() + ")");
-
-  std::string file;
-  std::vector<std::string> sets;
-  RunCliOptions run_opts;
-  auto* run = app.add_subcommand("run", "run an experiment file; prints its results folder");
-  run->add_option("file", file, "experiment JSON file")->required();
-  run->add_option("--set", sets, "override a setting: path=value (e.g. optimizer.lr=0.01)")
-      ->expected(1)
-      ->allow_extra_args(false)
-      ->take_all();
-  run->add_option("--out", run_opts.out_dir,
-                  "results folder (default: results/<name>/<optimizer>-seed<seed>)");
-  run->add_option("--threads", run_opts.threads, "OpenMP threads (default: all cores)")
-      ->check(CLI::Range(1, 4096));
-  run->add_flag("--quiet,-q", run_opts.quiet, "no progress bar or summary on stderr");
-  std::string backend = "sim";
-  run->add_option("--backend", backend,
-                  "sim: one process emulates every worker; mpi: under mpirun, each rank "
-                  "computes an equal block of workers and the collectives exchange their "
-                  "messages over MPI (results bit-identical to sim; rank 0 writes them, with "
-                  "transport.csv: measured vs modelled)")
-      ->check(CLI::IsMember({"sim", "mpi"}));
-
-  bool print_resolved = false;
-  auto* validate = app.add_subcommand("validate", "check an experiment file without running it");
-  validate->add_option("file", file, "experiment JSON file")->required();
-  validate->add_option("--set", sets, "override a setting: path=value")
-      ->expected(1)
-      ->allow_extra_args(false)
-      ->take_all();
-  validate->add_flag("--print", print_resolved, "print the resolved experiment (all defaults)");
-
+  RunFlags flags;
+  add_run_commands(app, flags);
   bool list_json = false;
   auto* list = app.add_subcommand("list", "every problem and optimizer with its options");
   list->add_flag("--json", list_json, "machine-readable output");
-
   const std::vector<Subcommand> extra = {add_cost_command(app), add_recost_command(app),
                                          add_sweep_command(app), add_plot_command(app)};
-
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -96,16 +131,8 @@ int main(int argc, char** argv) {
     return transport ? transport->rank() == 0 : !launcher || launcher->rank == 0;
   };
   try {
-    if (*run && backend == "mpi") {
-      transport = make_mpi_transport();
-      run_opts.transport = transport.get();
-    } else if (*run && launcher) {
-      throw ConfigError("--backend sim under an MPI launcher (" + std::to_string(launcher->size) +
-                        " processes, " + launcher->source +
-                        "): every process would run the whole simulation and write the same "
-                        "results; add --backend mpi to split the workers over the ranks, or "
-                        "run without mpirun");
-    }
+    transport = make_transport(flags, launcher);
+    flags.options.transport = transport.get();
     if (*list) {
       std::printf("%s", list_json ? (list_options_json().dump(2) + "\n").c_str()
                                   : format_list_options().c_str());
@@ -114,20 +141,9 @@ int main(int argc, char** argv) {
     for (const auto& sub : extra) {
       if (*sub.app) return sub.run();
     }
-    Experiment exp = load_experiment(file, sets);
-    if (*validate) {
-      // Build the problem and cluster too: shard rules depend on the data.
-      Simulation sim(exp);
-      if (print_resolved) std::printf("%s\n", exp.resolved.dump(2).c_str());
-      std::fprintf(stderr, "%s: OK: problem %s (d = %zu), optimizer %s, %lld workers, %lld steps\n",
-                   file.c_str(), exp.problem.at("name").get<std::string>().c_str(),
-                   sim.cluster().dim(), exp.optimizer.at("name").get<std::string>().c_str(),
-                   static_cast<long long>(exp.cluster.workers),
-                   static_cast<long long>(exp.run.steps));
-      return 0;
-    }
-    run_opts.command_line = joined_command(argc, argv);
-    return run_experiment(exp, run_opts);
+    if (*flags.validate) return validate_experiment(flags);
+    flags.options.command_line = joined_command(argc, argv);
+    return run_experiment(load_experiment(flags.file, flags.sets), flags.options);
   } catch (const ConfigError& e) {
     if (reports()) std::fprintf(stderr, "bitlab: error: %s\n", e.what());
     return 2;

@@ -292,49 +292,51 @@ std::vector<double> worker_base_s(const fs::path& dir, const Json& config, const
   return base;
 }
 
-}  // namespace
-
-std::vector<std::string> recost_columns(const std::string& label) {
-  return {"compute_s@" + label, "comm_s@" + label, "step_s@" + label, "sim_time_s@" + label};
-}
-
-RecostResult recost_run(const RecostOptions& o) {
-  const fs::path dir(o.run_dir);
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    throw ConfigError(o.run_dir + ": no such results folder");
+// What recost reads of the run's config.json.
+struct RunConfig {
+  fs::path path;
+  Json json;
+  int64_t workers = 0;
+  uint64_t seed = 0;
+  // A top-level section (an empty object when absent).
+  Json section(const char* name) const {
+    if (!json.contains(name)) return Json(Json::object());
+    const Json& s = json.at(name);
+    if (!s.is_object()) bad_config(path, std::string(name) + ": must be a JSON object");
+    return s;
   }
+};
 
-  // ---- the run's configuration
-  const fs::path config_path = dir / "config.json";
-  const Json config = load_json_file(config_path.string());
-  if (!config.is_object()) bad_config(config_path, "must be a JSON object");
+RunConfig read_run_config(const fs::path& dir) {
+  RunConfig c;
+  c.path = dir / "config.json";
+  c.json = load_json_file(c.path.string());
+  const Json& config = c.json;
+  if (!config.is_object()) bad_config(c.path, "must be a JSON object");
   if (!config.contains("cluster") || !config.at("cluster").is_object()) {
-    bad_config(config_path, "cluster: missing (is this a bitlab results folder?)");
+    bad_config(c.path, "cluster: missing (is this a bitlab results folder?)");
   }
   const Json& cluster = config.at("cluster");
   if (!cluster.contains("workers") || !cluster.at("workers").is_number_integer() ||
       cluster.at("workers").get<int64_t>() < 1) {
-    bad_config(config_path, "cluster.workers: missing or not a positive integer");
+    bad_config(c.path, "cluster.workers: missing or not a positive integer");
   }
-  const int64_t workers = cluster.at("workers").get<int64_t>();
-  if (!cluster.contains("batch_size")) bad_config(config_path, "cluster.batch_size: missing");
+  c.workers = cluster.at("workers").get<int64_t>();
+  if (!cluster.contains("batch_size")) bad_config(c.path, "cluster.batch_size: missing");
   // nlohmann stores a non-negative JSON integer as unsigned.
   if (!config.contains("seed") || !config.at("seed").is_number_unsigned()) {
-    bad_config(config_path, "seed: missing or not an integer >= 0");
+    bad_config(c.path, "seed: missing or not an integer >= 0");
   }
-  const uint64_t seed = config.at("seed").get<uint64_t>();
-  auto section = [&](const char* name) {
-    if (!config.contains(name)) return Json(Json::object());
-    const Json& s = config.at(name);
-    if (!s.is_object()) bad_config(config_path, std::string(name) + ": must be a JSON object");
-    return s;
-  };
+  c.seed = config.at("seed").get<uint64_t>();
+  return c;
+}
 
-  // ---- the new network and compute model
+// The new network and compute model (the run's own, or --network, then the
+// --set overrides), the label and the run's old preset, into `res`.
+void read_new_model(const RecostOptions& o, const RunConfig& run, RecostResult& res) {
   Json sections = Json::object();
-  sections["network"] = o.network.empty() ? section("network") : Json{{"preset", o.network}};
-  sections["compute"] = section("compute");
+  sections["network"] = o.network.empty() ? run.section("network") : Json{{"preset", o.network}};
+  sections["compute"] = run.section("compute");
   apply_sets(sections, o.sets);
   const NetworkOptions net = read_section<NetworkOptions>(sections, "network", o.sets);
   const ComputeOptions compute = read_section<ComputeOptions>(sections, "compute", o.sets);
@@ -345,31 +347,34 @@ RecostResult recost_run(const RecostOptions& o) {
                       "`bitlab list`)"
                     : "recost needs a network: a preset (see `bitlab list`) or \"custom\"");
   }
-  RecostResult res;
-  res.topology = make_topology(net, workers);
+  res.topology = make_topology(net, run.workers);
   res.compute = compute;
   res.label = o.label.empty() ? net.preset : o.label;
   if (!label_ok(res.label)) {
     throw ConfigError("--label " + res.label +
                       ": must be non-empty and use only letters, digits, '_', '-', '.' and '+'");
   }
-  {
-    const Json own = section("network");
-    if (own.contains("preset") && own.at("preset").is_string()) {
-      res.old_network = own.at("preset").get<std::string>();
-    }
+  const Json own = run.section("network");
+  if (own.contains("preset") && own.at("preset").is_string()) {
+    res.old_network = own.at("preset").get<std::string>();
   }
-  if (compute.straggler_worker >= workers) {
+  if (compute.straggler_worker >= run.workers) {
     config_fail("compute.straggler_worker", Json(compute.straggler_worker),
-                "must be < cluster.workers (" + std::to_string(workers) + ") or -1");
+                "must be < cluster.workers (" + std::to_string(run.workers) + ") or -1");
   }
-  const std::vector<double> base_s = worker_base_s(dir, config, compute, workers);
+}
 
-  // ---- metrics.csv header
-  const fs::path metrics_path = dir / "metrics.csv";
-  res.metrics_path = metrics_path.string();
-  LineReader metrics(metrics_path);
-  CommLogReader comm_log(dir / "comm_log.csv");
+// metrics.csv's columns, and where the label's four columns go in the output.
+struct MetricsLayout {
+  std::string out_header;
+  size_t width = 0;      // columns in the input
+  size_t out_width = 0;  // columns in the output
+  int step_col = -1;
+  int old_time_col = -1;
+  std::vector<size_t> out_index;  // of each new column, in recost_columns order
+};
+
+MetricsLayout read_metrics_layout(LineReader& metrics, const RecostOptions& o, RecostResult& res) {
   std::string header;
   if (!metrics.next(header)) metrics.fail("empty file; expected a header starting with \"step\"");
   std::vector<std::string> columns;
@@ -384,83 +389,113 @@ RecostResult recost_run(const RecostOptions& o) {
     }
     return -1;
   };
-  const int step_col = find_column("step");
-  if (step_col < 0) metrics.fail("no \"step\" column in the header");
-  const int old_time_col = find_column("sim_time_s");
-  const size_t width = columns.size();
-
-  const auto new_columns = recost_columns(res.label);
-  std::vector<size_t> out_index;  // where each new value goes in the output row
-  std::string out_header = header;
-  size_t out_width = width;
-  for (const auto& name : new_columns) {
+  MetricsLayout m;
+  m.step_col = find_column("step");
+  if (m.step_col < 0) metrics.fail("no \"step\" column in the header");
+  m.old_time_col = find_column("sim_time_s");
+  m.width = m.out_width = columns.size();
+  m.out_header = header;
+  for (const auto& name : recost_columns(res.label)) {
     const int k = find_column(name);
-    if (k >= 0) {
-      if (!o.force) {
-        throw ConfigError(metrics_path.string() + ": already has the columns of label \"" +
-                          res.label + "\" (" + name +
-                          "); choose another --label, or pass --force to replace them");
-      }
-      res.replaced = true;
-      out_index.push_back(static_cast<size_t>(k));
+    if (k < 0) {
+      m.out_index.push_back(m.out_width++);
+      m.out_header += "," + name;
+    } else if (!o.force) {
+      throw ConfigError(res.metrics_path + ": already has the columns of label \"" + res.label +
+                        "\" (" + name +
+                        "); choose another --label, or pass --force to replace them");
     } else {
-      out_index.push_back(out_width++);
-      out_header += "," + name;
+      res.replaced = true;
+      m.out_index.push_back(static_cast<size_t>(k));
     }
   }
+  return m;
+}
 
-  // ---- stream: price each row, write it to a temporary file, rename.
+// Prices every row of `metrics` (after its header) with the comm log's
+// records of that step and writes it, with the label's columns, to `out`.
+void reprice_rows(LineReader& metrics, CommLogReader& comm_log, const MetricsLayout& m,
+                  const RunConfig& run, const std::vector<double>& base_s, std::ostream& out,
+                  RecostResult& res) {
+  out << m.out_header << '\n';
+  std::string line;
+  std::vector<std::string_view> fields;
+  std::vector<std::string> row(m.out_width);
+  std::vector<CommRecord> records;
+  std::vector<double> worker_s(static_cast<size_t>(run.workers));
+  int64_t last_step = 0;
+  double sim_time_s = 0;
+  while (metrics.next(line)) {
+    if (line.empty()) continue;
+    split_csv(line, fields);
+    if (fields.size() != m.width) {
+      metrics.fail("expected " + std::to_string(m.width) + " columns, found " +
+                   std::to_string(fields.size()));
+    }
+    const int64_t step = parse_int(metrics, fields[m.step_col], "step");
+    if (step <= last_step) {
+      metrics.fail("step " + std::to_string(step) + " comes after step " +
+                   std::to_string(last_step) + " (steps must increase from 1)");
+    }
+    last_step = step;
+    if (m.old_time_col >= 0 && !fields[m.old_time_col].empty()) {
+      res.old_sim_time_s = parse_double(metrics, fields[m.old_time_col], "sim_time_s");
+      res.has_old = true;
+    }
+    comm_log.records_for(step, records);
+    // The same call as Simulation::step(): a run re-priced under its own
+    // network reproduces its times to the bit.
+    worker_compute_s(res.compute, base_s, run.seed, step, worker_s);
+    const StepTime st = price_step(records, res.topology, worker_s, res.compute);
+    sim_time_s += st.step_s;
+    res.compute_s += st.compute_s;
+    res.comm_s += st.comm_s;
+    ++res.steps;
+    res.collectives += static_cast<int64_t>(records.size());
+
+    for (size_t k = 0; k < m.width; ++k) row[k].assign(fields[k]);
+    const double values[4] = {st.compute_s, st.comm_s, st.step_s, sim_time_s};
+    for (size_t j = 0; j < 4; ++j) row[m.out_index[j]] = fmt(values[j]);
+    for (size_t k = 0; k < m.out_width; ++k) {
+      if (k) out << ',';
+      out << row[k];
+    }
+    out << '\n';
+  }
+  comm_log.finish();
+  res.sim_time_s = sim_time_s;
+}
+
+}  // namespace
+
+std::vector<std::string> recost_columns(const std::string& label) {
+  return {"compute_s@" + label, "comm_s@" + label, "step_s@" + label, "sim_time_s@" + label};
+}
+
+RecostResult recost_run(const RecostOptions& o) {
+  const fs::path dir(o.run_dir);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw ConfigError(o.run_dir + ": no such results folder");
+  }
+  const RunConfig run = read_run_config(dir);
+  RecostResult res;
+  read_new_model(o, run, res);
+  const std::vector<double> base_s = worker_base_s(dir, run.json, res.compute, run.workers);
+
+  const fs::path metrics_path = dir / "metrics.csv";
+  res.metrics_path = metrics_path.string();
+  LineReader metrics(metrics_path);
+  CommLogReader comm_log(dir / "comm_log.csv");
+  const MetricsLayout layout = read_metrics_layout(metrics, o, res);
+
+  // Price each row into a temporary file, then rename: on any error
+  // metrics.csv is left untouched.
   const fs::path tmp_path = metrics_path.string() + ".recost.tmp";
   try {
     std::ofstream out(tmp_path, std::ios::binary | std::ios::trunc);
     if (!out) throw ConfigError(tmp_path.string() + ": cannot be written");
-    out << out_header << '\n';
-    std::string line;
-    std::vector<std::string_view> fields;
-    std::vector<std::string> row(out_width);
-    std::vector<CommRecord> records;
-    std::vector<double> worker_s(static_cast<size_t>(workers));
-    int64_t last_step = 0;
-    double sim_time_s = 0;
-    while (metrics.next(line)) {
-      if (line.empty()) continue;
-      split_csv(line, fields);
-      if (fields.size() != width) {
-        metrics.fail("expected " + std::to_string(width) + " columns, found " +
-                     std::to_string(fields.size()));
-      }
-      const int64_t step = parse_int(metrics, fields[step_col], "step");
-      if (step <= last_step) {
-        metrics.fail("step " + std::to_string(step) + " comes after step " +
-                     std::to_string(last_step) + " (steps must increase from 1)");
-      }
-      last_step = step;
-      if (old_time_col >= 0 && !fields[old_time_col].empty()) {
-        res.old_sim_time_s = parse_double(metrics, fields[old_time_col], "sim_time_s");
-        res.has_old = true;
-      }
-      comm_log.records_for(step, records);
-      // The same call as Simulation::step(): a run re-priced under its own
-      // network reproduces its times to the bit.
-      worker_compute_s(compute, base_s, seed, step, worker_s);
-      const StepTime st = price_step(records, res.topology, worker_s, compute);
-      sim_time_s += st.step_s;
-      res.compute_s += st.compute_s;
-      res.comm_s += st.comm_s;
-      ++res.steps;
-      res.collectives += static_cast<int64_t>(records.size());
-
-      for (size_t k = 0; k < width; ++k) row[k].assign(fields[k]);
-      const double values[4] = {st.compute_s, st.comm_s, st.step_s, sim_time_s};
-      for (size_t j = 0; j < 4; ++j) row[out_index[j]] = fmt(values[j]);
-      for (size_t k = 0; k < out_width; ++k) {
-        if (k) out << ',';
-        out << row[k];
-      }
-      out << '\n';
-    }
-    comm_log.finish();
-    res.sim_time_s = sim_time_s;
+    reprice_rows(metrics, comm_log, layout, run, base_s, out, res);
     out.flush();
     if (!out) throw ConfigError(tmp_path.string() + ": write failed (disk full?)");
     out.close();
