@@ -41,13 +41,11 @@ BinSgdm::BinSgdm(const BinSgdmOptions& opts)
 
 CommPlan BinSgdm::comm_plan(const PlanShape& shape) const {
   check_node_size(opts_.node_size, shape.workers);
-  const BinarizeCompressor c;
   CommPlan plan;
   plan.phases.push_back(
       {"onebit", shape.steps,
        CompressedAllgatherMean::plan(shape.workers, static_cast<int>(opts_.node_size),
-                                     c.wire_bytes(static_cast<size_t>(shape.params)),
-                                     intern_dtype_name(c.wire_dtype()))});
+                                     static_cast<size_t>(shape.params), BinarizeCompressor())});
   return plan;
 }
 

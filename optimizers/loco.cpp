@@ -81,14 +81,13 @@ Loco::Loco(const LocoOptions& opts) : opts_(opts), spec_(opts.spec()), adam_(opt
 CommPlan Loco::comm_plan(const PlanShape& shape) const {
   check_node_size(opts_.node_size, shape.workers);
   const size_t d = static_cast<size_t>(shape.params);
-  const NbitCompressor c(spec_);
   CommPlan plan;
   plan.phases.push_back(
       {"compressed", shape.steps,
        opts_.node_size == 0
            ? QuantizedReduceScatter::plan(shape.workers, d, spec_, opts_.gather)
-           : CompressedAllgatherMean::plan(shape.workers, static_cast<int>(opts_.node_size),
-                                           c.wire_bytes(d), intern_dtype_name(c.wire_dtype()))});
+           : CompressedAllgatherMean::plan(shape.workers, static_cast<int>(opts_.node_size), d,
+                                           NbitCompressor(spec_))});
   return plan;
 }
 

@@ -116,8 +116,7 @@ CommPlan OneBitAdam::comm_plan(const PlanShape& shape) const {
       {"compressed", shape.steps - warmup,
        compress_ ? OneBitAllreduce::plan(shape.workers, static_cast<size_t>(shape.params),
                                          static_cast<size_t>(opts_.pad_multiple))
-                 : std::vector<CommRecord>{
-                       allreduce_record(shape.workers, shape.params, WireDtype::kFp32, "ring")}});
+                 : std::vector<CommRecord>{gradient_allreduce_record(shape, WireDtype::kFp32)}});
   if (variance_stable_ && warmup > 0) {
     plan.notes.push_back(
         "switch variance_stable: the warm-up ends once the variance is stable, which only "

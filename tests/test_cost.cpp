@@ -11,6 +11,7 @@
 #include "optimizers/optimizer.hpp"
 #include "sim/collectives/compressed_collectives.hpp"
 #include "sim/collectives/onebit_allreduce.hpp"
+#include "sim/compress/compressors.hpp"
 #include "sim/engine/simulation.hpp"
 #include "sim/lab/cost.hpp"
 #include "tests/plan_check.hpp"
@@ -106,13 +107,14 @@ TEST_SUITE("cost") {
     REQUIRE(rs.size() == 2);
     CHECK(record_text(rs[0]) == "alltoall pairwise int4 all p4 g1 S272 sent204.000000 m3");
     CHECK(record_text(rs[1]) == "allgather ring fp16 all p4 g1 S1024 sent768.000000 m3");
-    // Compressed allgather, 6 workers in 3 nodes of 2, 26-byte images.
-    const auto ag = CompressedAllgatherMean::plan(6, 2, 26, "bits");
+    // Compressed allgather, 6 workers in 3 nodes of 2, 26-byte images (208
+    // elements binarized: one bit each).
+    const auto ag = CompressedAllgatherMean::plan(6, 2, 208, BinarizeCompressor());
     REQUIRE(ag.size() == 3);
     CHECK(record_text(ag[0]) == "allgather ring bits intra p2 g3 S52 sent26.000000 m1");
     CHECK(record_text(ag[1]) == "allgather ring bits inter p3 g1 S78 sent52.000000 m2");
     CHECK(record_text(ag[2]) == "broadcast tree bits intra p2 g3 S78 sent39.000000 m1");
-    CHECK(CompressedAllgatherMean::plan(6, 0, 26, "bits").size() == 1);  // flat
+    CHECK(CompressedAllgatherMean::plan(6, 0, 208, BinarizeCompressor()).size() == 1);  // flat
     // Ring allreduce of 203 fp16 values on 4 workers: 2(n−1)/n · S.
     CHECK(record_text(allreduce_record(4, 203, WireDtype::kFp16, "ring")) ==
           "allreduce ring fp16 all p4 g1 S406 sent609.000000 m6");

@@ -129,11 +129,13 @@ CompressedAllgatherMean::CompressedAllgatherMean(int workers, size_t dim,
   }  // else: flat, or across ranks without node communicators: streamed, no rows
   compressed_.assign(stride_ * static_cast<size_t>(b), 0.0f);
   node_mean_.assign(stride_ * static_cast<size_t>(lead_hi_ - lead_lo_), 0.0f);
-  records_ = plan(n_, g_, c_->wire_bytes(d_), intern_dtype_name(c_->wire_dtype()));
+  records_ = plan(n_, g_, d_, *c_);
 }
 
-std::vector<CommRecord> CompressedAllgatherMean::plan(int n, int node_size, int64_t wire,
-                                                      const char* dtype) {
+std::vector<CommRecord> CompressedAllgatherMean::plan(int n, int node_size, size_t dim,
+                                                      const Compressor& compressor) {
+  const int64_t wire = compressor.wire_bytes(dim);
+  const char* dtype = intern_dtype_name(compressor.wire_dtype());
   const int g = node_size <= 0 ? n : node_size;
   const int nodes = n / g;
   if (!(nodes > 1 && g > 1)) {

@@ -61,12 +61,13 @@ class CompressedAllgatherMean {
   void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
            int64_t step);
 
-  // The records one run() logs, in log order, for a compressor whose image of
-  // one worker is `wire_bytes` bytes of `dtype`: flat, one allgather of n
-  // images; hierarchical, the allgather inside each node, the allgather of one
-  // image per node across nodes and the broadcast inside each node.
-  static std::vector<CommRecord> plan(int workers, int node_size, int64_t wire_bytes,
-                                      const char* dtype);
+  // The records one run() logs, in log order, for `dim` elements compressed
+  // by `compressor` (one image: its wire_bytes(dim) bytes of its wire_dtype()):
+  // flat, one allgather of n images; hierarchical, the allgather inside each
+  // node, the allgather of one image per node across nodes and the broadcast
+  // inside each node.
+  static std::vector<CommRecord> plan(int workers, int node_size, size_t dim,
+                                      const Compressor& compressor);
 
   // C(x_i) of the last run, per resident worker (what error feedback
   // subtracts); global worker ids.
