@@ -28,8 +28,9 @@ struct TempDir {
   ~TempDir() { std::filesystem::remove_all(path); }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
-  // Writes `content` to path/name and returns the file's path.
+  // Writes `content` to path/name (making its folders) and returns its path.
   std::string file(const std::string& name, const std::string& content) const {
+    std::filesystem::create_directories((path / name).parent_path());
     std::ofstream(path / name) << content;
     return (path / name).string();
   }

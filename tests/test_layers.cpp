@@ -15,7 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "tests/cli_fixtures.hpp"
+
 namespace fs = std::filesystem;
+using bitlab::testing::slurp;
+using bitlab::testing::TempDir;
 
 namespace {
 
@@ -24,13 +28,6 @@ struct LayerRules {
   std::map<std::string, std::set<std::string>> allowed;  // layer -> layers it may include
   std::map<std::string, std::set<std::string>> headers;  // <header> -> layers that may include it
 };
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 LayerRules parse_layer_rules(const std::string& text) {
   LayerRules rules;
@@ -88,7 +85,7 @@ std::vector<std::string> layer_violations(const fs::path& root, const LayerRules
       out.push_back(file + ": in no layer of sim/layers.txt");
       continue;
     }
-    std::istringstream in(read_text(root / file));
+    std::istringstream in(slurp(root / file));
     std::string line;
     for (int no = 1; std::getline(in, line); ++no) {
       std::smatch m;
@@ -155,29 +152,21 @@ std::vector<fs::path> project_files(const fs::path& root) {
   return out;
 }
 
-void write_file(const fs::path& p, const std::string& text) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p) << text;
-}
-
-// A tiny tree that keeps every rule; each planted case breaks one.
-fs::path clean_tree(const std::string& name) {
-  const fs::path root = fs::temp_directory_path() / ("bitlab_layers_" + name);
-  fs::remove_all(root);
-  write_file(root / "sim/core/README.md", "core");
-  write_file(root / "sim/core/rng.hpp", "#pragma once\n#include <cstdint>\n");
-  write_file(root / "sim/timing/README.md", "timing");
-  write_file(root / "sim/timing/network.hpp", "#include \"sim/core/rng.hpp\"\n");
-  write_file(root / "sim/compress/README.md", "compress");
-  write_file(root / "sim/compress/sign.cpp", "#include \"sim/core/rng.hpp\"\n");
-  write_file(root / "sim/cli/README.md", "cli");
-  write_file(root / "sim/cli/main.cpp",
-             "#include <CLI/CLI.hpp>\n#include \"sim/timing/network.hpp\"\n");
-  write_file(root / "problems/README.md", "problems");
-  write_file(root / "problems/problem.hpp", "#include \"sim/core/rng.hpp\"\n");
-  write_file(root / "optimizers/README.md", "optimizers");
-  write_file(root / "optimizers/adam.cpp", "#include \"sim/compress/sign.hpp\"\n");
-  return root;
+// A tiny tree in `dir` that keeps every rule; each planted case breaks one.
+const fs::path& clean_tree(const TempDir& dir) {
+  dir.file("sim/core/README.md", "core");
+  dir.file("sim/core/rng.hpp", "#pragma once\n#include <cstdint>\n");
+  dir.file("sim/timing/README.md", "timing");
+  dir.file("sim/timing/network.hpp", "#include \"sim/core/rng.hpp\"\n");
+  dir.file("sim/compress/README.md", "compress");
+  dir.file("sim/compress/sign.cpp", "#include \"sim/core/rng.hpp\"\n");
+  dir.file("sim/cli/README.md", "cli");
+  dir.file("sim/cli/main.cpp", "#include <CLI/CLI.hpp>\n#include \"sim/timing/network.hpp\"\n");
+  dir.file("problems/README.md", "problems");
+  dir.file("problems/problem.hpp", "#include \"sim/core/rng.hpp\"\n");
+  dir.file("optimizers/README.md", "optimizers");
+  dir.file("optimizers/adam.cpp", "#include \"sim/compress/sign.hpp\"\n");
+  return dir.path;
 }
 
 const char* kTinyRules =
@@ -189,7 +178,7 @@ const char* kTinyRules =
 TEST_SUITE("layers") {
   TEST_CASE("every include of the real tree keeps the rules of sim/layers.txt") {
     const fs::path root = BITLAB_SOURCE_DIR;
-    const LayerRules rules = parse_layer_rules(read_text(root / "sim/layers.txt"));
+    const LayerRules rules = parse_layer_rules(slurp(root / "sim/layers.txt"));
     REQUIRE(rules.layers.size() >= 10);
     const auto violations = layer_violations(root, rules);
     for (const auto& v : violations) MESSAGE(v);
@@ -198,7 +187,7 @@ TEST_SUITE("layers") {
 
   TEST_CASE("the rules themselves only look down: a layer includes layers listed before it") {
     const LayerRules rules =
-        parse_layer_rules(read_text(fs::path(BITLAB_SOURCE_DIR) / "sim/layers.txt"));
+        parse_layer_rules(slurp(fs::path(BITLAB_SOURCE_DIR) / "sim/layers.txt"));
     std::set<std::string> below;
     for (const auto& layer : rules.layers) {
       for (const auto& to : rules.allowed.at(layer)) {
@@ -216,7 +205,7 @@ TEST_SUITE("layers") {
 
   TEST_CASE("the checker passes a clean tree and names each planted violation") {
     const LayerRules rules = parse_layer_rules(kTinyRules);
-    CHECK(layer_violations(clean_tree("clean"), rules).empty());
+    CHECK(layer_violations(clean_tree(TempDir()), rules).empty());
 
     struct Plant {
       const char* what;
@@ -241,18 +230,18 @@ TEST_SUITE("layers") {
     };
     for (const auto& p : plants) {
       CAPTURE(p.what);
-      const fs::path root = clean_tree("plant");
-      write_file(root / p.file, p.text);
-      const auto v = layer_violations(root, rules);
+      const TempDir dir;
+      clean_tree(dir);
+      dir.file(p.file, p.text);
+      const auto v = layer_violations(dir.path, rules);
       REQUIRE(v.size() == 1);
       CHECK_MESSAGE(v[0].find(p.expect) != std::string::npos, v[0]);
     }
-    const fs::path root = clean_tree("readme");
-    fs::remove(root / "sim/timing/README.md");
-    const auto v = layer_violations(root, rules);
+    const TempDir dir;
+    fs::remove(clean_tree(dir) / "sim/timing/README.md");
+    const auto v = layer_violations(dir.path, rules);
     REQUIRE(v.size() == 1);
     CHECK(v[0] == "sim/timing/: no README.md");
-    fs::remove_all(root);
   }
 
   TEST_CASE("every document the code cites is in the repository, every section too") {
@@ -261,7 +250,7 @@ TEST_SUITE("layers") {
     // the root or to the citing file's folder), and a "docs/algorithms.md §N"
     // must find its section "## N." there.
     const fs::path root = BITLAB_SOURCE_DIR;
-    const std::string algorithms = read_text(root / "docs/algorithms.md");
+    const std::string algorithms = slurp(root / "docs/algorithms.md");
     static const std::regex kDoc(R"(([A-Za-z0-9_./-]*[A-Za-z0-9_-]\.md)\b)");
     static const std::regex kSection(
         R"(docs/algorithms\.md,? (?:section |§)(\d+)((?:,? (?:and )?§\d+)*))");
@@ -270,7 +259,7 @@ TEST_SUITE("layers") {
     int cited = 0;
     for (const auto& file : project_files(root)) {
       if (file.filename() == "test_layers.cpp") continue;  // its planted trees cite made-up files
-      const std::string text = read_text(file);
+      const std::string text = slurp(file);
       const std::string name = fs::relative(file, root).generic_string();
       for (std::sregex_iterator it(text.begin(), text.end(), kDoc), end; it != end; ++it) {
         const std::string doc = (*it)[1];
@@ -304,7 +293,7 @@ TEST_SUITE("layers") {
     std::vector<std::string> found;
     for (const auto& file : project_files(root)) {
       if (file.filename() == "test_layers.cpp") continue;  // the rule itself names the pattern
-      std::istringstream in(read_text(file));
+      std::istringstream in(slurp(file));
       std::string line;
       for (int no = 1; std::getline(in, line); ++no) {
         if (std::regex_search(line, kIssue)) {

@@ -13,6 +13,7 @@
 #include "sim/engine/config.hpp"
 #include "sim/engine/run.hpp"
 #include "sim/lab/cost.hpp"
+#include "tests/cli_fixtures.hpp"
 #include "tests/plan_check.hpp"
 
 using namespace bitlab;
@@ -88,14 +89,12 @@ TEST_SUITE("plugin") {
                       {"problem", {{"name", "quadratic"}, {"dim", 50}}},
                       {"cluster", {{"workers", 4}}},
                       {"optimizer", opt}};
-    const std::string out = (std::filesystem::temp_directory_path() / "bitlab_plugin_run").string();
-    std::filesystem::remove_all(out);
+    const testing::TempDir dir;
     RunCliOptions o;
-    o.out_dir = out;
+    o.out_dir = (dir.path / "run").string();
     o.quiet = true;
     CHECK(run_experiment(resolve_experiment(raw, "plugin"), o) == 0);
-    CHECK(std::filesystem::exists(std::filesystem::path(out) / "summary.json"));
-    std::filesystem::remove_all(out);
+    CHECK(std::filesystem::exists(dir.path / "run" / "summary.json"));
     try {
       resolve_experiment({{"problem", {{"name", "quadratic"}}},
                           {"optimizer", {{"name", "throw_away"}, {"exact_stepz", 1}}}},
