@@ -22,6 +22,8 @@ PACKAGES=(build-essential cmake ninja-build git libeigen3-dev libomp-dev libcli1
           libopenmpi-dev openmpi-bin
           # bitlab plot and the notebooks (run with Debian's /usr/bin/python3)
           python3-matplotlib python3-pandas jupyter-nbconvert python3-ipykernel
+          # bitlab report (plotly.js embedded in the page) and its headless-browser test
+          python3-plotly chromium
           # real data sets (problems/datasets.cpp): Fashion-MNIST, scikit-learn's CSVs, gzip
           dataset-fashion-mnist python3-sklearn zlib1g-dev
           # the transformer problem's text corpus (/usr/share/games/fortunes/)

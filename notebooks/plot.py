@@ -172,6 +172,15 @@ class Run:
             reader = csv.reader(f)
             self.columns = next(reader, [])
             self.rows = list(reader)
+        self.summary = {}
+        summary_path = os.path.join(path, "summary.json")
+        if os.path.isfile(summary_path):
+            try:
+                with open(summary_path) as f:
+                    self.summary = json.load(f)
+            except ValueError:
+                note("%s: unreadable summary.json: its status is unknown" % path)
+        self.status = self.summary.get("status", "unfinished")
 
     def series(self, x, y):
         """{step: (x, y)} over the rows where both x and y hold finite numbers."""
@@ -248,7 +257,8 @@ def partition(runs, paths):
 
 
 def group_runs(runs, sweep_columns=None):
-    """[(label, [runs])], runs equal but for the seed grouped, sorted by swept values.
+    """([Group], varying paths, their short names): runs equal but for the seed grouped,
+    sorted by swept values.
 
     With sweep.csv columns, the swept paths label the curves when they tell the same
     groups apart as the whole config does (sweeping optimizer.name also changes that
@@ -282,10 +292,20 @@ def group_runs(runs, sweep_columns=None):
             label = os.path.basename(os.path.normpath(members[0].path))
         if len(members) > 1:
             label += " (%d seeds)" % len(members)
-        out.append((label, members))
+        out.append(Group(label, members, dict(zip(paths, key))))
     if not paths and len(groups) > 1:
         note("the runs' configs are equal but for the seed, yet they were not grouped")
-    return out
+    return out, paths, names
+
+
+class Group:
+    """One curve: runs equal but for the seed, and the values of the varying paths."""
+
+    def __init__(self, label, members, values):
+        self.label, self.members, self.values = label, members, values
+
+    def __iter__(self):  # (label, members), as the callers unpack it
+        return iter((self.label, self.members))
 
 
 def group_curve(members, x, y):
@@ -342,64 +362,303 @@ def import_matplotlib():
         sys.exit(2)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import EngFormatter
-    return plt, EngFormatter
+    return matplotlib, plt
 
 
-def draw(groups, metric, axes, title, logy, prefix):
-    plt, EngFormatter = import_matplotlib()
-    fig, panels = plt.subplots(1, len(axes), figsize=(5.2 * len(axes), 4.2), sharey=True,
-                               squeeze=False)
+# ---------------------------------------------------------------- filtering and smoothing
+
+
+def parse_where(items, runs):
+    """--where PATH=VALUE filters: {full path: [accepted values]}. PATH is a config path
+    (optimizer.freeze_step) or its unique last part (freeze_step); VALUE is JSON (0, 0.01,
+    true, "adam") or plain text. A path given twice accepts either value."""
+    paths = sorted({p for r in runs for p in r.config})
+    filters = {}
+    for item in items:
+        if "=" not in item:
+            raise InputError("--where %r: expected PATH=VALUE, e.g. optimizer.freeze_step=120"
+                             % item)
+        path, text = item.split("=", 1)
+        matches = [p for p in paths if p == path] or [
+            p for p in paths if p.endswith("." + path) or p.split(".")[-1] == path]
+        if len(matches) != 1:
+            raise InputError("--where %s: %s config path %r; the runs' paths are: %s"
+                             % (item, "no" if not matches else "more than one", path,
+                                ", ".join(matches or paths)))
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        filters.setdefault(matches[0], []).append(value)
+    return filters
+
+
+def same_value(a, b):
+    number = (int, float)
+    if isinstance(a, number) and isinstance(b, number) and not isinstance(a, bool) \
+            and not isinstance(b, bool):
+        return float(a) == float(b)
+    return a == b
+
+
+def apply_where(runs, filters):
+    kept = [r for r in runs
+            if all(any(same_value(r.config.get(p), v) for v in values)
+                   for p, values in filters.items())]
+    if filters and not kept:
+        raise InputError("--where leaves no runs (%s)" % "; ".join(
+            "%s in %s" % (p, json.dumps(v)) for p, v in filters.items()))
+    return kept
+
+
+def ema(values, span):
+    """Exponential moving average over points, alpha = 2 / (span + 1), started at the
+    first value (pandas' ewm(span=..., adjust=False))."""
+    if span <= 1 or not values:
+        return list(values)
+    alpha = 2.0 / (span + 1.0)
+    out, acc = [], values[0]
+    for v in values:
+        acc = alpha * v + (1 - alpha) * acc
+        out.append(acc)
+    return out
+
+
+# ---------------------------------------------------------------- curves, blow-ups, styles
+
+# A curve "blew up" where its metric exceeds BLOWUP_FACTOR times the median of the curves'
+# first values (the initial loss): from there on it says nothing about the others and would
+# only stretch the y axis. A run that stopped early on a non-finite loss (summary status
+# "diverged") is marked at its last finite point.
+BLOWUP_FACTOR = 10.0
+LINE_STYLES = ["-", "--", ":", "-."]
+
+
+class Curve:
+    def __init__(self, group, x, metric, smooth):
+        xs, mean, lo, hi = group_curve(group.members, x, metric)
+        self.group, self.xs, self.mean, self.lo, self.hi = group, xs, mean, lo, hi
+        self.smooth = smooth
+        self.diverged = any(r.status == "diverged" for r in group.members)
+        self.cut = None  # index of the first blown-up point, if any
+
+    def apply_blowup(self, limit):
+        if limit is None:
+            return
+        for i, v in enumerate(self.mean):
+            if v > limit or v < -limit:
+                self.cut = i
+                break
+        if self.cut is not None:
+            # Keep the first blown-up point: the line leaves the axes there (clipped).
+            n = self.cut + 1
+            self.xs, self.mean, self.lo, self.hi = (self.xs[:n], self.mean[:n], self.lo[:n],
+                                                    self.hi[:n])
+
+    @property
+    def stopped(self):
+        return self.cut is not None or self.diverged
+
+    def drawn(self):
+        return (self.xs, ema(self.mean, self.smooth), ema(self.lo, self.smooth),
+                ema(self.hi, self.smooth))
+
+
+def blowup_limit(curves):
+    firsts = sorted(abs(c.mean[0]) for c in curves if c.mean)
+    if not firsts:
+        return None
+    median = firsts[len(firsts) // 2]
+    return BLOWUP_FACTOR * median if median > 0 else None
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def choose_styles(groups, paths, names, matplotlib):
+    """(colour per group, line style per group, legend sections). Numeric values of the
+    first factor get an ordered colormap, light to dark in the values' order; a second
+    factor with at most four values gets line styles. Otherwise every curve gets its own
+    colour and its full label."""
+    values = {p: sorted({json.dumps(g.values[p]) for g in groups},
+                        key=lambda t: sort_key([json.loads(t)])) for p in paths}
+    styled = [p for p in paths if 1 < len(values[p]) <= len(LINE_STYLES)]
+    if len(paths) in (1, 2):
+        color_path = next((p for p in paths if all(is_number(json.loads(v))
+                                                   for v in values[p])), paths[0])
+        style_path = next((p for p in styled if p != color_path), None)
+        if len(paths) == 1 or style_path is not None:
+            colors = value_colors([json.loads(v) for v in values[color_path]], matplotlib)
+            color_of = {v: colors[i] for i, v in enumerate(values[color_path])}
+            style_of = ({v: LINE_STYLES[i] for i, v in enumerate(values[style_path])}
+                        if style_path else {})
+            g_color = [color_of[json.dumps(g.values[color_path])] for g in groups]
+            g_style = [style_of.get(json.dumps(g.values.get(style_path)), "-")
+                       if style_path else "-" for g in groups]
+            sections = [(names[color_path], [(format_value(json.loads(v)), color_of[v], "-")
+                                             for v in values[color_path]])]
+            if style_path:
+                sections.append((names[style_path],
+                                 [(format_value(json.loads(v)), "0.3", style_of[v])
+                                  for v in values[style_path]]))
+            return g_color, g_style, sections
+    colors = value_colors(list(range(len(groups))), matplotlib, categorical=True)
+    return colors, ["-"] * len(groups), [(None, [(g.label, colors[i], "-")
+                                                 for i, g in enumerate(groups)])]
+
+
+def value_colors(vals, matplotlib, categorical=False):
+    """Numbers: evenly spaced by rank along a light-to-dark sequential colormap (viridis) (ranks, so
+    that 0, 15, 30, ..., 600 are told apart as well as 1, 2, 3). Anything else: tab10,
+    tab20, then a rainbow for more."""
+    n = len(vals)
+    if not categorical and all(is_number(v) for v in vals) and n > 1:
+        cmap = matplotlib.colormaps["viridis"] if hasattr(matplotlib, "colormaps") else \
+            matplotlib.cm.get_cmap("viridis")
+        # viridis is perceptually uniform; from 0.88 (light green) down to 0 (dark purple):
+        # its yellow end is too pale on white.
+        return [cmap(0.88 * (1 - i / (n - 1))) for i in range(n)]
+    if n <= 10:
+        return ["C%d" % i for i in range(n)]
+    name = "tab20" if n <= 20 else "turbo"
+    cmap = matplotlib.colormaps[name] if hasattr(matplotlib, "colormaps") else \
+        matplotlib.cm.get_cmap(name)
+    return [cmap(i / max(1, n - 1)) if n > 20 else cmap(i) for i in range(n)]
+
+
+# ---------------------------------------------------------------- drawing
+
+PANEL_IN = (2.35, 2.2)  # inches per panel: three panels and a legend fit a 9 in page width
+FONT_PT = 8
+
+
+def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix):
+    matplotlib, plt = import_matplotlib()
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import EngFormatter, MaxNLocator
+    plt.rcParams.update({"font.size": FONT_PT, "axes.titlesize": FONT_PT,
+                         "axes.labelsize": FONT_PT, "xtick.labelsize": FONT_PT - 1,
+                         "ytick.labelsize": FONT_PT - 1, "legend.fontsize": FONT_PT - 1,
+                         "figure.titlesize": FONT_PT + 1, "svg.fonttype": "none",
+                         "pdf.fonttype": 42})
+    fig, panels = plt.subplots(1, len(axes), figsize=(PANEL_IN[0] * len(axes), PANEL_IN[1]),
+                               sharey=True, squeeze=False)
     panels = panels[0]
-    colors = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"])
+    g_color, g_style, sections = choose_styles(groups, paths, names, matplotlib)
     eval_like = not metric.startswith("train_loss") and metric != "grad_norm"
-    handles = []
-    for i, (label, members) in enumerate(groups):
-        color = colors[i % len(colors)]
-        for j, (panel, x) in enumerate(zip(panels, axes)):
-            xs, mean, lo, hi = group_curve(members, x, metric)
+    any_stopped = False
+    for panel, x in zip(panels, axes):
+        curves = [Curve(g, x, metric, smooth) for g in groups]
+        limit = blowup_limit(curves)
+        for c in curves:
+            c.apply_blowup(limit)
+        kept_y, stopped_y = [], []  # stopped curves set the y limits only if all stopped
+        for i, c in enumerate(curves):
+            xs, mean, lo, hi = c.drawn()
             if not xs:
                 continue
             sparse = eval_like or len(xs) < 30
-            line, = panel.plot(xs, mean, color=color, linewidth=1.4,
-                               marker="o" if sparse else None, markersize=3,
-                               label=label if j == 0 else None)
-            if len(members) > 1:
-                panel.fill_between(xs, lo, hi, color=color, alpha=0.2, linewidth=0)
-            if j == 0:
-                handles.append(line)
-    for panel, x in zip(panels, axes):
+            panel.plot(xs, mean, color=g_color[i], linestyle=g_style[i], linewidth=1.2,
+                       marker="o" if sparse else None, markersize=2.5)
+            if len(c.group.members) > 1:
+                panel.fill_between(xs, lo, hi, color=g_color[i], alpha=0.18, linewidth=0)
+            if not c.stopped:
+                kept_y.extend(lo + hi + mean)
+            else:
+                n = c.cut if c.cut is not None else len(mean)
+                stopped_y.extend(lo[:n] + hi[:n] + mean[:n])
+        set_ylim(panel, kept_y or stopped_y, logy)
+        bottom, top = panel.get_ylim()
+        for i, c in enumerate(curves):
+            if c.stopped and c.xs:
+                any_stopped = True
+                y = ema(c.mean, smooth)[-1]
+                panel.plot([c.xs[-1]], [min(max(y, bottom), top)], marker="X", markersize=6,
+                           color=g_color[i], markeredgecolor="black", markeredgewidth=0.5,
+                           linestyle="none", clip_on=False, zorder=5)
         panel.set_xlabel(X_LABELS.get(x, x))
         panel.grid(True, alpha=0.3)
-        if logy:
-            panel.set_yscale("log")
         if x.startswith("bytes"):
-            panel.xaxis.set_major_formatter(EngFormatter(unit="B"))
+            panel.xaxis.set_major_formatter(EngFormatter(unit="B", sep=""))
         elif x.startswith("sim_time_s"):
-            panel.xaxis.set_major_formatter(EngFormatter(unit="s"))
+            panel.xaxis.set_major_formatter(EngFormatter(unit="s", sep=""))
             panel.set_xlabel("simulated time" + x[len("sim_time_s"):])
-    panels[0].set_ylabel(metric)
-    banded = any(len(m) > 1 for _, m in groups)
-    fig.suptitle(title + ("  (line: mean over seeds, band: min–max)" if banded else ""))
+        panel.xaxis.set_major_locator(MaxNLocator(nbins=4))  # room for "400ms" labels
+    panels[0].set_ylabel(metric + (" (EMA)" if smooth > 1 else ""))
+
+    handles, labels = [], []
+    seeds = sorted({len(g.members) for g in groups})
+    for header, entries in sections:
+        if header:
+            handles.append(Line2D([], [], linestyle="none"))
+            labels.append(r"$\bf{%s}$" % header.replace("_", r"\_"))
+        for text, color, style in entries:
+            handles.append(Line2D([], [], color=color, linestyle=style, linewidth=1.5))
+            labels.append(text)
+    if any_stopped:
+        handles.append(Line2D([], [], marker="X", color="0.5", markeredgecolor="black",
+                              markeredgewidth=0.5, linestyle="none"))
+        labels.append("diverged / blew up\n(cut at > %g× median\ninitial value)" % BLOWUP_FACTOR)
+    notes = []
+    if seeds != [1]:
+        notes.append("line: mean over %s seeds, band: min–max"
+                     % "/".join(str(n) for n in seeds))
+    if smooth > 1:
+        notes.append("EMA over %d points (α = 2/%d)" % (smooth, smooth + 1))
+    fig.suptitle(title, fontweight="bold", y=1.0)
+    if notes:
+        fig.text(0.5, 0.935, "; ".join(notes), ha="center", va="top",
+                 fontsize=FONT_PT - 1, color="0.3")
     if handles:
-        fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.93),
-                   fontsize="small", frameon=False)
-    fig.tight_layout()
-    paths = []
-    for ext in ("png", "svg"):
+        fig.legend(handles=handles, labels=labels, loc="upper left",
+                   bbox_to_anchor=(1.0, 0.9), frameon=False, handlelength=2.2,
+                   borderaxespad=0.2, labelspacing=0.3)
+    fig.tight_layout(rect=(0, 0, 1, 0.9 if notes else 0.94))
+    out = []
+    for ext in ("png", "svg", "pdf"):
         path = prefix + "." + ext
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-        paths.append(path)
+        fig.savefig(path, dpi=200, bbox_inches="tight")
+        out.append(path)
     plt.close(fig)
-    return paths
+    return out
 
 
-def default_title(runs, metric):
+def set_ylim(panel, ys, logy):
+    """y limits from the curves that did not blow up (5 % margins; log: a factor)."""
+    if logy:
+        panel.set_yscale("log")
+    ys = [y for y in ys if math.isfinite(y) and (y > 0 or not logy)]
+    if not ys:
+        return
+    lo, hi = min(ys), max(ys)
+    if logy:
+        panel.set_ylim(lo / 1.15, hi * 1.15)
+    else:
+        pad = 0.05 * (hi - lo) if hi > lo else 0.05 * abs(hi) or 1.0
+        panel.set_ylim(lo - pad, hi + pad)
+
+
+def sweep_names(dirs):
     names = []
-    for r in runs:
-        n = r.config.get("name")
+    for d in dirs:
+        try:
+            with open(os.path.join(d, "sweep.json")) as f:
+                n = json.load(f).get("name")
+        except (OSError, ValueError, AttributeError):
+            continue
         if n and n not in names:
             names.append(str(n))
+    return names
+
+
+def default_title(dirs, runs, metric):
+    names = sweep_names(dirs)
+    if not names:
+        for r in runs:
+            n = r.config.get("name")
+            if n and n not in names:
+                names.append(str(n))
     return (", ".join(names[:3]) + (", ..." if len(names) > 3 else "") + ": " if names
             else "") + metric
 
@@ -408,7 +667,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="plot.py",
         description="Loss curves of bitlab runs against steps, simulated time and bytes sent "
-                    "(PNG and SVG). Runs differing only by seed: mean line, min-max band.")
+                    "(PNG, SVG and PDF). Runs differing only by seed: mean line, min-max band.")
     parser.add_argument("dirs", nargs="+", metavar="DIR",
                         help="a run folder, a sweep folder or a folder of run folders")
     parser.add_argument("--metric", default="train_loss",
@@ -419,17 +678,29 @@ def main(argv=None):
                              "column, or all (default: one panel each for step, sim_time_s if "
                              "present, bytes_sent_cum)")
     parser.add_argument("--out", metavar="PREFIX",
-                        help="write PREFIX.png and PREFIX.svg (default: FIRST_DIR/plot, or "
-                             "FIRST_DIR/plot-METRIC for a metric other than train_loss)")
-    parser.add_argument("--title", help="figure title (default: the runs' names and metric)")
+                        help="write PREFIX.png, PREFIX.svg and PREFIX.pdf (default: "
+                             "FIRST_DIR/plot, or FIRST_DIR/plot-METRIC for a metric other than "
+                             "train_loss)")
+    parser.add_argument("--title", help="figure title (default: the sweep's name, else the "
+                                        "runs' names, and the metric)")
     parser.add_argument("--logy", action="store_true", help="logarithmic y axis")
+    parser.add_argument("--where", action="append", default=[], metavar="PATH=VALUE",
+                        help="keep only runs whose config has PATH=VALUE (PATH may be its last "
+                             "part: freeze_step=120); repeat to combine (a path given twice "
+                             "accepts either value)")
+    parser.add_argument("--smooth", type=int, default=0, metavar="N",
+                        help="exponential moving average over N points (alpha = 2/(N+1)); "
+                             "stated on the figure")
     args = parser.parse_args(argv)
 
     try:
+        if args.smooth < 0:
+            raise InputError("--smooth %d: must be >= 0 (0 or 1: no smoothing)" % args.smooth)
         paths, sweep_columns = find_runs(args.dirs)
         runs = [Run(p) for p in paths]
+        runs = apply_where(runs, parse_where(args.where, runs))
         axes = check_columns(runs, args.metric, args.x)
-        groups = group_runs(runs, sweep_columns)
+        groups, varying, names = group_runs(runs, sweep_columns)
         if not any(group_curve(m, axes[0], args.metric)[0] for _, m in groups):
             raise InputError("metric %r has no values in these runs" % args.metric)
         prefix = args.out or os.path.join(
@@ -444,10 +715,10 @@ def main(argv=None):
         print("plot: error: %s" % e, file=sys.stderr)
         return 2
 
-    title = args.title or default_title(runs, args.metric)
-    paths = draw(groups, args.metric, axes, title, args.logy, prefix)
+    title = args.title or default_title(args.dirs, runs, args.metric)
+    out = draw(groups, varying, names, args.metric, axes, title, args.logy, args.smooth, prefix)
     print("plot: %d runs in %d curves" % (len(runs), len(groups)), file=sys.stderr)
-    for p in paths:
+    for p in out:
         print(p)
     return 0
 

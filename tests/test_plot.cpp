@@ -127,14 +127,31 @@ TEST_SUITE("plot") {
     const std::string prefix = (d.path / "fig").string();
     Result r = run_bitlab(d, "plot " + runs + " --out " + prefix + " --logy --title T");
     REQUIRE(r.status == 0);
-    CHECK(r.out == prefix + ".png\n" + prefix + ".svg\n");
+    CHECK(r.out == prefix + ".png\n" + prefix + ".svg\n" + prefix + ".pdf\n");
     CHECK(r.err.find("4 runs in 2 curves") != std::string::npos);
     const std::string png = slurp(prefix + ".png");
     const std::string svg = slurp(prefix + ".svg");
     REQUIRE(png.size() > 1000);
     CHECK(png.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+    CHECK(slurp(prefix + ".pdf").rfind("%PDF", 0) == 0);
     CHECK(svg.find("<svg") != std::string::npos);
-    CHECK(svg.find("lr=0.01 (2 seeds)") != std::string::npos);  // the legend's labels
+    // The legend: the swept path as a header, its values in order; the seeds note.
+    CHECK(svg.find("lr") != std::string::npos);
+    CHECK(svg.find("0.01") < svg.find("0.05"));
+    CHECK(svg.find("line: mean over 2 seeds") != std::string::npos);
+
+    // --where keeps the runs it names (a unique last part of the path will do); --smooth
+    // is stated on the figure.
+    r = run_bitlab(d, "plot " + runs + " --out " + prefix + " --where lr=0.05 --smooth 3");
+    REQUIRE(r.status == 0);
+    CHECK(r.err.find("2 runs in 1 curves") != std::string::npos);
+    CHECK(slurp(prefix + ".svg").find("EMA over 3 points") != std::string::npos);
+    r = run_bitlab(d, "plot " + runs + " --out " + prefix + " --where lr=0.3");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--where leaves no runs") != std::string::npos);
+    r = run_bitlab(d, "plot " + runs + " --out " + prefix + " --where nosuch=1");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("no config path 'nosuch'") != std::string::npos);
 
     // An eval metric (sparse rows), the default output name, one x axis.
     r = run_bitlab(d, "plot " + runs + " --metric eval_loss --x bytes_sent_cum");

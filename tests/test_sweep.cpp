@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -164,9 +165,15 @@ TEST_SUITE("sweep") {
     const auto csv_a = csv_without(slurp(a / "sweep.csv"), {"wall_s"});
     CHECK(csv_a.size() == 9);
     CHECK(csv_a[0] ==
-          "run,optimizer.lr,optimizer.name,optimizer.bias_correction,seed,status,steps_completed,"
+          "run,optimizer.lr,optimizer.name,optimizer.bias_correction,optimizer,workers,problem,"
+          "seed,status,steps_completed,"
           "train_loss,eval_loss,eval_accuracy,train_loss_full,suboptimality,bytes_sent_per_worker,"
           "messages_per_worker,dir,");
+    // The optimizer, workers and problem columns hold every run's values, swept or not.
+    CHECK(csv_a[1].rfind("1,0.01,adam,true,adam,4,logistic,1,completed,", 0) == 0);
+    CHECK(std::count_if(csv_a.begin(), csv_a.end(), [](const std::string& row) {
+            return row.find(",onebit_adam,false,onebit_adam,4,logistic,") != std::string::npos;
+          }) == 4);
     CHECK(csv_a == csv_without(slurp(b / "sweep.csv"), {"wall_s"}));
     CHECK(no_tmp_left(a));
     CHECK(no_tmp_left(b));
@@ -229,7 +236,8 @@ TEST_SUITE("sweep") {
     o.quiet = true;
     o.jobs = 2;
     CHECK(bitlab::run_sweep(spec, o) == 3);
-    const auto csv = csv_without(slurp(d.path / "out" / "sweep.csv"), {});
+    const auto csv =
+        csv_without(slurp(d.path / "out" / "sweep.csv"), {"optimizer", "workers", "problem"});
     REQUIRE(csv.size() == 3);
     CHECK(csv[1].find("1,1,failed,") == 0);
     CHECK(csv[2].find("2,2,failed,") == 0);

@@ -30,5 +30,9 @@ Subcommand add_recost_command(CLI::App& app);
 Subcommand add_sweep_command(CLI::App& app);
 // `bitlab plot RUN_OR_SWEEP_DIR...`: figures via notebooks/plot.py (sim/cli/plot_command.cpp).
 Subcommand add_plot_command(CLI::App& app);
+// `bitlab runs [DIR]`: a table of runs; `bitlab report DIR`: report.html
+// (sim/cli/results_commands.cpp).
+Subcommand add_runs_command(CLI::App& app);
+Subcommand add_report_command(CLI::App& app);
 
 }  // namespace bitlab

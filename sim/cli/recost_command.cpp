@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "sim/cli/commands.hpp"
+#include "sim/core/human.hpp"
 #include "sim/lab/recost.hpp"
 
 namespace bitlab {
@@ -49,11 +50,13 @@ int run_recost(RecostCli& cli) {
               o.run_dir.c_str(), static_cast<long long>(r.steps),
               static_cast<long long>(r.collectives), t.name.c_str(), t.nodes,
               t.nodes == 1 ? "" : "s", t.gpus_per_node, t.gpus_per_node == 1 ? "" : "s");
-  std::printf("  simulated time %.6g s (compute %.6g s, exposed communication %.6g s)\n",
-              r.sim_time_s, r.compute_s, r.comm_s);
+  std::printf("  simulated time %s (compute %s, exposed communication %s)\n",
+              human_duration(r.sim_time_s).c_str(), human_duration(r.compute_s).c_str(),
+              human_duration(r.comm_s).c_str());
   if (r.has_old) {
-    std::printf("  the run's own network (%s): %.6g s; new / old = %.4g\n",
-                r.old_network.empty() ? "?" : r.old_network.c_str(), r.old_sim_time_s, ratio);
+    std::printf("  the run's own network (%s): %s; new / old = %.4g\n",
+                r.old_network.empty() ? "?" : r.old_network.c_str(),
+                human_duration(r.old_sim_time_s).c_str(), ratio);
   } else {
     std::printf("  the run has no simulated time of its own to compare with\n");
   }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "sim/core/files.hpp"
+#include "sim/core/human.hpp"
 #include "sim/engine/simulation.hpp"
 
 namespace bitlab {
@@ -484,8 +485,12 @@ void report(const RunContext& run, const RunTally& tally) {
   for (size_t k = 0; k < run.eval_cols.size(); ++k) {
     std::fprintf(stderr, "  %s %.6g", run.eval_cols[k].c_str(), tally.last_eval[k]);
   }
-  std::fprintf(stderr, "\n  sent %.6g bytes per worker in %zu collectives\n", last.bytes_sent_cum,
-               run.sim.comm().log().size());
+  std::fprintf(stderr, "\n  sent %s per worker in %zu collectives",
+               human_bytes(last.bytes_sent_cum).c_str(), run.sim.comm().log().size());
+  if (run.timed) {
+    std::fprintf(stderr, ", simulated time %s", human_duration(last.sim_time_s).c_str());
+  }
+  std::fprintf(stderr, "\n");
   if (tally.status == "diverged") {
     std::fprintf(stderr, "  diverged at step %lld: %s\n", static_cast<long long>(last.step),
                  tally.divergence["hint"].get<std::string>().c_str());

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "optimizers/optimizer.hpp"
+#include "sim/core/human.hpp"
 #include "sim/core/registry.hpp"
 
 namespace bitlab {
@@ -204,21 +205,13 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-// Decimal units (GB = 10^9 bytes, docs/design.md).
+// Numbers for people: the shared formatting of sim/core/human.hpp.
 std::string bytes_text(double b) {
-  if (b >= 1e12) return fmt("%.3g TB", b / 1e12);
-  if (b >= 1e9) return fmt("%.3g GB", b / 1e9);
-  if (b >= 1e6) return fmt("%.3g MB", b / 1e6);
-  if (b >= 1e3) return fmt("%.3g kB", b / 1e3);
-  return fmt("%.0f B", b);
+  return human_bytes(b);
 }
 
 std::string duration_text(double s) {
-  if (s >= 86400) return fmt("%.2f days", s / 86400);
-  if (s >= 3600) return fmt("%.2f h", s / 3600);
-  if (s >= 60) return fmt("%.2f min", s / 60);
-  if (s >= 1) return fmt("%.3g s", s);
-  return fmt("%.3g ms", s * 1e3);
+  return human_duration(s);
 }
 
 double ratio(double a, double b) {

@@ -80,6 +80,9 @@ void write_header(std::ostream& csv, const SweepSpec& spec, const SummaryColumns
   for (const auto& p : spec.swept) {
     if (p != "seed") csv << ',' << csv_cell(p);
   }
+  // Every run's optimizer, workers and problem, swept or not, so that sweeps
+  // combine in pandas without re-reading each config.json.
+  csv << ",optimizer,workers,problem";
   csv << ",seed,status,steps_completed,train_loss";
   for (const auto& e : cols.evals) csv << ',' << csv_cell(e);
   csv << ",bytes_sent_per_worker,messages_per_worker";
@@ -96,6 +99,13 @@ void write_row(std::ostream& csv, const SweepSpec& spec, const SweepRun& r, cons
       if (path == p) csv << ',' << csv_cell(sweep_value_text(value));
     }
   }
+  auto config_cell = [&](const char* section, const char* key) -> std::string {
+    if (!r.config.contains(section) || !r.config[section].is_object()) return "";
+    const Json& sec = r.config[section];
+    return sec.contains(key) ? csv_cell(summary_cell(sec[key])) : "";
+  };
+  csv << ',' << config_cell("optimizer", "name") << ',' << config_cell("cluster", "workers") << ','
+      << config_cell("problem", "name");
   csv << ',' << r.config.value("seed", Json(0)).dump() << ',' << out.status;
   const Json& s = out.summary.is_object() ? out.summary : Json::object();
   auto get = [&](const char* section, const std::string& key) -> std::string {

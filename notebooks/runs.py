@@ -1,0 +1,201 @@
+#!/usr/bin/python3
+"""A table of the runs under a results tree (behind `bitlab runs`).
+
+Usage: runs.py [--csv | --json] [DIR]   (DIR default: results)
+
+A DIR is a results tree (run folders up to three levels down), a sweep folder or one run
+folder. One row per run: its folder (relative to DIR), optimizer, key options (the
+optimizer's options as given in the config), workers, problem, status, steps completed /
+planned, final train_loss and eval metrics, bytes sent per worker, simulated time and wall
+time. The table's options are lr and those that differ between runs of one optimizer; it prints bytes and times for people (kB/MB/GB in steps of 10^3, ms/s/min/h);
+--csv and --json print raw numbers (bytes, seconds) for scripts.
+
+Exit status: 0 done; 2 bad input (no such folder, no runs). Standard library only.
+"""
+
+import argparse
+import csv
+import json
+import math
+import os
+import signal
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot import InputError, Run, find_runs  # noqa: E402
+
+
+def human_bytes(b):
+    """Decimal units, three significant digits (as sim/core/human.hpp)."""
+    if b is None or not math.isfinite(b):
+        return ""
+    units = ["B", "kB", "MB", "GB", "TB", "PB", "EB"]
+    k = 0
+    while k < 6 and abs(b) >= 999.5:
+        b /= 1e3
+        k += 1
+    if k == 0:
+        return "%.0f B" % b
+    return ("%.0f %s" if abs(b) >= 100 else "%.3g %s") % (b, units[k])
+
+
+def human_duration(s):
+    if s is None or not math.isfinite(s):
+        return ""
+    if s >= 86400:
+        return "%.2f days" % (s / 86400)
+    if s >= 3600:
+        return "%.2f h" % (s / 3600)
+    if s >= 60:
+        return "%.2f min" % (s / 60)
+    if s >= 0.9995 or s == 0:
+        return "%.3g s" % s
+    if s >= 0.9995e-3:
+        return "%.3g ms" % (s * 1e3)
+    return "%.3g us" % (s * 1e6)
+
+
+FINAL_SKIPPED = ("grad_norm", "eval_step")
+
+
+def run_record(run, root):
+    """One run as a dict of raw values (None where the run has no such value)."""
+    s, c = run.summary, run.config
+    rel = os.path.relpath(run.path, root)
+    options = {k.split(".", 1)[1]: v for k, v in c.items()
+               if k.startswith("optimizer.") and k != "optimizer.name"}
+    final = {k: v for k, v in (s.get("final") or {}).items() if k not in FINAL_SKIPPED}
+    if not final:  # an unfinished run: its last metrics.csv row
+        final = last_metrics(run)
+    return {
+        "run": rel if rel != "." else os.path.basename(os.path.abspath(run.path)),
+        "experiment": c.get("name"),
+        "optimizer": c.get("optimizer.name"),
+        "options": options,
+        "workers": c.get("cluster.workers"),
+        "problem": c.get("problem.name"),
+        "seed": c.get("seed"),
+        "status": run.status,
+        "steps": s.get("steps_completed", len(run.rows)),
+        "steps_planned": s.get("steps_planned", c.get("steps")),
+        "final": final,
+        "bytes_sent_per_worker": (s.get("totals") or {}).get("bytes_sent_per_worker"),
+        "sim_time_s": (s.get("time") or {}).get("sim_time_s"),
+        "wall_s": s.get("wall_s"),
+        "path": run.path,
+    }
+
+
+def last_metrics(run):
+    out = {}
+    for row in run.rows[::-1]:
+        for col, text in zip(run.columns, row):
+            if col in ("train_loss",) or col.startswith("eval_") or col == "train_loss_full":
+                try:
+                    out.setdefault(col, float(text))
+                except ValueError:
+                    pass
+    return out
+
+
+def collect(dirs):
+    paths, _ = find_runs(dirs)
+    root = dirs[0] if os.path.isdir(dirs[0]) else "."
+    return [run_record(Run(p), root) for p in paths]
+
+
+def metric_columns(records):
+    cols = []
+    for r in records:
+        for k in r["final"]:
+            if k not in cols:
+                cols.append(k)
+    return cols
+
+
+def options_text(options):
+    return " ".join("%s=%s" % (k, json.dumps(v) if isinstance(v, (dict, list)) else
+                               ("%g" % v if isinstance(v, float) else v))
+                    for k, v in options.items())
+
+
+def number_text(v):
+    return "" if v is None else "%.4g" % v
+
+
+def key_options(records):
+    """Per run, the options worth a column: lr, and those that differ between the runs of
+    the same optimizer (the full set is in --csv/--json and config.json)."""
+    varying = {}
+    for r in records:
+        for k, v in r["options"].items():
+            varying.setdefault((r["optimizer"], k), set()).add(json.dumps(v))
+    return [{k: v for k, v in r["options"].items()
+             if k == "lr" or len(varying[(r["optimizer"], k)]) > 1} for r in records]
+
+
+def print_table(records):
+    metrics = metric_columns(records)
+    keys = key_options(records)
+    header = (["run", "optimizer", "options", "workers", "problem", "status", "steps"] +
+              metrics + ["bytes/worker", "sim time", "wall"])
+    rows = []
+    for r, key in zip(records, keys):
+        steps = "%s/%s" % (r["steps"], r["steps_planned"]) if r["steps_planned"] else str(
+            r["steps"])
+        rows.append([r["run"], str(r["optimizer"] or ""), options_text(key),
+                     str(r["workers"] or ""), str(r["problem"] or ""), r["status"], steps] +
+                    [number_text(r["final"].get(m)) for m in metrics] +
+                    [human_bytes(r["bytes_sent_per_worker"]), human_duration(r["sim_time_s"]),
+                     human_duration(r["wall_s"])])
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    numeric = set(range(7, len(header))) | {3}
+    for line in [header] + rows:
+        print("  ".join(cell.rjust(w) if i in numeric else cell.ljust(w)
+                        for i, (cell, w) in enumerate(zip(line, widths))).rstrip())
+    print("%d runs" % len(records), file=sys.stderr)
+
+
+def write_csv(records):
+    metrics = metric_columns(records)
+    w = csv.writer(sys.stdout, lineterminator="\n")
+    w.writerow(["run", "experiment", "optimizer", "options", "workers", "problem", "seed",
+                "status", "steps_completed", "steps_planned"] + metrics +
+               ["bytes_sent_per_worker", "sim_time_s", "wall_s", "path"])
+    for r in records:
+        w.writerow([r["run"], r["experiment"], r["optimizer"], json.dumps(r["options"]),
+                    r["workers"], r["problem"], r["seed"], r["status"], r["steps"],
+                    r["steps_planned"]] + [raw(r["final"].get(m)) for m in metrics] +
+                   [raw(r["bytes_sent_per_worker"]), raw(r["sim_time_s"]), raw(r["wall_s"]),
+                    r["path"]])
+
+
+def raw(v):
+    return "" if v is None else repr(v) if isinstance(v, float) else v
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="runs.py", description=__doc__.split("\n")[0])
+    parser.add_argument("dir", nargs="?", default="results", metavar="DIR")
+    fmt = parser.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="raw numbers as csv")
+    fmt.add_argument("--json", action="store_true", help="raw numbers as a JSON array")
+    args = parser.parse_args(argv)
+    try:
+        records = collect([args.dir])
+    except (InputError, OSError, ValueError) as e:
+        print("runs: error: %s" % e, file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `bitlab runs | head` ends quietly
+    if args.json:
+        json.dump(records, sys.stdout, indent=1)
+        print()
+    elif args.csv:
+        write_csv(records)
+    else:
+        print_table(records)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
