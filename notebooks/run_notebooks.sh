@@ -11,6 +11,10 @@
 #                     repository either way.
 #   NOTEBOOK_TIMEOUT  per-cell timeout in seconds (default 300)
 #
+# Each notebook writes its figures as PNG and PDF to $BITLAB_FIGURES (here: <out>/figures, so
+# that a test run writes nothing into the repository; run interactively, a notebook writes
+# them to notebooks/figures/). A notebook that ran but wrote no figure counts as failed.
+#
 # Uses Debian's Jupyter (/usr/bin/jupyter, kernel "python3" = /usr/bin/python3), never the
 # python3 on PATH. Exit status: 0 every notebook ran; 1 one or more failed (the tail of its log
 # is printed); 2 Jupyter/nbconvert or a notebook is missing.
@@ -40,6 +44,7 @@ else
   trap 'rm -rf "$out"' EXIT
 fi
 export BITLAB_RESULTS="$out/results"
+export BITLAB_FIGURES="$out/figures"
 export PYDEVD_DISABLE_FILE_VALIDATION=1   # quiets ipykernel's debugger note about frozen modules
 
 seconds_since() {  # seconds since a `date +%s%N` stamp, to 0.1 s
@@ -65,6 +70,10 @@ for nb in "${notebooks[@]}"; do
       --output-dir "$out" "$path" >"$log" 2>&1
   rc=$?
   secs=$(seconds_since "$start")
+  if [ $rc -eq 0 ] && ! ls "$BITLAB_FIGURES/$name"-*.png "$BITLAB_FIGURES/$name"-*.pdf >/dev/null 2>&1; then
+    echo "no figure files $BITLAB_FIGURES/$name-*.png/.pdf written" >>"$log"
+    rc=1
+  fi
   if [ $rc -eq 0 ]; then
     printf '%-28s ok      %6.1f s\n' "$name" "$secs"
   else
@@ -74,7 +83,7 @@ for nb in "${notebooks[@]}"; do
   fi
 done
 printf '%-28s         %6.1f s\n' "total" "$(seconds_since "$total_start")"
-[ -n "${NOTEBOOKS_OUT:-}" ] && echo "executed notebooks and results: $out"
+[ -n "${NOTEBOOKS_OUT:-}" ] && echo "executed notebooks, results and figures: $out"
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "failed: ${failed[*]}" >&2

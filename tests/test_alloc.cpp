@@ -1,5 +1,5 @@
-// The principle that step() does not allocate once sizes are steady (README,
-// architecture): after a warm-up, whole Simulation steps — gradients, the
+// The principle that step() does not allocate once sizes are steady (docs/design.md,
+// principles): after a warm-up, whole Simulation steps — gradients, the
 // optimizer, every collective — make no heap allocation, for every optimizer
 // and phase. Counted with the test binary's replaced operator new
 // (tests/alloc_counter.*); the MPI backend's steps are checked by the `mpi`

@@ -1,4 +1,4 @@
-// "Adding an optimizer" (README) is true: an optimizer written in a test file
+// "Adding an optimizer" (docs/extending.md) is true: an optimizer written in a test file
 // and registered with add_optimizer is known to `bitlab list`, runs through
 // the engine, and is priced by `bitlab cost` — none of which names it.
 #include <doctest/doctest.h>

@@ -1,7 +1,7 @@
 // `bitlab sweep FILE.json [--jobs N] [--resume] [--out DIR] [--quiet]
 // [--shard i/k | --merge]`: a
 // base experiment, a grid and zipped lists over config paths and a list of
-// seeds, each run in a child process (sim/lab/sweep.hpp has the file format, the
+// seeds, each run in a child process (docs/sweeps.md has the file format, the
 // output folder and the exit statuses).
 #include <memory>
 #include <string>
