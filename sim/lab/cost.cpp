@@ -303,7 +303,7 @@ std::string format_cost_report(const CostReport& r) {
          fmt("%g us", t.inter_latency_s * 1e6) + ", " +
          fmt("%g Gbit/s", t.inter_bytes_per_s * 8 / 1e9) + "; allreduce " + t.allreduce + "\n";
   out += "  source: " + t.source + "\n";
-  out += "compute per step and worker: " + fmt("%.3f ms", r.compute_s * 1e3);
+  out += "compute per step and worker: " + duration_text(r.compute_s);
   out += r.spec.compute.step_ms > 0 ? " (compute.step_ms)\n"
          : r.compute_s > 0          ? " (derived: flops_per_param_sample x params x "
                                       "samples_per_worker / device_tflops)\n"
@@ -336,7 +336,7 @@ std::string format_cost_report(const CostReport& r) {
                    32, false) +
                "S " + pad(bytes_text(static_cast<double>(rec.payload_bytes)), 9) + "  p " +
                pad(std::to_string(rec.ranks), 5) + "  " +
-               pad(fmt("%.3f ms", collective_time_s(rec, t) * 1e3), 12) + "\n";
+               pad(duration_text(collective_time_s(rec, t)), 12) + "\n";
       }
     }
   }
