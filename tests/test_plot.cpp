@@ -176,4 +176,40 @@ TEST_SUITE("plot") {
     CHECK(r.err.find("left out") != std::string::npos);
     CHECK(fs::file_size(d.path / "sweep" / "plot.png") > 0);
   }
+
+  TEST_CASE("a run that blew up is cut, marked and kept out of the y limits") {
+    if (!have_matplotlib()) {
+      MESSAGE("skipped: matplotlib is not importable by /usr/bin/python3 (python3-matplotlib)");
+      return;
+    }
+    // Hand-written run folders: three learning rates, the largest blowing up to 1e7 by step
+    // 3 (and stopping there as diverged), the others near 1.
+    TempDir d;
+    const char* lrs[] = {"0.01", "0.1", "10"};
+    for (int k = 0; k < 3; ++k) {
+      const std::string run = std::string("runs/r") + std::to_string(k) + "/";
+      d.file(run + "config.json",
+             std::string(R"({"name": "blow", "optimizer": {"lr": )") + lrs[k] + "}}");
+      std::string csv = "step,train_loss,bytes_sent_cum\n";
+      for (int step = 1; step <= (k == 2 ? 3 : 20); ++step) {
+        const double loss = k == 2 ? (step < 3 ? 1.0 : 1e7) : 1.0 / (1.0 + 0.1 * step * (k + 1));
+        csv += std::to_string(step) + "," + std::to_string(loss) + "," +
+               std::to_string(100 * step) + "\n";
+      }
+      d.file(run + "metrics.csv", csv);
+      d.file(run + "summary.json",
+             std::string(R"({"status": ")") + (k == 2 ? "diverged" : "completed") + "\"}");
+    }
+    const std::string prefix = (d.path / "fig").string();
+    Result r = run_bitlab(d, "plot " + (d.path / "runs").string() + " --out " + prefix);
+    REQUIRE(r.status == 0);
+    CHECK(r.err.find("3 runs in 3 curves") != std::string::npos);
+    const std::string svg = slurp(prefix + ".svg");
+    CHECK(svg.find("diverged / blew up") != std::string::npos);
+    // The y axis keeps the scale of the runs that trained: no tick label or offset in the
+    // millions (matplotlib would write the offset as "1e7").
+    CHECK(svg.find("1e7") == std::string::npos);
+    CHECK(svg.find("1e6") == std::string::npos);
+    CHECK(svg.find("1.2") != std::string::npos);  // a tick label near the curves' range
+  }
 }
