@@ -608,13 +608,13 @@ def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix):
         notes.append("EMA over %d points (α = 2/%d)" % (smooth, smooth + 1))
     fig.suptitle(title, fontweight="bold", y=1.0)
     if notes:
-        fig.text(0.5, 0.935, "; ".join(notes), ha="center", va="top",
+        fig.text(0.5, 0.915, "; ".join(notes), ha="center", va="top",
                  fontsize=FONT_PT - 1, color="0.3")
     if handles:
         fig.legend(handles=handles, labels=labels, loc="upper left",
                    bbox_to_anchor=(1.0, 0.9), frameon=False, handlelength=2.2,
                    borderaxespad=0.2, labelspacing=0.3)
-    fig.tight_layout(rect=(0, 0, 1, 0.9 if notes else 0.94))
+    fig.tight_layout(rect=(0, 0, 1, 0.95 if notes else 1.0))  # suptitle counted by tight_layout
     out = []
     for ext in ("png", "svg", "pdf"):
         path = prefix + "." + ext
