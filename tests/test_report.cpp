@@ -160,7 +160,8 @@ TEST_SUITE("report") {
     // At least one loss trace per run on each of the three x axes.
     CHECK(std::atoi(traces.c_str()) >= 9);
 
-    const fs::path artefacts = fs::current_path() / "test-artefacts";
+    // Next to the binary under test: the build folder, wherever the tests run from.
+    const fs::path artefacts = fs::path(BITLAB_BINARY).parent_path() / "test-artefacts";
     fs::create_directories(artefacts);
     const fs::path shot = artefacts / "report.png";
     fs::remove(shot);
