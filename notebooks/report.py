@@ -44,21 +44,20 @@ def select_baseline(spec, runs, records):
     """Indices of the baseline runs: a folder (relative to DIR or as given) or PATH=VALUE."""
     if not spec:
         return []
-    if "=" in spec:
+    # A run folder first (sweep folder names hold '=' too), then PATH=VALUE.
+    norm = os.path.normpath(spec)
+    hits = [i for i, rec in enumerate(records)
+            if os.path.normpath(rec["run"]) == norm or
+            os.path.realpath(rec["path"]) == os.path.realpath(spec)]
+    if not hits and "=" in spec:
         path, text = spec.split("=", 1)
         try:
             value = json.loads(text)
         except ValueError:
             value = text
         hits = [i for i, r in enumerate(runs)
-                if any(p == path or p.endswith("." + path) for p in r.config)
-                and any(r.config.get(p) == value for p in r.config
-                        if p == path or p.endswith("." + path))]
-    else:
-        norm = os.path.normpath(spec)
-        hits = [i for i, rec in enumerate(records)
-                if os.path.normpath(rec["run"]) == norm or
-                os.path.realpath(rec["path"]) == os.path.realpath(spec)]
+                if any(r.config.get(p) == value for p in r.config
+                       if p == path or p.endswith("." + path))]
     if not hits:
         raise InputError("--baseline %s: matches none of the %d runs (give a run folder below "
                          "DIR, e.g. %s, or PATH=VALUE, e.g. optimizer.name=adam)"

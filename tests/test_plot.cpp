@@ -24,7 +24,6 @@ using bitlab::testing::TempDir;
 
 namespace {
 
-// A scratch fo
 bool have_python() {
   return access("/usr/bin/python3", X_OK) == 0;
 }

@@ -128,6 +128,14 @@ TEST_SUITE("report") {
     // Self-contained: plotly.js inline (the browser below has no network either).
     CHECK(html.find("<script src=") == std::string::npos);
     CHECK(html.find("speed-up") != std::string::npos);
+    // The baseline's own speed-up is 1 and its loss gap 0.
+    CHECK(html.find(">1.00×<") != std::string::npos);
+    CHECK(html.find(">+0<") != std::string::npos);
+    // A baseline given as PATH=VALUE on the config.
+    r = run_bitlab(d, "report " + tree.string() + " --baseline optimizer.name=onebit_adam --out " +
+                          (d.path / "b.html").string());
+    CHECK(r.status == 0);
+    CHECK(slurp(d.path / "b.html").find("Baseline (highlighted): onebit") != std::string::npos);
     // Bad input: an unknown baseline, exit 2, no page.
     r = run_bitlab(
         d, "report " + tree.string() + " --baseline nope --out " + (d.path / "x.html").string());
