@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "sim/core/isa.hpp"
 #include "sim/core/schema.hpp"
 #include "tests/cli_fixtures.hpp"
 
@@ -84,6 +85,52 @@ TEST_SUITE("cli") {
     r = run_bitlab(d, "run " + file + " --out " + out + " --quiet");
     CHECK(r.status == 2);
     CHECK(r.err.find("already holds a run") != std::string::npos);
+  }
+
+  TEST_CASE("every instruction set the hot loops dispatch to gives the same metrics") {
+    // Noisy gradients (Gaussian noise drawn by fill_normal on every element of
+    // every worker, every step) and 1-bit Adam's compression: forced through
+    // BITLAB_ISA, each variant this CPU has, at 1 and 2 threads, must write
+    // metrics.csv (but for wall time) and comm_log.csv identical to SSE2's.
+    TempDir d;
+    const auto file = d.file("noisy.json", R"({
+      "name": "isa", "steps": 12, "eval_every": 4, "seed": 5,
+      "problem": {"name": "quadratic", "dim": 1003, "noise": 0.1},
+      "cluster": {"workers": 4},
+      "optimizer": {"name": "onebit_adam", "lr": 0.01, "freeze_step": 4}
+    })");
+    auto strip_wall = [](const std::string& csv) {
+      std::istringstream in(csv);
+      std::string l, all;
+      while (std::getline(in, l)) all += l.substr(0, l.rfind(',')) + "\n";
+      return all;
+    };
+    const auto ref = (d.path / "sse2").string();
+    REQUIRE(
+        run_bitlab(d, "run " + file + " --out " + ref + " --quiet --threads 2", "BITLAB_ISA=sse2")
+            .status == 0);
+    const std::string ref_metrics = strip_wall(slurp(fs::path(ref) / "metrics.csv"));
+    CHECK(ref_metrics.find("nan") == std::string::npos);
+    for (bitlab::Isa isa : bitlab::supported_isas()) {
+      for (int threads : {1, 2}) {
+        const std::string name = std::string(bitlab::isa_name(isa)) + std::to_string(threads);
+        const auto out = (d.path / name).string();
+        INFO(name);
+        REQUIRE(run_bitlab(d,
+                           "run " + file + " --out " + out + " --quiet --threads " +
+                               std::to_string(threads),
+                           std::string("BITLAB_ISA=") + bitlab::isa_name(isa))
+                    .status == 0);
+        CHECK(strip_wall(slurp(fs::path(out) / "metrics.csv")) == ref_metrics);
+        CHECK(slurp(fs::path(out) / "comm_log.csv") == slurp(fs::path(ref) / "comm_log.csv"));
+      }
+    }
+    const Result bad =
+        run_bitlab(d, "run " + file + " --out " + (d.path / "bad").string(), "BITLAB_ISA=neon");
+    CHECK(bad.status == 2);
+    CHECK(bad.err.find("BITLAB_ISA = \"neon\": must be one of sse2, avx2, avx512") !=
+          std::string::npos);
+    CHECK_FALSE(fs::exists(d.path / "bad"));
   }
 
   TEST_CASE("bad input: exit status 2, one clear message, no results folder") {

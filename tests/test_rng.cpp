@@ -1,9 +1,12 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
+#include "sim/core/normal_math.hpp"
 #include "sim/core/rng.hpp"
+#include "sim/core/schema.hpp"
 
 using namespace bitlab;
 
@@ -41,6 +44,65 @@ TEST_SUITE("rng") {
     fill_normal(rng, std::span<float>(parts).subspan(5, 502), 2.0f, 5);
     fill_normal(rng, std::span<float>(parts).subspan(507), 2.0f, 507);
     CHECK(whole == parts);
+  }
+
+  TEST_CASE("every dispatched variant of fill_normal gives the scalar reference's bits") {
+    // The scalar reference: normals_of_block on Philox blocks one at a time.
+    // Every instruction set this CPU supports must match it bit for bit, for
+    // ranges that start and end inside blocks and cover several kernel batches
+    // (32 blocks each), and at block indices above 2^32.
+    const RngStream rng(9, Purpose::kGradNoise, 5, 77);
+    const uint64_t starts[] = {0, 1, 3, 130, (uint64_t{1} << 34) + 2};
+    const size_t sizes[] = {0, 1, 3, 4, 5, 127, 128, 129, 4099};
+    const std::vector<Isa> isas = supported_isas();
+    MESSAGE("variants checked on this CPU: " << isas.size());
+    for (uint64_t first : starts) {
+      for (size_t n : sizes) {
+        std::vector<float> ref(n);
+        for (size_t k = 0; k < n; ++k) {
+          const uint64_t g = first + k;
+          const PhiloxBlock b = rng.block(g / 4);
+          float z[4];
+          normal_math::normals_of_block(b[0], b[1], b[2], b[3], 0.5f, z);
+          ref[k] = z[g % 4];
+        }
+        for (Isa isa : isas) {
+          std::vector<float> got(n, -1.0f);
+          fill_normal_isa(isa, rng, got, 0.5f, first);
+          INFO("isa " << std::string(isa_name(isa)) << ", first " << first << ", n " << n);
+          CHECK(std::memcmp(got.data(), ref.data(), n * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("the normal transform's log and sincos are accurate over every input") {
+    // Every one of the 2^24 codes k (u = k/2^24) against double-precision
+    // references, relative to float's unit roundoff 2^-24 ≈ 6e-8. Bounds: a few
+    // ulp — the series are truncated below 4e-10 (normal_math.hpp), the rest is
+    // rounding in ~10 float operations. -2 ln u is checked relative to
+    // max(|-2 ln u|, 1e-6) because it vanishes at u = 1; sin/cos absolutely
+    // (|values| ≤ 1).
+    double worst_log = 0, worst_trig = 0;
+    for (int32_t k = 1; k <= (1 << 24); ++k) {
+      const double u = k / 16777216.0;
+      const double ref_log = -2.0 * std::log(u);
+      const double got_log = normal_math::minus_two_log_unit(k);
+      worst_log = std::max(worst_log, std::fabs(got_log - ref_log) / std::max(ref_log, 1e-6));
+      const normal_math::SinCos sc = normal_math::sincos_two_pi_unit(k);
+      const double t = 2.0 * M_PI * u;
+      worst_trig = std::max(worst_trig,
+                            std::max(std::fabs(sc.s - std::sin(t)), std::fabs(sc.c - std::cos(t))));
+    }
+    MESSAGE("worst relative error of -2 ln u: " << worst_log << ", of sin/cos: " << worst_trig);
+    CHECK(worst_log < 4 * 5.97e-8);
+    CHECK(worst_trig < 4 * 5.97e-8);
+  }
+
+  TEST_CASE("BITLAB_ISA names are checked") {
+    CHECK(parse_isa("avx2") == Isa::kAvx2);
+    CHECK_THROWS_WITH_AS(parse_isa("neon"), doctest::Contains("must be one of sse2, avx2, avx512"),
+                         ConfigError);
   }
 
   TEST_CASE("normal and uniform moments") {

@@ -18,6 +18,7 @@
 #include "sim/comm/transport.hpp"
 #include "sim/compress/compressor.hpp"
 #include "sim/compress/error_feedback.hpp"
+#include "sim/core/isa.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/run.hpp"
 #include "sim/engine/simulation.hpp"
@@ -132,6 +133,9 @@ int main(int argc, char** argv) {
     return transport ? transport->rank() == 0 : !launcher || launcher->rank == 0;
   };
   try {
+    // BITLAB_ISA is read here, once, so that a bad value is a clear error before
+    // any work (and never thrown from inside a parallel region).
+    (void)active_isa();
     transport = make_transport(flags, launcher);
     flags.options.transport = transport.get();
     if (*list) {

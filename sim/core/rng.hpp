@@ -14,6 +14,7 @@
 #include <span>
 
 #include "sim/core/hd.hpp"
+#include "sim/core/isa.hpp"
 
 namespace bitlab {
 
@@ -81,6 +82,12 @@ class RngStream {
     return philox4x32_10({static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), worker_, step_},
                          key_);
   }
+
+  // The counter's fixed words and the key, for the batched kernels
+  // (sim/core/normal_kernels.inc), which run the rounds of many blocks at once.
+  std::array<uint32_t, 2> key() const { return key_; }
+  uint32_t worker_word() const { return worker_; }
+  uint32_t step_word() const { return step_; }
 
   // Sequential interface.
   uint32_t next_u32() {
@@ -155,7 +162,12 @@ class RngStream {
 };
 
 // Fills out[i] with scale * N(0,1), element-addressed: out[i] depends only on
-// the stream and i (Box-Muller in float on lanes of block i/4).
+// the stream and first_index + i (Box-Muller in float on the lanes of block
+// (first_index + i)/4, sim/core/normal_math.hpp). Runs on the instruction set
+// active_isa() picks; every one gives the same bits.
 void fill_normal(const RngStream& rng, std::span<float> out, float scale, uint64_t first_index = 0);
+// The same on a named instruction set (tests and benchmarks; it must be supported).
+void fill_normal_isa(Isa isa, const RngStream& rng, std::span<float> out, float scale,
+                     uint64_t first_index = 0);
 
 }  // namespace bitlab

@@ -35,12 +35,12 @@ struct StepTiming {
 };
 
 StepTiming time_steps(int workers, int log2_dim, int64_t grad_norm_every, int repeats,
-                      const char* wire) {
+                      const char* wire, double noise) {
   const std::string text =
       std::string(R"({"name": "bench", "steps": 1000000,
       "grad_norm_every": )") +
       std::to_string(grad_norm_every) + R"(, "problem": {"name": "quadratic", "dim": )" +
-      std::to_string(int64_t{1} << log2_dim) +
+      std::to_string(int64_t{1} << log2_dim) + R"(, "noise": )" + std::to_string(noise) +
       R"(, "condition_number": 10},
       "cluster": {"workers": )" +
       std::to_string(workers) + R"(}, "optimizer": {"name": "adam", "lr": 0.001, "wire": ")" +
@@ -89,15 +89,26 @@ int main(int argc, char** argv) {
     const char* label;
     int64_t grad_norm_every;
     const char* wire;
+    double noise;
   };
-  for (const Case c :
-       {Case{"adam fp32 (headline)", 0, "fp32"}, Case{"adam fp32 + grad_norm metric", 1, "fp32"},
-        Case{"adam fp16 wire", 0, "fp16"}}) {
-    const StepTiming t = time_steps(workers, log2_dim, c.grad_norm_every, repeats, c.wire);
+  double clean_s = 0.0, noisy_s = 0.0;
+  for (const Case c : {Case{"adam fp32 (headline)", 0, "fp32", 0.0},
+                       Case{"adam fp32 + grad_norm metric", 1, "fp32", 0.0},
+                       Case{"adam fp16 wire", 0, "fp16", 0.0},
+                       Case{"adam fp32, gradient noise 0.1", 0, "fp32", 0.1}}) {
+    const StepTiming t = time_steps(workers, log2_dim, c.grad_norm_every, repeats, c.wire, c.noise);
     const double gbps = bytes / t.median_s / 1e9;
     std::printf("%-34s %10.2f %10.2f %10.2f %10.2f %8.0f%%\n", c.label, t.median_s * 1e3,
                 t.min_s * 1e3, t.max_s * 1e3, gbps, 100.0 * gbps / triad);
+    if (c.noise > 0.0) noisy_s = t.median_s;
+    if (c.grad_norm_every == 0 && c.noise == 0.0 && !std::strcmp(c.wire, "fp32"))
+      clean_s = t.median_s;
   }
+  std::printf(
+      "noise costs %.2f ms a step: N·d = %.0f M normals at %.0f M normals/s (instruction set: "
+      "%s; bench_normals measures the transform alone)\n",
+      (noisy_s - clean_s) * 1e3, n * d / 1e6, n * d / (noisy_s - clean_s) / 1e6,
+      isa_name(active_isa()));
   std::printf(
       "(GB/s = the bytes above / median step time; the grad_norm row reads the N "
       "gradients once more and the fp16 row rounds on the fly, neither counted)\n");
