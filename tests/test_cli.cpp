@@ -197,42 +197,56 @@ TEST_SUITE("cli") {
     CHECK(s["divergence"]["hint"].get<std::string>().find("optimizer.lr") != std::string::npos);
   }
 
-  TEST_CASE("Ctrl-C leaves summary.json with status interrupted and the metrics so far") {
+  TEST_CASE("Ctrl-C, SIGTERM and SIGHUP leave summary.json interrupted and complete metrics") {
+    // SIGTERM is what Slurm sends at a time limit or on preemption, SIGHUP what
+    // a closing terminal sends: each must end the run as Ctrl-C does.
     TempDir d;
     const auto file = d.file("long.json", R"({"steps": 100000000,
       "problem": {"name": "quadratic", "dim": 1000}, "cluster": {"workers": 2},
       "optimizer": {"name": "sgd", "lr": 0.01}})");
-    const auto out = (d.path / "run").string();
-    const pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      freopen("/dev/null", "w", stdout);
-      freopen("/dev/null", "w", stderr);
-      execl(BITLAB_BINARY, BITLAB_BINARY, "run", file.c_str(), "--out", out.c_str(), "--quiet",
-            static_cast<char*>(nullptr));
-      _exit(127);
+    const std::pair<int, const char*> signals[] = {
+        {SIGINT, "SIGINT"}, {SIGTERM, "SIGTERM"}, {SIGHUP, "SIGHUP"}};
+    for (const auto& [sig, name] : signals) {
+      INFO(std::string(name));
+      const auto out = (d.path / name).string();
+      const pid_t pid = fork();
+      REQUIRE(pid >= 0);
+      if (pid == 0) {
+        freopen("/dev/null", "w", stdout);
+        freopen("/dev/null", "w", stderr);
+        execl(BITLAB_BINARY, BITLAB_BINARY, "run", file.c_str(), "--out", out.c_str(), "--quiet",
+              static_cast<char*>(nullptr));
+        _exit(127);
+      }
+      // Wait until the run is under way (metrics.csv exists and has rows).
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (std::chrono::steady_clock::now() < deadline &&
+             (!fs::exists(fs::path(out) / "metrics.csv") ||
+              fs::file_size(fs::path(out) / "metrics.csv") < 5000)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      kill(pid, sig);
+      int raw = 0;
+      waitpid(pid, &raw, 0);
+      REQUIRE(WIFEXITED(raw));
+      CHECK(WEXITSTATUS(raw) == 128 + sig);
+      const Json s = Json::parse(slurp(fs::path(out) / "summary.json"));
+      CHECK(s["status"] == "interrupted");
+      CHECK(s["signal"] == name);
+      CHECK(s["steps_completed"].get<int64_t>() > 0);
+      // every completed step is in metrics.csv, and its last line is whole
+      const std::string text = slurp(fs::path(out) / "metrics.csv");
+      CHECK(text.back() == '\n');
+      std::istringstream metrics(text);
+      std::string line, last;
+      int64_t rows = -1;
+      while (std::getline(metrics, line)) {
+        ++rows;
+        last = line;
+      }
+      CHECK(rows == s["steps_completed"].get<int64_t>());
+      CHECK(last.rfind(std::to_string(rows) + ",", 0) == 0);
     }
-    // Wait until the run is under way (metrics.csv exists and has rows).
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (std::chrono::steady_clock::now() < deadline &&
-           (!fs::exists(fs::path(out) / "metrics.csv") ||
-            fs::file_size(fs::path(out) / "metrics.csv") < 5000)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    kill(pid, SIGINT);
-    int raw = 0;
-    waitpid(pid, &raw, 0);
-    REQUIRE(WIFEXITED(raw));
-    CHECK(WEXITSTATUS(raw) == 130);
-    const Json s = Json::parse(slurp(fs::path(out) / "summary.json"));
-    CHECK(s["status"] == "interrupted");
-    CHECK(s["steps_completed"].get<int64_t>() > 0);
-    // every completed step is in metrics.csv
-    std::istringstream metrics(slurp(fs::path(out) / "metrics.csv"));
-    std::string line;
-    int64_t rows = -1;
-    while (std::getline(metrics, line)) ++rows;
-    CHECK(rows == s["steps_completed"].get<int64_t>());
   }
 
   TEST_CASE("--set may come before the file; the last --set of a path wins") {

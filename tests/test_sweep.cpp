@@ -277,42 +277,47 @@ TEST_SUITE("sweep") {
     CHECK(ro.err.find("different sweep") != std::string::npos);
   }
 
-  TEST_CASE("Ctrl-C stops the sweep: exit 130, the csv lists what finished") {
-    TempDir d;
-    const auto file = d.file("long.json", R"({"name": "long",
+  TEST_CASE("Ctrl-C or SIGTERM stops the sweep: exit 128 + signal, the csv lists what finished") {
+    // SIGTERM: what Slurm sends the sweep at a time limit; it is forwarded as is.
+    for (const int sig : {SIGINT, SIGTERM}) {
+      INFO("signal " << sig);
+      TempDir d;
+      const auto file = d.file("long.json", R"({"name": "long",
       "base": {"steps": 100000000, "problem": {"name": "quadratic", "dim": 1000},
                "cluster": {"workers": 2}, "optimizer": {"name": "sgd", "lr": 0.01}},
       "seeds": [1, 2, 3, 4]})");
-    const auto out = d.path / "out";
-    const pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      freopen("/dev/null", "w", stdout);
-      freopen("/dev/null", "w", stderr);
-      execl(BITLAB_BINARY, BITLAB_BINARY, "sweep", file.c_str(), "--out", out.c_str(), "--jobs",
-            "2", static_cast<char*>(nullptr));
-      _exit(127);
+      const auto out = d.path / "out";
+      const pid_t pid = fork();
+      REQUIRE(pid >= 0);
+      if (pid == 0) {
+        freopen("/dev/null", "w", stdout);
+        freopen("/dev/null", "w", stderr);
+        execl(BITLAB_BINARY, BITLAB_BINARY, "sweep", file.c_str(), "--out", out.c_str(), "--jobs",
+              "2", static_cast<char*>(nullptr));
+        _exit(127);
+      }
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      const auto m1 = out / "run-001_seed=1" / "metrics.csv";
+      const auto m2 = out / "run-002_seed=2" / "metrics.csv";
+      while (std::chrono::steady_clock::now() < deadline &&
+             (!fs::exists(m1) || fs::file_size(m1) < 5000 || !fs::exists(m2) ||
+              fs::file_size(m2) < 5000)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      kill(pid, sig);  // the sweep alone: it forwards to its children
+      int raw = 0;
+      waitpid(pid, &raw, 0);
+      REQUIRE(WIFEXITED(raw));
+      CHECK(WEXITSTATUS(raw) == 128 + sig);
+      const auto csv = csv_without(slurp(out / "sweep.csv"), {});
+      REQUIRE(csv.size() == 3);  // the two runs under way; runs 3 and 4 never started
+      CHECK(csv[1].find(",interrupted,") != std::string::npos);
+      CHECK(csv[2].find(",interrupted,") != std::string::npos);
+      CHECK(!fs::exists(out / "run-003_seed=3"));
+      const Json s = Json::parse(slurp(out / "run-001_seed=1" / "summary.json"));
+      CHECK(s["status"] == "interrupted");
+      CHECK(s["signal"] == (sig == SIGINT ? "SIGINT" : "SIGTERM"));
     }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    const auto m1 = out / "run-001_seed=1" / "metrics.csv";
-    const auto m2 = out / "run-002_seed=2" / "metrics.csv";
-    while (std::chrono::steady_clock::now() < deadline &&
-           (!fs::exists(m1) || fs::file_size(m1) < 5000 || !fs::exists(m2) ||
-            fs::file_size(m2) < 5000)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    kill(pid, SIGINT);  // the sweep alone: it forwards to its children
-    int raw = 0;
-    waitpid(pid, &raw, 0);
-    REQUIRE(WIFEXITED(raw));
-    CHECK(WEXITSTATUS(raw) == 130);
-    const auto csv = csv_without(slurp(out / "sweep.csv"), {});
-    REQUIRE(csv.size() == 3);  // the two runs under way; runs 3 and 4 never started
-    CHECK(csv[1].find(",interrupted,") != std::string::npos);
-    CHECK(csv[2].find(",interrupted,") != std::string::npos);
-    CHECK(!fs::exists(out / "run-003_seed=3"));
-    const Json s = Json::parse(slurp(out / "run-001_seed=1" / "summary.json"));
-    CHECK(s["status"] == "interrupted");
   }
 }
 

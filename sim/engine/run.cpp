@@ -27,7 +27,8 @@ namespace bitlab {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::atomic<bool> g_interrupted{false};
+// The signal that asked the run to stop (SIGINT, SIGTERM or SIGHUP), 0 if none.
+std::atomic<int> g_interrupted{0};
 
 namespace {
 
@@ -97,8 +98,18 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-extern "C" void on_sigint(int) {
-  g_interrupted.store(true);
+// Ctrl-C, and what a scheduler sends: Slurm's SIGTERM at a time limit or on
+// preemption, SIGHUP when the terminal goes. Each only asks the loop to stop
+// after the step in flight, so the run still ends with complete files and its
+// summary.
+extern "C" void on_stop_signal(int sig) {
+  g_interrupted.store(sig);
+}
+
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+const char* signal_name(int sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "?";
 }
 
 // What every step of a run reads: the experiment, the options, the
@@ -146,6 +157,7 @@ struct MeasuredTotals {
 // What the step loop leaves for the summary.
 struct RunTally {
   std::string status = "completed";  // or "diverged", "interrupted"
+  int signal = 0;                    // the signal that interrupted it
   Json divergence;                   // where and why, when diverged
   StepMetrics last;
   std::vector<double> last_eval;
@@ -326,18 +338,22 @@ Json divergence_record(const Experiment& e, const StepMetrics& m) {
                        "), a longer warm-up, or check the problem's scale"}};
 }
 
-bool interrupted(const RunContext& run) {
-  // Under MPI a Ctrl-C may reach the ranks at different steps: stop when any
-  // rank saw it (a bookkeeping max, not a metric).
-  return run.measured ? run.transport.max(g_interrupted.load() ? 1.0 : 0.0) > 0.0
-                      : g_interrupted.load();
+// The stop signal seen, 0 if none. Under MPI a signal may reach the ranks at
+// different steps (or only mpirun's rank 0): stop when any rank saw one, all at
+// the same step boundary, agreeing on the largest signal number (a
+// bookkeeping max, not a metric).
+int interrupted(const RunContext& run) {
+  const int sig = g_interrupted.load();
+  return run.measured ? static_cast<int>(run.transport.max(static_cast<double>(sig))) : sig;
 }
 
 // Steps until the last step, a divergence or Ctrl-C (which stops the loop
 // after the current step, so the run still ends with its summary).
 RunTally run_steps(const RunContext& run, RunFiles& files) {
-  g_interrupted.store(false);
-  auto old_handler = std::signal(SIGINT, on_sigint);
+  g_interrupted.store(0);
+  void (*old_handlers[std::size(kStopSignals)])(int);
+  for (size_t k = 0; k < std::size(kStopSignals); ++k)
+    old_handlers[k] = std::signal(kStopSignals[k], on_stop_signal);
   Progress progress(run.experiment.run.steps, run.options.quiet || !run.writer);
   RunTally tally;
   tally.last_eval.assign(run.eval_cols.size(), std::numeric_limits<double>::quiet_NaN());
@@ -353,13 +369,15 @@ RunTally run_steps(const RunContext& run, RunFiles& files) {
       tally.divergence = divergence_record(run.experiment, m);
       break;
     }
-    if (interrupted(run)) {
+    if (const int sig = interrupted(run)) {
       tally.status = "interrupted";
+      tally.signal = sig;
       break;
     }
   }
   progress.finish();
-  std::signal(SIGINT, old_handler);
+  for (size_t k = 0; k < std::size(kStopSignals); ++k)
+    std::signal(kStopSignals[k], old_handlers[k]);
   files.metrics.close();
   files.comm_log.close();
   files.transport_csv.close();
@@ -455,6 +473,7 @@ Json make_summary(const RunContext& run, const RunTally& tally) {
   summary["steps_planned"] = e.run.steps;
   summary["steps_completed"] = last.step;
   if (tally.status == "diverged") summary["divergence"] = tally.divergence;
+  if (tally.status == "interrupted") summary["signal"] = signal_name(tally.signal);
   summary["final"] = final_metrics(run, tally);
   const auto opt = run.sim.problem().optimal_loss();
   summary["optimal_loss"] = opt ? Json(*opt) : Json(nullptr);
@@ -498,8 +517,11 @@ void report(const RunContext& run, const RunTally& tally) {
   std::fprintf(stderr, "  results: %s\n", run.dir.c_str());
 }
 
-int exit_status_of(const std::string& status) {
-  return status == "diverged" ? 3 : status == "interrupted" ? 130 : 0;
+// 0 completed, 3 diverged, 128 + the signal when interrupted (130 for Ctrl-C,
+// 143 for SIGTERM, 129 for SIGHUP), as a shell reports a process the signal
+// ended.
+int exit_status_of(const RunTally& tally) {
+  return tally.status == "diverged" ? 3 : tally.status == "interrupted" ? 128 + tally.signal : 0;
 }
 
 }  // namespace
@@ -539,7 +561,7 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   open_run_files(run, files);
   const RunTally tally = run_steps(run, files);
   const Json summary = make_summary(run, tally);
-  const int exit_status = exit_status_of(tally.status);
+  const int exit_status = exit_status_of(tally);
   if (!run.writer) return exit_status;
   write_json(fs::path(run.dir) / "summary.json", summary);
   report(run, tally);

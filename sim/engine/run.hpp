@@ -27,10 +27,12 @@ struct RunCliOptions {
   Transport* transport = nullptr;
 };
 
-// Set by SIGINT; the loop stops after the current step.
-extern std::atomic<bool> g_interrupted;
+// Set by SIGINT, SIGTERM or SIGHUP to the signal's number; the loop stops
+// after the current step.
+extern std::atomic<int> g_interrupted;
 
-// Exit status: 0 completed, 3 diverged, 130 interrupted. Throws ConfigError for
+// Exit status: 0 completed, 3 diverged, 128 + signal interrupted (130 Ctrl-C,
+// 143 SIGTERM, 129 SIGHUP). Throws ConfigError for
 // bad input before creating any results folder.
 int run_experiment(const Experiment& experiment, const RunCliOptions& options);
 

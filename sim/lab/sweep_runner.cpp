@@ -37,9 +37,10 @@ int machine_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+// The stop signal received (SIGINT, SIGTERM or SIGHUP), 0 if none.
 volatile std::sig_atomic_t g_sweep_interrupted = 0;
-extern "C" void on_sweep_sigint(int) {
-  g_sweep_interrupted = 1;
+extern "C" void on_sweep_sigint(int sig) {
+  g_sweep_interrupted = sig;
 }
 
 std::string format_duration(double s) {
@@ -100,6 +101,8 @@ pid_t spawn(const std::vector<std::string>& args, std::vector<std::string> env,
     if (null_fd >= 0) dup2(null_fd, STDOUT_FILENO);
     if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
     signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
     execve(args[0].c_str(), argv.data(), envp.data());
     static const char kMsg[] = "bitlab sweep: exec of the bitlab binary failed\n";
     (void)!write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
@@ -163,21 +166,27 @@ int SweepRunner::run() {
   const std::vector<size_t> pending = pending_runs();
   write_csv();
 
+  // Ctrl-C, and a scheduler's SIGTERM (time limit, preemption) or SIGHUP: the
+  // children end their step, sweep.csv is rewritten, --resume picks up.
   g_sweep_interrupted = 0;
+  constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
   struct sigaction sa {
-  }, old_sa{};
+  }, old_sa[3]{};
   sa.sa_handler = on_sweep_sigint;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_sa);
+  for (int k = 0; k < 3; ++k) sigaction(kStopSignals[k], &sa, &old_sa[k]);
+  const auto restore = [&] {
+    for (int k = 0; k < 3; ++k) sigaction(kStopSignals[k], &old_sa[k], nullptr);
+  };
   t0_ = Clock::now();
   try {
     schedule(pending, jobs, threads);
   } catch (...) {
     stop_children();
-    sigaction(SIGINT, &old_sa, nullptr);
+    restore();
     throw;
   }
-  sigaction(SIGINT, &old_sa, nullptr);
+  restore();
 
   write_csv();
   progress(true);
@@ -214,8 +223,9 @@ void SweepRunner::schedule(const std::vector<size_t>& pending, int jobs, int thr
   while (next < pending.size() || !running_.empty()) {
     if (g_sweep_interrupted && !forwarded) {
       // A terminal's Ctrl-C reaches the children too; a signal sent to the
-      // sweep alone is passed on. Either way each child ends its step.
-      for (const auto& [pid, i] : running_) kill(pid, SIGINT);
+      // sweep alone is passed on, as the same signal. Either way each child
+      // ends its step.
+      for (const auto& [pid, i] : running_) kill(pid, static_cast<int>(g_sweep_interrupted));
       forwarded = true;
     }
     while (!g_sweep_interrupted && next < pending.size() &&
@@ -262,10 +272,12 @@ void SweepRunner::finish(size_t i, int raw) {
   out.done = true;
   out.exit_code = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + (WIFSIGNALED(raw) ? WTERMSIG(raw) : 0);
   out.summary = read_run_summary(dir_ / spec_.runs[i].dir_name);
-  const bool known = out.exit_code == 0 || out.exit_code == 3 || out.exit_code == 130;
+  const bool known = out.exit_code == 0 || out.exit_code == 3 || out.exit_code == 128 + SIGINT ||
+                     out.exit_code == 128 + SIGTERM || out.exit_code == 128 + SIGHUP;
   if (known && out.summary.is_object() && out.summary.contains("status")) {
     out.status = out.summary["status"].get<std::string>();
-  } else if (WIFSIGNALED(raw) && WTERMSIG(raw) == SIGINT) {
+  } else if (WIFSIGNALED(raw) &&
+             (WTERMSIG(raw) == SIGINT || WTERMSIG(raw) == SIGTERM || WTERMSIG(raw) == SIGHUP)) {
     out.status = "interrupted";
   } else {
     out.status = "failed";
@@ -352,7 +364,7 @@ void SweepRunner::final_report(double wall_s) {
 }
 
 int SweepRunner::exit_status() const {
-  if (g_sweep_interrupted) return 130;
+  if (g_sweep_interrupted) return 128 + static_cast<int>(g_sweep_interrupted);
   for (const auto& out : outcomes_) {
     if (out.done && out.status != "completed") return 3;
   }
