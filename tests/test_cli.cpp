@@ -158,6 +158,20 @@ TEST_SUITE("cli") {
          "cluster.workers = 100000: must be <= the problem's 256 training samples"},
         {kGood, "--threads 0", "--threads"},
         {kGood, "--bogus", "--bogus"},
+        // Hostile input: refused with exit 2, never a crash or an internal error.
+        {std::string(10000, '[') + std::string(10000, ']'), "",
+         "exp.json: JSON nested deeper than 64 levels"},
+        {R"({"description": )" + std::string(10000, '[') + std::string(10000, ']') + "}", "",
+         "exp.json: JSON nested deeper than 64 levels"},
+        {kGood, "--set description=" + std::string(5000, '[') + std::string(5000, ']'),
+         "JSON nested deeper than 64 levels"},
+        {R"({"steps": 5, "steps": 6, "problem": {"name": "logistic"}})", "",
+         "exp.json: key \"steps\" appears twice in one object"},
+        {kGood, "--set optimizer.lr=1e400", "--set optimizer.lr=1e400: number overflow"},
+        {kGood, "--set \"optimizer.lr=$(printf '\\377\\376')\"",
+         "--set optimizer.lr=...: the value is not valid UTF-8 text"},
+        {kGood, "--set \"optimizer.name=ad$(printf '\\377')am\"",
+         "--set optimizer.name=...: the value is not valid UTF-8 text"},
     };
     for (const auto& c : cases) {
       CAPTURE(c.expect);
@@ -172,6 +186,21 @@ TEST_SUITE("cli") {
     Result r = run_bitlab(d, "run " + (d.path / "missing.json").string());
     CHECK(r.status == 2);
     CHECK(r.err.find("missing.json: no such file") != std::string::npos);
+    // A grid of 64 paths × 2 values is 2^64 runs: refused, not wrapped to 0.
+    Json grid = Json::object();
+    for (int k = 0; k < 64; ++k) grid["description_" + std::to_string(k)] = {1, 2};
+    const auto huge =
+        d.file("huge.json", Json{{"base", Json::parse(kGood)}, {"grid", grid}}.dump());
+    r = run_bitlab(d, "sweep " + huge + " --out " + (d.path / "never").string());
+    CHECK(r.status == 2);
+    CHECK(r.err.find("makes more than 100000 runs") != std::string::npos);
+    CHECK(!fs::exists(d.path / "never"));
+    // Sizes that would overflow the cost model's byte counts are refused.
+    r = run_bitlab(d,
+                   "cost --params 4611686018427387904 --workers 64 --steps 10 --network "
+                   "ethernet_10g_a100x8 --optimizer adam");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("params = 4611686018427387904: must be") != std::string::npos);
     // validate gives the same verdicts without running
     const auto bad = d.file("bad.json", cases[3].content);
     r = run_bitlab(d, "validate " + bad);

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "optimizers/optimizer.hpp"
@@ -34,28 +35,105 @@ Schema<RunSettings> RunSettings::schema() {
   return s;
 }
 
-Json parse_json_text(const std::string& text, const std::string& source) {
-  try {
-    return Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    // Line and column of the byte where parsing failed (1-based).
-    const size_t at = e.byte > 0 ? std::min<size_t>(e.byte - 1, text.size()) : 0;
-    size_t line = 1, col = 1;
-    for (size_t i = 0; i < at; ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
+namespace {
+
+// Where byte `at` (0-based) of `text` is, as "line:column" (1-based).
+std::string line_and_column(const std::string& text, size_t at) {
+  at = std::min(at, text.size());
+  size_t line = 1, col = 1;
+  for (size_t i = 0; i < at; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return std::to_string(line) + ":" + std::to_string(col);
+}
+
+// nlohmann prefixes "[json.exception.parse_error.101] parse error at line 3, column 5: ".
+std::string without_json_prefix(const std::string& what) {
+  const auto colon = what.find(": ");
+  const auto bracket = what.find("] ");
+  if (colon != std::string::npos) return what.substr(colon + 2);
+  return bracket != std::string::npos ? what.substr(bracket + 2) : what;
+}
+
+// Refuses, while parsing, what the JSON grammar allows but bitlab cannot use
+// safely: nesting deeper than kMaxJsonDepth (deeper documents would only
+// overflow the stack of the code that walks them later) and a key given twice
+// in one object (nlohmann keeps the last silently; the user meant one of them).
+class StrictParse {
+ public:
+  explicit StrictParse(std::string source) : source_(std::move(source)) {}
+
+  bool operator()(int depth, Json::parse_event_t event, Json& parsed) {
+    using E = Json::parse_event_t;
+    if ((event == E::object_start || event == E::array_start) && depth >= kMaxJsonDepth) {
+      throw ConfigError(source_ + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                        " levels; bitlab's files are at most a few levels deep");
+    }
+    if (event == E::object_start) keys_.emplace_back();
+    if (event == E::object_end && !keys_.empty()) keys_.pop_back();
+    if (event == E::key && !keys_.empty()) {
+      const std::string key = parsed.get<std::string>();
+      if (!keys_.back().insert(key).second) {
+        throw ConfigError(source_ + ": key \"" + key +
+                          "\" appears twice in one object; give it once");
       }
     }
-    std::string what = e.what();
-    // nlohmann prefixes "[json.exception.parse_error.101] parse error at line 3, column 5: ".
-    const auto colon = what.find(": ");
-    if (colon != std::string::npos) what = what.substr(colon + 2);
-    throw ConfigError(source + ":" + std::to_string(line) + ":" + std::to_string(col) +
-                      ": JSON syntax error: " + what);
+    return true;
   }
+
+ private:
+  std::string source_;
+  std::vector<std::set<std::string>> keys_;  // the keys of each open object
+};
+
+}  // namespace
+
+Json parse_json_text(const std::string& text, const std::string& source) {
+  try {
+    return Json::parse(text, StrictParse(source));
+  } catch (const Json::parse_error& e) {
+    const size_t at = e.byte > 0 ? e.byte - 1 : 0;
+    throw ConfigError(source + ":" + line_and_column(text, at) +
+                      ": JSON syntax error: " + without_json_prefix(e.what()));
+  } catch (const Json::out_of_range& e) {
+    // e.g. 1e400: "number overflow parsing '1e400'"
+    throw ConfigError(source + ": " + without_json_prefix(e.what()) +
+                      ": numbers must fit a 64-bit float or integer");
+  } catch (const Json::exception& e) {
+    throw ConfigError(source + ": " + without_json_prefix(e.what()));
+  }
+}
+
+bool is_valid_utf8(const std::string& text) {
+  size_t i = 0;
+  const size_t n = text.size();
+  while (i < n) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    size_t len = c < 0x80           ? 1
+                 : (c >> 5) == 0x6  ? 2
+                 : (c >> 4) == 0xE  ? 3
+                 : (c >> 3) == 0x1E ? 4
+                                    : 0;
+    if (len == 0 || i + len > n || (len == 2 && c < 0xC2)) return false;
+    uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+    for (size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(text[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // overlong forms, UTF-16 surrogates and code points past U+10FFFF
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    i += len;
+  }
+  return true;
 }
 
 Json load_json_file(const std::string& path) {
@@ -79,11 +157,21 @@ void apply_set(Json& raw, const std::string& assignment) {
   }
   const std::string path = assignment.substr(0, eq);
   const std::string text = assignment.substr(eq + 1);
+  if (!is_valid_utf8(text)) {
+    throw ConfigError("--set " + path + "=...: the value is not valid UTF-8 text");
+  }
   Json value;
+  // A value of thousands of characters is not echoed whole.
+  const std::string source =
+      "--set " + (assignment.size() > 80 ? assignment.substr(0, 77) + "..." : assignment);
   try {
-    value = Json::parse(text);
-  } catch (const Json::parse_error&) {
-    value = text;  // adam, full, ...
+    value = parse_json_text(text, source);
+  } catch (const ConfigError& e) {
+    // Not JSON: a bare word (adam, full, ...) is meant as a string. Anything
+    // that is JSON but refused (too deep, a duplicate key, a number out of
+    // range) stays refused.
+    if (std::string(e.what()).find(": JSON syntax error: ") == std::string::npos) throw;
+    value = text;
   }
   try {
     set_json_path(raw, path, value);

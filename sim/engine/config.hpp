@@ -34,9 +34,16 @@ struct Experiment {
   Json resolved;  // the whole resolved experiment
 };
 
-// Parses JSON text; a syntax error becomes a ConfigError
-// "<source>:<line>:<column>: JSON syntax error: ...".
+// The one way bitlab reads JSON from a user (experiment, sweep and cost files,
+// --set values). Every failure is a ConfigError naming the source: a syntax
+// error as "<source>:<line>:<column>: JSON syntax error: ...", a number out of
+// range (1e400), nesting deeper than kMaxJsonDepth, a key given twice in one
+// object.
+inline constexpr int kMaxJsonDepth = 64;
 Json parse_json_text(const std::string& text, const std::string& source);
+// Whether text is well-formed UTF-8 (no overlong forms, surrogates or code
+// points past U+10FFFF): a JSON string must be.
+bool is_valid_utf8(const std::string& text);
 // Reads and parses a file (a missing or unreadable file is a ConfigError).
 Json load_json_file(const std::string& path);
 

@@ -21,10 +21,13 @@ Schema<CostSettings> CostSettings::schema() {
   s.field("description", &O::description, "free text: what this spec prices and why");
   s.field("params", &O::params,
           "parameters d of the model (the length of the communicated vector); required",
-          {rules::at_least<int64_t>(1)});
+          // 2^50 ≈ 1.1e15 parameters, 1000× the largest models: byte counts
+          // (params · bytes per element · workers) then stay far inside int64.
+          {rules::at_least<int64_t>(1), rules::at_most<int64_t>(int64_t{1} << 50)});
   s.field("workers", &O::workers, "data-parallel workers n (GPUs); required",
           {rules::at_least<int64_t>(1), rules::at_most<int64_t>(1 << 20)});
-  s.field("steps", &O::steps, "training steps to price; required", {rules::at_least<int64_t>(1)});
+  s.field("steps", &O::steps, "training steps to price; required",
+          {rules::at_least<int64_t>(1), rules::at_most<int64_t>(int64_t{1} << 40)});
   s.field("samples_per_worker", &O::samples_per_worker,
           "samples per worker per step; only used when compute.step_ms is 0 and the compute "
           "time is derived as flops_per_param_sample · params · samples / device_tflops",
