@@ -179,7 +179,13 @@ class CommLogReader {
       r.payload_bytes = parse_int(reader_, fields_[7], "payload_bytes");
       if (r.payload_bytes < 0) reader_.fail("column payload_bytes: must be >= 0");
       r.sent_bytes = parse_double(reader_, fields_[8], "sent_bytes");
+      // from_chars reads "nan" and "inf" as numbers: a byte count must be neither.
+      if (!std::isfinite(r.sent_bytes) || r.sent_bytes < 0) {
+        reader_.fail("column sent_bytes: \"" + std::string(fields_[8]) +
+                     "\" must be a finite number >= 0");
+      }
       r.messages = parse_int(reader_, fields_[9], "messages");
+      if (r.messages < 0) reader_.fail("column messages: must be >= 0");
       if (r.step < last_step_) {
         reader_.fail("step " + std::to_string(r.step) + " comes after step " +
                      std::to_string(last_step_) + " (the log must be in step order)");
