@@ -105,6 +105,11 @@ uint32_t big_endian_u32(const unsigned char* bytes) {
                       " data bytes, the file holds " + std::to_string(held));
 }
 
+// The most rows a scikit-learn CSV header may claim.
+constexpr double kMaxCsvRows = 1e9;
+// The most items an IDX header may promise: 100× Fashion-MNIST's training set.
+constexpr uint32_t kMaxIdxItems = 6000000;
+
 // Header of an IDX file: magic, then one big-endian u32 per dimension.
 // Returns the shape and the payload size it promises.
 std::vector<uint32_t> read_idx_header(GzReader& in, uint32_t magic, size_t dims,
@@ -129,6 +134,15 @@ std::vector<uint32_t> read_idx_header(GzReader& in, uint32_t magic, size_t dims,
   }
   std::vector<uint32_t> shape(dims);
   for (size_t k = 0; k < dims; ++k) shape[k] = big_endian_u32(bytes + 4 * (1 + k));
+  // Checked before anything is allocated from it: a header promising 0 items,
+  // or 0xFFFFFFFF (which would zero 4.2 GB before "truncated"), is corrupt.
+  if (shape[0] == 0 || shape[0] > kMaxIdxItems) {
+    in.finish();
+    data_fail(in.path(), "the header promises " + std::to_string(shape[0]) +
+                             " items: must be in [1, " + std::to_string(kMaxIdxItems) +
+                             "] (Fashion-MNIST has 60000 and 10000); the file is corrupt or "
+                             "not this data set");
+  }
   payload = 1;
   for (const uint32_t s : shape) payload *= s;
   return shape;
@@ -269,6 +283,12 @@ RawDataset read_sklearn_csv(const std::string& path, int features, int classes, 
     const auto h = fields_of(lines[0]);
     if (h.size() < 2) data_fail(where(0), "header must start with n_samples,n_features");
     const double rows = number(h[0], 0, 0), cols = number(h[1], 0, 1);
+    // Checked before the count is used: 1e300 rows is no int64, and 0 rows
+    // would let any number of data rows pass.
+    if (!(rows >= 1 && rows <= kMaxCsvRows && rows == std::floor(rows))) {
+      data_fail(where(0), "the header claims " + std::string(h[0]) +
+                              " rows: must be a whole number in [1, 1e9]");
+    }
     if (cols != features) {
       data_fail(where(0), "wrong shape: the header says " + std::string(h[1]) +
                               " features, expected " + std::to_string(features));

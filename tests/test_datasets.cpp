@@ -210,6 +210,14 @@ TEST_SUITE("datasets") {
       write_gz(labels, idx_bytes(0x801, {29}, std::string(29, '\1')));
       CHECK(contains(error_of(load), labels.string() + ": wrong shape: 29 labels for 30 images"));
     }
+    SUBCASE("a header promising 0 items, or 0xFFFFFFFF, is refused before allocating") {
+      write_gz(labels, idx_bytes(0x801, {0}, ""));
+      CHECK(contains(error_of(load), labels.string() + ": the header promises 0 items: must be "
+                                                       "in [1, 6000000]"));
+      write_mini_fashion(tmp.path, 30, 20);
+      write_gz(images, idx_bytes(0x803, {0xFFFFFFFFu, 28, 28}, std::string(28 * 28, '\0')));
+      CHECK(contains(error_of(load), images.string() + ": the header promises 4294967295 items"));
+    }
     SUBCASE("label out of range") {
       std::string l(30, '\1');
       l[4] = 12;
@@ -250,6 +258,16 @@ TEST_SUITE("datasets") {
       for (int line = 0; line < 51; ++line) cut = good.find('\n', cut) + 1;
       write_plain(wine, good.substr(0, cut));
       CHECK(contains(error_of(load), wine.string() + ": truncated: 50 data rows, expected 178"));
+    }
+    SUBCASE("a header claiming 1e300 rows, or 0, is refused") {
+      for (const char* claim : {"1e300", "0", "2.5"}) {
+        std::string bad = good;
+        bad.replace(0, 3, claim);
+        write_plain(wine, bad);
+        CHECK(contains(error_of(load), wine.string() + ":1: the header claims " +
+                                           std::string(claim) +
+                                           " rows: must be a whole number in [1, 1e9]"));
+      }
     }
     SUBCASE("header with the wrong feature count") {
       std::string bad = good;
