@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -19,7 +21,14 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   {
     std::ofstream out(tmp);
     out << text;
-    if (!out) throw std::runtime_error("cannot write " + tmp.string());
+    errno = 0;
+    out.close();  // the data reaches the system here: a full disk shows now
+    if (!out) {
+      const std::string why = errno != 0 ? std::strerror(errno) : "write error";
+      std::error_code ignored;
+      fs::remove(tmp, ignored);  // never rename a partial file into place
+      throw std::runtime_error("cannot write " + p.string() + ": " + why);
+    }
   }
   fs::rename(tmp, p);
 }

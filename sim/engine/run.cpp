@@ -6,11 +6,13 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -143,6 +145,11 @@ struct RunContext {
 struct RunFiles {
   std::ofstream metrics, comm_log, transport_csv;
   size_t comm_records_written = 0;
+  std::string dir;  // where they are (for the failure message)
+  // Bytes of each file up to its last whole step: a write that fails midway
+  // (a full disk) is cut back to there, so no file ends in a torn row.
+  std::streamoff good_bytes[3] = {0, 0, 0};
+  std::string header_failure;  // a header that could not be written
 };
 
 struct PhaseTotals {
@@ -156,8 +163,9 @@ struct MeasuredTotals {
 
 // What the step loop leaves for the summary.
 struct RunTally {
-  std::string status = "completed";  // or "diverged", "interrupted"
+  std::string status = "completed";  // or "diverged", "interrupted", "failed"
   int signal = 0;                    // the signal that interrupted it
+  std::string failure;               // why it failed: the path and the system's reason
   Json divergence;                   // where and why, when diverged
   StepMetrics last;
   std::vector<double> last_eval;
@@ -225,6 +233,7 @@ void write_config_and_manifest(const RunContext& run) {
 void open_run_files(const RunContext& run, RunFiles& files) {
   if (run.writer) {
     const fs::path d(run.dir);
+    files.dir = run.dir;
     files.metrics.open(d / "metrics.csv");
     files.comm_log.open(d / "comm_log.csv");
     if (run.measured) files.transport_csv.open(d / "transport.csv");
@@ -246,6 +255,19 @@ void open_run_files(const RunContext& run, RunFiles& files) {
   files.transport_csv << "step,wall_step_s,mpi_bytes_rank0,mpi_bytes_all_ranks,mpi_calls_rank0,"
                          "model_bytes_per_worker,model_comm_s,model_step_s,mpi_comm_s_rank0,"
                          "mpi_comm_s_max\n";
+  // The headers are the first whole content a failed write is cut back to.
+  std::ofstream* streams[] = {&files.metrics, &files.comm_log, &files.transport_csv};
+  const char* names[] = {"metrics.csv", "comm_log.csv", "transport.csv"};
+  for (size_t k = 0; k < std::size(streams); ++k) {
+    if (!streams[k]->is_open()) continue;
+    errno = 0;
+    if (streams[k]->flush()) {
+      files.good_bytes[k] = streams[k]->tellp();
+    } else if (files.header_failure.empty()) {
+      files.header_failure = "cannot write " + (fs::path(run.dir) / names[k]).string() + ": " +
+                             (errno != 0 ? std::strerror(errno) : "write error");
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -347,6 +369,52 @@ int interrupted(const RunContext& run) {
   return run.measured ? static_cast<int>(run.transport.max(static_cast<double>(sig))) : sig;
 }
 
+// Every row of the step is handed to the system now (one flush per file and
+// step: a killed run loses at most the step in flight, and a full disk is
+// seen at the step it happens). A failed write ends the run as `failed`, with
+// the path and the system's reason; under MPI every rank stops at the same
+// step (rank 0 alone writes).
+bool write_failed(const RunContext& run, RunFiles& files, RunTally& tally) {
+  std::string failure = files.header_failure;
+  if (run.writer) {
+    const std::pair<std::ofstream*, const char*> streams[] = {
+        {&files.metrics, "metrics.csv"},
+        {&files.comm_log, "comm_log.csv"},
+        {&files.transport_csv, "transport.csv"}};
+    std::streamoff now_bytes[3] = {0, 0, 0};
+    for (size_t k = 0; k < std::size(streams); ++k) {
+      std::ofstream& stream = *streams[k].first;
+      if (!stream.is_open()) continue;
+      errno = 0;
+      stream.flush();
+      if (stream) {
+        now_bytes[k] = stream.tellp();
+      } else if (failure.empty()) {
+        failure = "cannot write " + (fs::path(files.dir) / streams[k].second).string() + ": " +
+                  (errno != 0 ? std::strerror(errno) : "write error");
+      }
+    }
+    // All files end at the same whole step: the step is kept only when every
+    // file took it.
+    if (failure.empty()) std::copy(now_bytes, now_bytes + 3, files.good_bytes);
+    if (!failure.empty()) {
+      for (size_t k = 0; k < std::size(streams); ++k) {
+        if (!streams[k].first->is_open()) continue;
+        streams[k].first->close();
+        std::error_code ignored;  // shrinking needs no space
+        fs::resize_file(fs::path(files.dir) / streams[k].second,
+                        static_cast<uintmax_t>(files.good_bytes[k]), ignored);
+      }
+    }
+  }
+  const bool any =
+      run.measured ? run.transport.max(failure.empty() ? 0.0 : 1.0) > 0.0 : !failure.empty();
+  if (!any) return false;
+  tally.status = "failed";
+  tally.failure = failure.empty() ? "another rank could not write its results" : failure;
+  return true;
+}
+
 // Steps until the last step, a divergence or Ctrl-C (which stops the loop
 // after the current step, so the run still ends with its summary).
 RunTally run_steps(const RunContext& run, RunFiles& files) {
@@ -364,6 +432,7 @@ RunTally run_steps(const RunContext& run, RunFiles& files) {
     write_new_comm_records(files, run.sim.comm().log());
     tally_step(tally, m, run.timed);
     progress.update(t, m.train_loss);
+    if (write_failed(run, files, tally)) break;
     if (diverged(m)) {
       tally.status = "diverged";
       tally.divergence = divergence_record(run.experiment, m);
@@ -474,6 +543,7 @@ Json make_summary(const RunContext& run, const RunTally& tally) {
   summary["steps_completed"] = last.step;
   if (tally.status == "diverged") summary["divergence"] = tally.divergence;
   if (tally.status == "interrupted") summary["signal"] = signal_name(tally.signal);
+  if (tally.status == "failed") summary["failure"] = tally.failure;
   summary["final"] = final_metrics(run, tally);
   const auto opt = run.sim.problem().optimal_loss();
   summary["optimal_loss"] = opt ? Json(*opt) : Json(nullptr);
@@ -521,7 +591,10 @@ void report(const RunContext& run, const RunTally& tally) {
 // 143 for SIGTERM, 129 for SIGHUP), as a shell reports a process the signal
 // ended.
 int exit_status_of(const RunTally& tally) {
-  return tally.status == "diverged" ? 3 : tally.status == "interrupted" ? 128 + tally.signal : 0;
+  return tally.status == "diverged"      ? 3
+         : tally.status == "failed"      ? kExitIoError
+         : tally.status == "interrupted" ? 128 + tally.signal
+                                         : 0;
 }
 
 }  // namespace
@@ -563,7 +636,20 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   const Json summary = make_summary(run, tally);
   const int exit_status = exit_status_of(tally);
   if (!run.writer) return exit_status;
-  write_json(fs::path(run.dir) / "summary.json", summary);
+  if (tally.status == "failed") {
+    // Said whether or not --quiet: the results are incomplete.
+    std::fprintf(stderr, "bitlab: error: %s; the run stopped at step %lld, status failed\n",
+                 tally.failure.c_str(), static_cast<long long>(tally.last.step));
+  }
+  try {
+    write_json(fs::path(run.dir) / "summary.json", summary);
+  } catch (const std::exception& e) {
+    // The disk that stopped the rows may refuse the summary too: say so, and
+    // never exit 0 (a folder without summary.json is not a finished run).
+    std::fprintf(stderr, "bitlab: error: %s: cannot write summary.json (%s)\n", run.dir.c_str(),
+                 e.what());
+    return kExitIoError;
+  }
   report(run, tally);
   // The folder, alone on stdout, for scripts.
   std::printf("%s\n", run.dir.c_str());

@@ -31,8 +31,13 @@ struct RunCliOptions {
 // after the current step.
 extern std::atomic<int> g_interrupted;
 
-// Exit status: 0 completed, 3 diverged, 128 + signal interrupted (130 Ctrl-C,
-// 143 SIGTERM, 129 SIGHUP). Throws ConfigError for
+// A run that could not write its results (a full disk, a lost mount): not bad
+// input (2), not a bug (1).
+inline constexpr int kExitIoError = 4;
+
+// Exit status: 0 completed, 3 diverged, 4 failed to write its results (see
+// summary.json's "failure"), 128 + signal interrupted (130 Ctrl-C, 143
+// SIGTERM, 129 SIGHUP). Throws ConfigError for
 // bad input before creating any results folder.
 int run_experiment(const Experiment& experiment, const RunCliOptions& options);
 

@@ -19,6 +19,7 @@
 
 #include "sim/comm/launcher.hpp"
 #include "sim/core/files.hpp"
+#include "sim/engine/run.hpp"
 #include "sim/lab/sweep.hpp"
 #include "sim/lab/sweep_csv.hpp"
 
@@ -272,8 +273,9 @@ void SweepRunner::finish(size_t i, int raw) {
   out.done = true;
   out.exit_code = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + (WIFSIGNALED(raw) ? WTERMSIG(raw) : 0);
   out.summary = read_run_summary(dir_ / spec_.runs[i].dir_name);
-  const bool known = out.exit_code == 0 || out.exit_code == 3 || out.exit_code == 128 + SIGINT ||
-                     out.exit_code == 128 + SIGTERM || out.exit_code == 128 + SIGHUP;
+  const bool known = out.exit_code == 0 || out.exit_code == 3 || out.exit_code == kExitIoError ||
+                     out.exit_code == 128 + SIGINT || out.exit_code == 128 + SIGTERM ||
+                     out.exit_code == 128 + SIGHUP;
   if (known && out.summary.is_object() && out.summary.contains("status")) {
     out.status = out.summary["status"].get<std::string>();
   } else if (WIFSIGNALED(raw) &&
