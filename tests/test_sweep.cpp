@@ -304,6 +304,15 @@ TEST_SUITE("sweep") {
               fs::file_size(m2) < 5000)) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
+      if (sig == SIGINT) {
+        // While it runs, a second --resume of the same sweep is refused, naming
+        // the process that holds the folder (it would re-run the same runs).
+        const Result second =
+            run_bitlab(d, "sweep " + file + " --out " + out.string() + " --resume");
+        CHECK(second.status == 2);
+        CHECK(second.err.find(out.string() + " is being written by process " + std::to_string(pid) +
+                              " (bitlab sweep of long)") != std::string::npos);
+      }
       kill(pid, sig);  // the sweep alone: it forwards to its children
       int raw = 0;
       waitpid(pid, &raw, 0);

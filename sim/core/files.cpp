@@ -1,5 +1,7 @@
 #include "sim/core/files.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -7,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+
+#include "sim/core/schema.hpp"
 
 namespace bitlab {
 
@@ -31,6 +35,34 @@ void write_text_atomic(const std::string& path, const std::string& text) {
     }
   }
   fs::rename(tmp, p);
+}
+
+FolderLock::FolderLock(const std::string& dir, const std::string& name,
+                       const std::string& command) {
+  const std::string path = (fs::path(dir) / name).string();
+  // O_CLOEXEC: a sweep's children must not inherit (and so keep) the lock.
+  fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    throw ConfigError("cannot lock " + dir + " (" + path + ": " + std::strerror(errno) + ")");
+  }
+  if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    char holder[512] = {0};
+    const ssize_t got = pread(fd_, holder, sizeof holder - 1, 0);
+    std::string who = got > 0 ? std::string(holder, static_cast<size_t>(got)) : "another process";
+    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+    close(fd_);
+    fd_ = -1;
+    throw ConfigError(dir + " is being written by " + who +
+                      "; wait for it to end or stop it, then try again");
+  }
+  const std::string me = "process " + std::to_string(getpid()) + " (" + command + ")\n";
+  if (ftruncate(fd_, 0) != 0 || pwrite(fd_, me.data(), me.size(), 0) < 0) {
+    // The lock holds without the note; a second process is then told less.
+  }
+}
+
+FolderLock::~FolderLock() {
+  if (fd_ >= 0) close(fd_);  // releases the lock; the file stays (harmless)
 }
 
 }  // namespace bitlab

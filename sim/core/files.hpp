@@ -10,3 +10,23 @@ namespace bitlab {
 void write_text_atomic(const std::string& path, const std::string& text);
 
 }  // namespace bitlab
+
+namespace bitlab {
+
+// An exclusive lock on a results folder, held while this object lives (flock on
+// `<dir>/<name>`, released by the system even when the process is killed). The
+// file records the holder's process id and command, so that a second process
+// is told who holds the folder. Throws ConfigError (exit 2) naming the holder
+// when another process holds the lock.
+class FolderLock {
+ public:
+  FolderLock(const std::string& dir, const std::string& name, const std::string& command);
+  ~FolderLock();
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace bitlab

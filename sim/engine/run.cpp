@@ -18,6 +18,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "sim/core/files.hpp"
@@ -629,6 +630,9 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   Simulation sim(e, o.transport);
   RunContext run(e, o, sim);
   run.dir = agree_on_run_dir(run);
+  // The folder is this process's while it runs (rank 0 alone writes it).
+  std::optional<FolderLock> lock;
+  if (run.writer) lock.emplace(run.dir, ".bitlab.lock", "bitlab run of " + e.run.name);
   write_config_and_manifest(run);
   RunFiles files;
   open_run_files(run, files);

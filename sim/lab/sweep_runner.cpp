@@ -446,6 +446,13 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& o) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw ConfigError("cannot create sweep folder " + dir.string() + ": " + ec.message());
+  // One process per sweep (or per shard: shards share the folder) at a time: a
+  // second `--resume` of the same sweep would re-run the same runs beside it.
+  const std::string lock_name =
+      o.shards > 0 ? ".bitlab.lock-" + shard_csv_name(o.shard, o.shards) : ".bitlab.lock";
+  const FolderLock lock(
+      dir.string(), lock_name,
+      std::string("bitlab sweep") + (o.resume ? " --resume" : "") + " of " + spec.name);
   write_text_atomic(dir / "sweep.json", sweep_json.dump(2) + "\n");
   SweepRunner runner(spec, o, dir);
   return runner.run();
