@@ -173,6 +173,11 @@ TEST_SUITE("cli") {
          "--set optimizer.lr=...: the value is not valid UTF-8 text"},
         {kGood, "--set \"optimizer.name=ad$(printf '\\377')am\"",
          "--set optimizer.name=...: the value is not valid UTF-8 text"},
+        // 2^20 workers × 2^22 parameters: 17.6 TB of gradient rows, refused
+        // before anything is allocated (no machine this runs on has it).
+        {R"({"problem": {"name": "quadratic", "dim": 4194304}, "cluster": {"workers": 1048576},
+             "optimizer": {"name": "adam"}})",
+         "", "cluster.workers = 1048576 workers of d = 4194304 parameters need at least 17.6 TB"},
     };
     for (const auto& c : cases) {
       CAPTURE(c.expect);
@@ -209,6 +214,8 @@ TEST_SUITE("cli") {
     CHECK(r.err.find("optimizer.beta1 = 1.0") != std::string::npos);
     r = run_bitlab(d, "validate " + d.file("good.json", kGood) + " --print");
     CHECK(r.status == 0);
+    // 4 gradient rows of d = 6 padded to 16 floats, plus 6 parameters: (64 + 6)·4 = 280 B.
+    CHECK(r.err.find("memory: at least 280 B for the workers' gradients") != std::string::npos);
     CHECK(Json::parse(r.out)["optimizer"]["eps"] == 1e-8);
   }
 

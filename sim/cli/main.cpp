@@ -18,7 +18,9 @@
 #include "sim/comm/transport.hpp"
 #include "sim/compress/compressor.hpp"
 #include "sim/compress/error_feedback.hpp"
+#include "sim/core/human.hpp"
 #include "sim/core/isa.hpp"
+#include "sim/core/memory.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/run.hpp"
 #include "sim/engine/simulation.hpp"
@@ -81,6 +83,11 @@ int validate_experiment(const RunFlags& f) {
                f.file.c_str(), exp.problem.at("name").get<std::string>().c_str(),
                sim.cluster().dim(), exp.optimizer.at("name").get<std::string>().c_str(),
                static_cast<long long>(exp.cluster.workers), static_cast<long long>(exp.run.steps));
+  std::fprintf(stderr,
+               "  memory: at least %s for the workers' gradients and the parameters (the "
+               "optimizer's state comes on top); this machine has %s\n",
+               human_bytes(static_cast<double>(sim.cluster().memory_lower_bound())).c_str(),
+               human_bytes(static_cast<double>(machine_memory_bytes())).c_str());
   return 0;
 }
 
@@ -151,6 +158,16 @@ int main(int argc, char** argv) {
     return run_experiment(load_experiment(flags.file, flags.sets), flags.options);
   } catch (const ConfigError& e) {
     if (reports()) std::fprintf(stderr, "bitlab: error: %s\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    // What the memory check before the large buffers cannot foresee (the
+    // problem's own data, the optimizer's state): still a clear refusal.
+    std::fprintf(stderr,
+                 "bitlab: error: out of memory: the run needs more than this machine's %s "
+                 "(bitlab validate prints a lower bound); use fewer workers or a smaller "
+                 "problem\n",
+                 human_bytes(static_cast<double>(machine_memory_bytes())).c_str());
+    if (transport && transport->ranks() > 1) transport->abort(2);
     return 2;
   } catch (const std::exception& e) {
     // Not necessarily seen by every rank: print it here and end all ranks.

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "sim/core/memory.hpp"
+
 namespace bitlab {
 
 BatchSize JsonCodec<BatchSize>::read(const Json& j, std::string_view path) {
@@ -190,6 +192,12 @@ Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t se
       dim_(problem.dim()),
       stride_((problem.dim() + 15) / 16 * 16),
       seed_(seed) {
+  check_memory_fits(memory_lower_bound(),
+                    "cluster.workers = " + std::to_string(workers_) +
+                        " workers of d = " + std::to_string(dim_) + " parameters",
+                    "4-byte floats: one gradient row per worker and the parameters; the "
+                    "optimizer's state comes on top",
+                    "use fewer workers or a smaller problem");
   params_.assign(dim_, 0.0f);
   problem_.init_params(params(), seed);
   grads_.assign(stride_ * static_cast<size_t>(local_.size()), 0.0f);
@@ -238,6 +246,15 @@ void Cluster::compute_gradients(int64_t step) {
                           static_cast<uint64_t>(step));
     losses_[i] = problem_.loss_grad(params(i), batches_[i], grad(i), noise, *workspaces_[i]);
   }
+}
+
+uint64_t Cluster::memory_lower_bound() const {
+  // The buffers every run holds whatever the optimizer: a gradient row per
+  // local worker (padded to `stride_`) and the shared parameters. Per-worker
+  // parameters (local steps) and the optimizer's state come on top.
+  const uint64_t rows = saturating_mul(static_cast<uint64_t>(local_.size()), stride_, 4);
+  const uint64_t params = saturating_mul(dim_, 4);
+  return rows > UINT64_MAX - params ? UINT64_MAX : rows + params;
 }
 
 }  // namespace bitlab

@@ -88,6 +88,9 @@ class Cluster {
   int workers() const { return workers_; }
   WorkerRange local_workers() const { return local_; }
   size_t dim() const { return dim_; }
+  // Bytes of the buffers every run holds: the local workers' gradient rows and
+  // the parameters (checked against the machine's memory before allocating).
+  uint64_t memory_lower_bound() const;
   const Problem& problem() const { return problem_; }
   // The parameter vector's tensors (the problem's layout; may be empty).
   const std::vector<TensorInfo>& tensors() const { return problem_.tensors(); }
