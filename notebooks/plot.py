@@ -30,6 +30,7 @@ those messages need no matplotlib. Only the standard library and matplotlib are 
 
 import argparse
 import csv
+import io
 import json
 import math
 import os
@@ -169,9 +170,15 @@ class Run:
             with open(config_path) as f:
                 self.config = flatten(json.load(f))
         with open(os.path.join(path, "metrics.csv"), newline="") as f:
-            reader = csv.reader(f)
-            self.columns = next(reader, [])
-            self.rows = list(reader)
+            text = f.read()
+        if text and not text.endswith("\n"):
+            # A row cut off by a kill mid-write: its numbers may be truncated, so it is
+            # left out rather than drawn.
+            text = text[:text.rfind("\n") + 1]
+            note("%s: metrics.csv ends in a torn row: left out" % path)
+        reader = csv.reader(io.StringIO(text))
+        self.columns = next(reader, [])
+        self.rows = list(reader)
         self.summary = {}
         summary_path = os.path.join(path, "summary.json")
         if os.path.isfile(summary_path):
@@ -181,6 +188,9 @@ class Run:
             except ValueError:
                 note("%s: unreadable summary.json: its status is unknown" % path)
         self.status = self.summary.get("status", "unfinished")
+        if self.status in UNFINISHED:
+            note("%s: %s: drawn up to its last step and marked as unfinished"
+                 % (path, self.status))
 
     def series(self, x, y):
         """{step: (x, y)} over the rows where both x and y hold finite numbers."""
@@ -431,6 +441,7 @@ def ema(values, span):
 # only stretch the y axis. A run that stopped early on a non-finite loss (summary status
 # "diverged") is marked at its last finite point.
 BLOWUP_FACTOR = 10.0
+UNFINISHED = ("unfinished", "interrupted", "failed")
 LINE_STYLES = ["-", "--", ":", "-."]
 
 
@@ -440,6 +451,9 @@ class Curve:
         self.group, self.xs, self.mean, self.lo, self.hi = group, xs, mean, lo, hi
         self.smooth = smooth
         self.diverged = any(r.status == "diverged" for r in group.members)
+        # A run that did not finish (interrupted, failed to write, killed or still running:
+        # no summary.json) is drawn as far as it got and marked, never shown as finished.
+        self.unfinished = any(r.status in UNFINISHED for r in group.members)
         self.cut = None  # index of the first blown-up point, if any
 
     def apply_blowup(self, limit):
@@ -547,7 +561,7 @@ def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix):
     panels = panels[0]
     g_color, g_style, sections = choose_styles(groups, paths, names, matplotlib)
     eval_like = not metric.startswith("train_loss") and metric != "grad_norm"
-    any_stopped = False
+    any_stopped = any_unfinished = False
     for panel, x in zip(panels, axes):
         curves = [Curve(g, x, metric, smooth) for g in groups]
         limit = blowup_limit(curves)
@@ -571,6 +585,12 @@ def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix):
         set_ylim(panel, kept_y or stopped_y, logy)
         bottom, top = panel.get_ylim()
         for i, c in enumerate(curves):
+            if c.unfinished and not c.stopped and c.xs:
+                any_unfinished = True
+                y = ema(c.mean, smooth)[-1]
+                panel.plot([c.xs[-1]], [min(max(y, bottom), top)], marker="o", markersize=5,
+                           markerfacecolor="white", markeredgecolor=g_color[i],
+                           markeredgewidth=1.2, linestyle="none", clip_on=False, zorder=5)
             if c.stopped and c.xs:
                 any_stopped = True
                 y = ema(c.mean, smooth)[-1]
@@ -600,6 +620,10 @@ def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix):
         handles.append(Line2D([], [], marker="X", color="0.5", markeredgecolor="black",
                               markeredgewidth=0.5, linestyle="none"))
         labels.append("diverged / blew up\n(cut at > %g× median\ninitial value)" % BLOWUP_FACTOR)
+    if any_unfinished:
+        handles.append(Line2D([], [], marker="o", markerfacecolor="white", color="0.3",
+                              markeredgewidth=1.2, linestyle="none"))
+        labels.append("unfinished (interrupted,\nfailed or no summary.json)")
     notes = []
     if seeds != [1]:
         notes.append("line: mean over %s seeds, band: min–max"

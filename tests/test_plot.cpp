@@ -211,4 +211,34 @@ TEST_SUITE("plot") {
     CHECK(svg.find("1e6") == std::string::npos);
     CHECK(svg.find("1.2") != std::string::npos);  // a tick label near the curves' range
   }
+
+  TEST_CASE("a run killed mid-write is drawn as unfinished, without its torn row") {
+    if (!have_matplotlib()) {
+      MESSAGE("skipped: matplotlib is not importable by /usr/bin/python3 (python3-matplotlib)");
+      return;
+    }
+    // Two hand-written runs: one completed; one killed by SIGKILL at step 7 (no
+    // summary.json, metrics.csv ending in half a row).
+    TempDir d;
+    for (int k = 0; k < 2; ++k) {
+      const std::string run = std::string("runs/r") + std::to_string(k) + "/";
+      d.file(run + "config.json",
+             std::string(R"({"name": "torn", "optimizer": {"lr": )") + (k ? "0.2" : "0.1") + "}}");
+      std::string csv = "step,train_loss,bytes_sent_cum\n";
+      for (int step = 1; step <= (k == 1 ? 7 : 20); ++step) {
+        csv += std::to_string(step) + "," + std::to_string(1.0 / step) + "," +
+               std::to_string(100 * step) + "\n";
+      }
+      if (k == 1) csv += "8,0.12";  // the torn row
+      d.file(run + "metrics.csv", csv);
+      if (k == 0) d.file(run + "summary.json", R"({"status": "completed"})");
+    }
+    const std::string prefix = (d.path / "fig").string();
+    Result r = run_bitlab(d, "plot " + (d.path / "runs").string() + " --out " + prefix);
+    REQUIRE(r.status == 0);
+    CHECK(r.err.find("metrics.csv ends in a torn row: left out") != std::string::npos);
+    CHECK(r.err.find("unfinished: drawn up to its last step and marked as unfinished") !=
+          std::string::npos);
+    CHECK(slurp(prefix + ".svg").find("unfinished (interrupted,") != std::string::npos);
+  }
 }
