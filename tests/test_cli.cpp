@@ -35,6 +35,14 @@ const char* kGood = R"({
   "optimizer": {"name": "adam", "lr": 0.05}
 })";
 
+// metrics.csv without its last column (wall_s, the one that differs between runs).
+std::string strip_wall(const std::string& csv) {
+  std::istringstream in(csv);
+  std::string l, all;
+  while (std::getline(in, l)) all += l.substr(0, l.rfind(',')) + "\n";
+  return all;
+}
+
 }  // namespace
 
 TEST_SUITE("cli") {
@@ -72,12 +80,6 @@ TEST_SUITE("cli") {
     // Same config and seed: the same metrics, but for the wall-time column.
     const auto out2 = (d.path / "run2").string();
     REQUIRE(run_bitlab(d, "run " + file + " --out " + out2 + " --quiet --threads 1").status == 0);
-    auto strip_wall = [](const std::string& csv) {
-      std::istringstream in(csv);
-      std::string l, all;
-      while (std::getline(in, l)) all += l.substr(0, l.rfind(',')) + "\n";
-      return all;
-    };
     CHECK(strip_wall(slurp(fs::path(out) / "metrics.csv")) ==
           strip_wall(slurp(fs::path(out2) / "metrics.csv")));
     CHECK(slurp(fs::path(out) / "comm_log.csv") == slurp(fs::path(out2) / "comm_log.csv"));
@@ -100,12 +102,6 @@ TEST_SUITE("cli") {
       "cluster": {"workers": 4},
       "optimizer": {"name": "onebit_adam", "lr": 0.01, "freeze_step": 4}
     })");
-    auto strip_wall = [](const std::string& csv) {
-      std::istringstream in(csv);
-      std::string l, all;
-      while (std::getline(in, l)) all += l.substr(0, l.rfind(',')) + "\n";
-      return all;
-    };
     const auto ref = (d.path / "sse2").string();
     REQUIRE(
         run_bitlab(d, "run " + file + " --out " + ref + " --quiet --threads 2", "BITLAB_ISA=sse2")

@@ -9,10 +9,6 @@ namespace bitlab {
 // never sees half a file.
 void write_text_atomic(const std::string& path, const std::string& text);
 
-}  // namespace bitlab
-
-namespace bitlab {
-
 // An exclusive lock on a results folder, held while this object lives (flock on
 // `<dir>/<name>`, released by the system even when the process is killed). The
 // file records the holder's process id and command, so that a second process

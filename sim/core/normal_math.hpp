@@ -82,17 +82,18 @@ BITLAB_HD inline SinCos sincos_two_pi_unit(int32_t k) {
   return {s, c};
 }
 
-// The four normals of one Philox block, in lane order.
-BITLAB_HD inline void normals_of_block(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3,
-                                       float scale, float* z) {
+// The four normals of one Philox block (times `scale`), in lane order. The scalar
+// path and every batched variant (normal_kernels.inc) call this very function.
+struct Normals4 {
+  float z[4];
+};
+BITLAB_HD inline Normals4 normals_of_block(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3,
+                                           float scale) {
   const float r0 = sqrtf(minus_two_log_unit(unit_code(w0)));
   const float r1 = sqrtf(minus_two_log_unit(unit_code(w2)));
   const SinCos t0 = sincos_two_pi_unit(unit_code(w1));
   const SinCos t1 = sincos_two_pi_unit(unit_code(w3));
-  z[0] = scale * (r0 * t0.c);
-  z[1] = scale * (r0 * t0.s);
-  z[2] = scale * (r1 * t1.c);
-  z[3] = scale * (r1 * t1.s);
+  return {{scale * (r0 * t0.c), scale * (r0 * t0.s), scale * (r1 * t1.c), scale * (r1 * t1.s)}};
 }
 
 }  // namespace bitlab::normal_math

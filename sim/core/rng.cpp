@@ -33,9 +33,8 @@ isa_kernels::NormalBlocks* normal_kernel(Isa isa) {
 // range that does not start or end on a block boundary).
 void partial_block(const RngStream& rng, uint64_t g, size_t count, float scale, float* out) {
   const PhiloxBlock b = rng.block(g / 4);
-  float z[4];
-  normal_math::normals_of_block(b[0], b[1], b[2], b[3], scale, z);
-  for (size_t k = 0; k < count; ++k) out[k] = z[g % 4 + k];
+  const normal_math::Normals4 n = normal_math::normals_of_block(b[0], b[1], b[2], b[3], scale);
+  for (size_t k = 0; k < count; ++k) out[k] = n.z[g % 4 + k];
 }
 
 }  // namespace

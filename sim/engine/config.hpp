@@ -41,9 +41,6 @@ struct Experiment {
 // object.
 inline constexpr int kMaxJsonDepth = 64;
 Json parse_json_text(const std::string& text, const std::string& source);
-// Whether text is well-formed UTF-8 (no overlong forms, surrogates or code
-// points past U+10FFFF): a JSON string must be.
-bool is_valid_utf8(const std::string& text);
 // Reads and parses a file (a missing or unreadable file is a ConfigError).
 Json load_json_file(const std::string& path);
 

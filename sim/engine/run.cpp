@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -151,6 +152,45 @@ struct RunFiles {
   // (a full disk) is cut back to there, so no file ends in a torn row.
   std::streamoff good_bytes[3] = {0, 0, 0};
   std::string header_failure;  // a header that could not be written
+
+  // The files in a fixed order, with their names (good_bytes follows it).
+  std::array<std::pair<std::ofstream*, const char*>, 3> streams() {
+    return {{{&metrics, "metrics.csv"},
+             {&comm_log, "comm_log.csv"},
+             {&transport_csv, "transport.csv"}}};
+  }
+
+  // Hands what each open file holds to the system; `sizes[k]` gets the size of
+  // file k when it took it (else stays). Returns the first failure, as "cannot
+  // write PATH: reason", or "".
+  std::string flush(std::streamoff sizes[3]) {
+    std::string failure;
+    const auto all = streams();
+    for (size_t k = 0; k < all.size(); ++k) {
+      std::ofstream& stream = *all[k].first;
+      if (!stream.is_open()) continue;
+      errno = 0;
+      if (stream.flush()) {
+        sizes[k] = stream.tellp();
+      } else if (failure.empty()) {
+        failure = "cannot write " + (fs::path(dir) / all[k].second).string() + ": " +
+                  (errno != 0 ? std::strerror(errno) : "write error");
+      }
+    }
+    return failure;
+  }
+
+  // After a failure: closes the files and cuts each back to good_bytes.
+  void cut_back() {
+    const auto all = streams();
+    for (size_t k = 0; k < all.size(); ++k) {
+      if (!all[k].first->is_open()) continue;
+      all[k].first->close();
+      std::error_code ignored;  // shrinking needs no space
+      fs::resize_file(fs::path(dir) / all[k].second, static_cast<uintmax_t>(good_bytes[k]),
+                      ignored);
+    }
+  }
 };
 
 struct PhaseTotals {
@@ -256,19 +296,9 @@ void open_run_files(const RunContext& run, RunFiles& files) {
   files.transport_csv << "step,wall_step_s,mpi_bytes_rank0,mpi_bytes_all_ranks,mpi_calls_rank0,"
                          "model_bytes_per_worker,model_comm_s,model_step_s,mpi_comm_s_rank0,"
                          "mpi_comm_s_max\n";
-  // The headers are the first whole content a failed write is cut back to.
-  std::ofstream* streams[] = {&files.metrics, &files.comm_log, &files.transport_csv};
-  const char* names[] = {"metrics.csv", "comm_log.csv", "transport.csv"};
-  for (size_t k = 0; k < std::size(streams); ++k) {
-    if (!streams[k]->is_open()) continue;
-    errno = 0;
-    if (streams[k]->flush()) {
-      files.good_bytes[k] = streams[k]->tellp();
-    } else if (files.header_failure.empty()) {
-      files.header_failure = "cannot write " + (fs::path(run.dir) / names[k]).string() + ": " +
-                             (errno != 0 ? std::strerror(errno) : "write error");
-    }
-  }
+  // Each header that was written is the first whole content its file is cut
+  // back to after a failed write.
+  files.header_failure = files.flush(files.good_bytes);
 }
 
 // ---------------------------------------------------------------------------
@@ -378,35 +408,13 @@ int interrupted(const RunContext& run) {
 bool write_failed(const RunContext& run, RunFiles& files, RunTally& tally) {
   std::string failure = files.header_failure;
   if (run.writer) {
-    const std::pair<std::ofstream*, const char*> streams[] = {
-        {&files.metrics, "metrics.csv"},
-        {&files.comm_log, "comm_log.csv"},
-        {&files.transport_csv, "transport.csv"}};
     std::streamoff now_bytes[3] = {0, 0, 0};
-    for (size_t k = 0; k < std::size(streams); ++k) {
-      std::ofstream& stream = *streams[k].first;
-      if (!stream.is_open()) continue;
-      errno = 0;
-      stream.flush();
-      if (stream) {
-        now_bytes[k] = stream.tellp();
-      } else if (failure.empty()) {
-        failure = "cannot write " + (fs::path(files.dir) / streams[k].second).string() + ": " +
-                  (errno != 0 ? std::strerror(errno) : "write error");
-      }
-    }
+    const std::string step_failure = files.flush(now_bytes);
+    if (failure.empty()) failure = step_failure;
     // All files end at the same whole step: the step is kept only when every
     // file took it.
     if (failure.empty()) std::copy(now_bytes, now_bytes + 3, files.good_bytes);
-    if (!failure.empty()) {
-      for (size_t k = 0; k < std::size(streams); ++k) {
-        if (!streams[k].first->is_open()) continue;
-        streams[k].first->close();
-        std::error_code ignored;  // shrinking needs no space
-        fs::resize_file(fs::path(files.dir) / streams[k].second,
-                        static_cast<uintmax_t>(files.good_bytes[k]), ignored);
-      }
-    }
+    if (!failure.empty()) files.cut_back();
   }
   const bool any =
       run.measured ? run.transport.max(failure.empty() ? 0.0 : 1.0) > 0.0 : !failure.empty();

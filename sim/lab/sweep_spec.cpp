@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "sim/core/memory.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/simulation.hpp"
 #include "sim/lab/sweep.hpp"
@@ -32,14 +33,10 @@ struct SweepAxes {
   size_t zip_len = 1;
   std::vector<Json> seeds;
 
-  // Saturates at SIZE_MAX instead of wrapping: 64 paths of 2 values each are
-  // 2^64 runs, not 0.
-  static size_t saturating_product(size_t a, size_t b) {
-    return b != 0 && a > SIZE_MAX / b ? SIZE_MAX : a * b;
-  }
-  size_t grid_count() const {
-    size_t n = 1;
-    for (const auto& [path, values] : grid) n = saturating_product(n, values.size());
+  // Saturates instead of wrapping: 64 paths of 2 values each are 2^64 runs, not 0.
+  uint64_t grid_count() const {
+    uint64_t n = 1;
+    for (const auto& [path, values] : grid) n = saturating_mul(n, values.size());
     return n;
   }
   size_t zip_count() const { return zip.empty() ? 1 : zip_len; }
@@ -214,8 +211,7 @@ std::vector<std::string> swept_paths(const SweepAxes& axes) {
 }
 
 size_t count_runs(const SweepAxes& axes, const Json& raw) {
-  const size_t total = SweepAxes::saturating_product(
-      SweepAxes::saturating_product(axes.grid_count(), axes.zip_count()), axes.seed_count());
+  const uint64_t total = saturating_mul(axes.grid_count(), axes.zip_count(), axes.seed_count());
   if (total > 100000) config_fail("grid", raw.value("grid", Json()), "makes more than 100000 runs");
   return total;
 }
