@@ -83,6 +83,9 @@ def table(runs, records, labels, baseline):
         "bytes / worker", "simulated time"]
     if baseline:
         head += ["speed-up", "loss gap"]
+    twins = any(rec.get("twin") for rec in records)
+    if twins:  # runs with "baseline": "twin": their gaps to their own twin
+        head += ["vs twin: speed-up", "bytes ratio", "loss gap"]
     rows = []
     for rec, label in zip(records, labels):
         cells = [(rec["run"], rec["run"]), (rec["optimizer"], rec["optimizer"]),
@@ -102,6 +105,13 @@ def table(runs, records, labels, baseline):
             loss = rec["final"].get("train_loss")
             gap = loss - base_loss if loss is not None and base_loss is not None else None
             cells += [(speed, "" if speed is None else "%.2f×" % speed),
+                      (gap, "" if gap is None else "%+.4g" % gap)]
+        if twins:
+            twin = rec.get("twin") or {}
+            speed, ratio = twin.get("speedup"), twin.get("bytes_ratio")
+            gap = (twin.get("gap") or {}).get("train_loss")
+            cells += [(speed, "" if speed is None else "%.2f×" % speed),
+                      (ratio, "" if ratio is None else "%.3g" % ratio),
                       (gap, "" if gap is None else "%+.4g" % gap)]
         rows.append(cells)
     out = ["<table id='runs'><thead><tr>"]

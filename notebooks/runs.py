@@ -82,6 +82,8 @@ def run_record(run, root):
         "bytes_sent_per_worker": (s.get("totals") or {}).get("bytes_sent_per_worker"),
         "sim_time_s": (s.get("time") or {}).get("sim_time_s"),
         "wall_s": s.get("wall_s"),
+        # "baseline": "twin" runs: the gaps to the uncompressed twin (summary.json)
+        "twin": s.get("baseline"),
         "path": run.path,
     }
 

@@ -42,4 +42,9 @@ CommPlan Adam::comm_plan(const PlanShape& shape) const {
   return full_allreduce_plan(shape, wire_);
 }
 
+void Adam::state(StateArchive& io) {
+  io.field("adam.m", m_);
+  io.field("adam.v", v_);
+}
+
 }  // namespace bitlab

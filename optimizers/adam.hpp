@@ -55,6 +55,7 @@ class Adam : public Optimizer {
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
   CommPlan comm_plan(const PlanShape& shape) const override;
+  void state(StateArchive& io) override;
 
   const AdamOptions& options() const { return opts_; }
   std::span<const float> m() const { return m_; }

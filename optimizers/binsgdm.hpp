@@ -65,6 +65,7 @@ class BinSgdm : public Optimizer {
   // One phase, "onebit": the compressed allgather mean of the packed signs,
   // flat or by node.
   CommPlan comm_plan(const PlanShape& shape) const override;
+  void state(StateArchive& io) override;
   const char* phase() const override { return "onebit"; }
   // Counted: m_i, b_i, z_i (and b̂_i) of the resident workers, plus the
   // allgather's resident rows (q_i of those workers and, hierarchical, the

@@ -2,8 +2,10 @@
 // allreduce, and the one call that averages the workers' gradients.
 #pragma once
 
+#include <initializer_list>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "optimizers/optimizer.hpp"
 #include "sim/collectives/onebit_allreduce.hpp"
@@ -62,6 +64,39 @@ inline void check_node_size(int64_t node_size, int workers) {
     config_fail("optimizer.node_size", Json(node_size),
                 "must divide the number of workers (" + std::to_string(workers) + ")");
   }
+}
+
+// Saves or loads a phase kept as one of the optimizer's own name literals
+// (phase() returns them): loading maps the saved name back to the literal.
+inline void phase_state(StateArchive& io, const char*& phase,
+                        std::initializer_list<const char*> names) {
+  std::string name = phase;
+  io.field("phase", name);
+  if (!io.loading()) return;
+  for (const char* n : names) {
+    if (name == n) {
+      phase = n;
+      return;
+    }
+  }
+  throw ConfigError("checkpoint: unknown phase \"" + name + "\"");
+}
+
+// The warnings of a warm-up of `freeze_step` steps in a run of `steps`
+// (Optimizer::warnings): as long as the run (`never`: what then happens), or
+// none at all (`frozen`: what is frozen after one warm-up step).
+inline std::vector<std::string> warmup_warnings(int64_t freeze_step, int64_t steps,
+                                                const std::string& never,
+                                                const std::string& frozen) {
+  const std::string head = "optimizer.freeze_step = " + std::to_string(freeze_step);
+  if (freeze_step >= steps) {
+    return {head + " is not below steps = " + std::to_string(steps) + ": " + never};
+  }
+  if (freeze_step <= 1) {
+    return {head + ": no warm-up, " + frozen +
+            "; the papers warm up for 15-25 % of training (freeze_step: \"15%\")"};
+  }
+  return {};
 }
 
 // Number of elements above which an elementwise loop is worth a parallel

@@ -117,4 +117,11 @@ CommPlan Lamb::comm_plan(const PlanShape& shape) const {
   return full_allreduce_plan(shape, wire_);
 }
 
+void Lamb::state(StateArchive& io) {
+  io.field("lamb.m", m_);
+  io.field("lamb.v", v_);
+  io.field("lamb.trust_ratio", trust_ratio_);
+  io.field("lamb.coeff_ema", coeff_ema_);
+}
+
 }  // namespace bitlab

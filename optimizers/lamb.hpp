@@ -62,6 +62,7 @@ class Lamb : public Optimizer {
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
   CommPlan comm_plan(const PlanShape& shape) const override;
+  void state(StateArchive& io) override;
 
   const LambOptions& options() const { return opts_; }
   std::span<const float> m() const { return m_; }

@@ -176,4 +176,13 @@ void Loco::step(StepContext& ctx) {
   }
 }
 
+void Loco::state(StateArchive& io) {
+  io.field("loco.h", h_);
+  io.field("loco.m", m_);
+  io.field("loco.v", v_);
+  if (ef_) ef_->state(io);
+  if (rs_) rs_->state(io);
+  if (ag_) ag_->state(io);
+}
+
 }  // namespace bitlab

@@ -100,6 +100,7 @@ class Loco : public Optimizer {
   // One phase, "compressed": the quantized reduce-scatter (node_size 0) or the
   // n-bit compressed allgather mean, flat or by node.
   CommPlan comm_plan(const PlanShape& shape) const override;
+  void state(StateArchive& io) override;
   const char* phase() const override { return "compressed"; }
   // Counted, for this process's workers (its rank's block under MPI): h_i,
   // the error-feedback rows e_i, and the collective's resident rows — the

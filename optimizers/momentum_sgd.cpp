@@ -53,4 +53,8 @@ CommPlan MomentumSgd::comm_plan(const PlanShape& shape) const {
   return full_allreduce_plan(shape, wire_);
 }
 
+void MomentumSgd::state(StateArchive& io) {
+  io.field("momentum_sgd.m", m_);
+}
+
 }  // namespace bitlab

@@ -33,6 +33,7 @@ class MomentumSgd : public Optimizer {
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
   CommPlan comm_plan(const PlanShape& shape) const override;
+  void state(StateArchive& io) override;
 
   std::span<const float> momentum() const { return m_; }
 

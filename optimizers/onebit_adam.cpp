@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "optimizers/common.hpp"
@@ -208,7 +209,34 @@ void OneBitAdam::warmup_step(StepContext& ctx) {
     compressed_ = true;
     switch_step_ = ctx.step;
     if (onebit_) onebit_->reset_errors();
+    check_frozen_variance(ctx.step);
   }
+}
+
+// At the switch: coordinates whose frozen sqrt(v*) lies below eps have their
+// momentum divided by about eps from now on; when their gradients grow later
+// (a warm-up too short to see them), the steps explode. Said once.
+void OneBitAdam::check_frozen_variance(int64_t step) {
+  int64_t below = 0;
+  const auto eps = static_cast<float>(opts_.eps);
+  for (const float v : v_) below += std::sqrt(v) < eps ? 1 : 0;
+  const double share = v_.empty() ? 0.0 : static_cast<double>(below) / v_.size();
+  if (share <= 0.01) return;
+  char text[320];
+  std::snprintf(text, sizeof text,
+                "at the switch (step %lld) %.1f%% of the coordinates have sqrt(v) below eps = "
+                "%g: the frozen variance divides their momentum by about eps, and their steps "
+                "explode if their gradients grow later; raise eps or lengthen the warm-up",
+                static_cast<long long>(step), 100.0 * share, opts_.eps);
+  run_warnings_.push_back(text);
+}
+
+std::vector<std::string> OneBitAdam::warnings(int64_t steps) const {
+  return warmup_warnings(opts_.freeze_step, steps,
+                         variance_stable_ ? "unless the variance settles first, the run never "
+                                            "compresses"
+                                          : "the run never compresses (it is Adam throughout)",
+                         "the variance is frozen after one Adam step");
 }
 
 // Paper Alg. 1, compression stage.
@@ -254,6 +282,18 @@ void OneBitAdam::compressed_step(StepContext& ctx) {
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
   for (int64_t k = 0; k < d; ++k)
     onebit_adam_update_element(xp[k], m[k], v[k], mask ? mask + k : nullptr, c);
+}
+
+void OneBitAdam::state(StateArchive& io) {
+  phase_state(io, phase_, {"warmup", "compressed"});
+  io.field("onebit_adam.compressed", compressed_);
+  io.field("onebit_adam.switch_step", switch_step_);
+  io.field("onebit_adam.last_var_change", last_var_change_);
+  io.field("onebit_adam.m", m_);
+  io.field("onebit_adam.v", v_);
+  io.field("onebit_adam.v_prev", v_prev_);
+  io.field("onebit_adam.m_workers", m_workers_);
+  onebit_->state(io);
 }
 
 }  // namespace bitlab

@@ -109,6 +109,9 @@ class OneBitAdam : public Optimizer {
   // with compression "none"); variance_stable is priced at freeze_step, its
   // upper bound, with a note.
   CommPlan comm_plan(const PlanShape& shape) const override;
+  void state(StateArchive& io) override;
+  std::vector<std::string> warnings(int64_t steps) const override;
+  const std::vector<std::string>& run_warnings() const override { return run_warnings_; }
   // "warmup" or "compressed": of the last step (before the first step: of
   // step 1).
   const char* phase() const override { return phase_; }
@@ -131,6 +134,7 @@ class OneBitAdam : public Optimizer {
  private:
   void warmup_step(StepContext& ctx);
   void compressed_step(StepContext& ctx);
+  void check_frozen_variance(int64_t step);
 
   OneBitAdamOptions opts_;
   WireDtype wire_;
@@ -151,6 +155,7 @@ class OneBitAdam : public Optimizer {
   std::vector<float> m_workers_;  // local workers × stride: the m_i sent by each
   std::vector<float> mask_;       // dim 0/1 values, or empty
   std::unique_ptr<OneBitAllreduce> onebit_;
+  std::vector<std::string> run_warnings_;
 };
 
 }  // namespace bitlab

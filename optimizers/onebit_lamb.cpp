@@ -305,4 +305,30 @@ void OneBitLamb::compressed_step(StepContext& ctx) {
   }
 }
 
+void OneBitLamb::state(StateArchive& io) {
+  warmup_.state(io);
+  phase_state(io, phase_, {"warmup", "compressed"});
+  io.field("onebit_lamb.switched", switched_);
+  io.field("onebit_lamb.have_scaling", have_scaling_);
+  io.field("onebit_lamb.m", m_);
+  io.field("onebit_lamb.m_prev", m_prev_);
+  io.field("onebit_lamb.v", v_);
+  io.field("onebit_lamb.v_fresh", v_fresh_);
+  io.field("onebit_lamb.u_prelim", u_prelim_);
+  io.field("onebit_lamb.u", u_);
+  io.field("onebit_lamb.worker_m", worker_m_);
+  io.field("onebit_lamb.k_elem", k_elem_);
+  io.field("onebit_lamb.coeff_frozen", coeff_frozen_);
+  io.field("onebit_lamb.scaling", scaling_);
+  io.field("onebit_lamb.scaling_f", scaling_f_);
+  io.field("onebit_lamb.last_factor", last_factor_);
+  onebit_->state(io);
+}
+
+std::vector<std::string> OneBitLamb::warnings(int64_t steps) const {
+  return warmup_warnings(opts_.freeze_step, steps,
+                         "the run never compresses (it is LAMB throughout)",
+                         "the variance and trust ratios are frozen after one LAMB step");
+}
+
 }  // namespace bitlab

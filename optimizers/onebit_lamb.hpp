@@ -107,6 +107,8 @@ class OneBitLamb : public Optimizer {
   // "warmup" (min(freeze_step, steps) steps: LAMB's gradient allreduce) and
   // "compressed" (the 1-bit allreduce of the momentum).
   CommPlan comm_plan(const PlanShape& shape) const override;
+  void state(StateArchive& io) override;
+  std::vector<std::string> warnings(int64_t steps) const override;
   const char* phase() const override { return phase_; }
   size_t worker_state_bytes() const override { return worker_m_.size() * sizeof(float); }
 

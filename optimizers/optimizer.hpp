@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "sim/cluster/cluster.hpp"
 #include "sim/comm/comm.hpp"
 #include "sim/comm/comm_plan.hpp"
 #include "sim/core/registry.hpp"
+#include "sim/core/state_archive.hpp"
 
 namespace bitlab {
 
@@ -42,6 +44,18 @@ class Optimizer {
   // logs (the `cost` test checks every registered optimizer). Throws
   // ConfigError for options only the cluster size can reject, as setup() does.
   virtual CommPlan comm_plan(const PlanShape& shape) const = 0;
+  // Saves or loads (io.loading()) everything the next step reads that an
+  // earlier step wrote: moments, error-feedback buffers, phase, counters
+  // (sim/core/state_archive.hpp). Called after setup(). The default refuses:
+  // an optimizer that does not list its state cannot be checkpointed.
+  virtual void state(StateArchive& io);
+  // Settings that are legal but likely mistakes in a run of `steps` steps (a
+  // warm-up as long as the run, none at all): said once before the run and
+  // kept in summary.json's "warnings".
+  virtual std::vector<std::string> warnings(int64_t steps) const;
+  // Warnings only the run can show (at the switch to compression, say), in
+  // the order they arose.
+  virtual const std::vector<std::string>& run_warnings() const;
 };
 
 // Every optimizer `bitlab` knows by name (optimizers/registry.cpp), then those
@@ -51,6 +65,20 @@ const std::vector<RegistryEntry<Optimizer>>& optimizer_registry();
 // then on `list`, `run` and `cost` know it. Throws std::invalid_argument for a
 // name already taken. Not thread-safe: call before any run starts.
 void add_optimizer(RegistryEntry<Optimizer> entry);
+// The uncompressed twin of a resolved optimizer, for a fair comparison: the
+// same update with an exact allreduce and the same shared hyperparameters,
+// resolved (docs/results.md "A twin baseline"). `optimizer` is null when there
+// is none, and `why_none` says why.
+//   onebit_adam, apmsqueeze -> the same with compression "none" (frozen
+//     variance, exact momentum allreduce)
+//   onebit_lamb -> lamb (the paper's baseline; its warm-up is LAMB)
+//   zero_one_adam -> adam;  loco -> its base (adam or momentum_sgd)
+struct Twin {
+  Json optimizer;
+  std::string why_none;
+};
+Twin twin_optimizer(const Json& resolved);
+
 // The optimizer the papers measure speed-ups against: Adam, with an
 // uncompressed gradient allreduce. `bitlab cost` prices it beside every job.
 const RegistryEntry<Optimizer>& baseline_optimizer();

@@ -77,4 +77,53 @@ const RegistryEntry<Optimizer>& baseline_optimizer() {
   return *find_entry(registry(), "adam");
 }
 
+void Optimizer::state(StateArchive&) {
+  throw ConfigError(
+      "this optimizer does not list its state (Optimizer::state), so its runs cannot be "
+      "checkpointed or resumed");
+}
+
+std::vector<std::string> Optimizer::warnings(int64_t) const {
+  return {};
+}
+
+const std::vector<std::string>& Optimizer::run_warnings() const {
+  static const std::vector<std::string> kNone;
+  return kNone;
+}
+
+namespace {
+
+// `resolved`'s options that the optimizer `name` also has, under its name.
+Json shared_options(const Json& resolved, const std::string& name) {
+  const auto* entry = find_entry(registry(), name);
+  Json out = {{"name", name}};
+  for (const auto& f : entry->fields) {
+    if (resolved.contains(f.name)) out[f.name] = resolved[f.name];
+  }
+  return entry->resolve(out, "optimizer");
+}
+
+}  // namespace
+
+Twin twin_optimizer(const Json& resolved) {
+  const std::string name = resolved.at("name").get<std::string>();
+  if (name == "onebit_adam" || name == "apmsqueeze") {
+    Json twin = resolved;
+    twin["compression"] = "none";
+    return {find_entry(registry(), name)->resolve(twin, "optimizer"), ""};
+  }
+  if (name == "onebit_lamb") return {shared_options(resolved, "lamb"), ""};
+  if (name == "zero_one_adam") return {shared_options(resolved, "adam"), ""};
+  if (name == "loco") {
+    return {shared_options(resolved, resolved.at("base").get<std::string>()), ""};
+  }
+  if (name == "binsgdm") {
+    return {nullptr,
+            "binsgdm has no uncompressed twin: its update is the binarization itself (compare "
+            "with adam in a sweep instead)"};
+  }
+  return {nullptr, name + " does not compress: it is its own baseline"};
+}
+
 }  // namespace bitlab

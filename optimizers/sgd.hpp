@@ -27,6 +27,7 @@ class Sgd : public Optimizer {
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
   CommPlan comm_plan(const PlanShape& shape) const override;
+  void state(StateArchive& io) override;
 
  private:
   SgdOptions opts_;

@@ -274,4 +274,58 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   lrs_ = 0.0;
 }
 
+void ZeroOneSchedule::state(StateArchive& io) {
+  io.field("zero_one.t", t_);
+  io.field("zero_one.var_interval", var_interval_);
+  io.field("zero_one.var_counter", var_counter_);
+  io.field("zero_one.local_interval", local_interval_);
+  io.field("zero_one.local_counter", local_counter_);
+}
+
+void ZeroOneAdam::state(StateArchive& io) {
+  schedule_.state(io);
+  auto phase = static_cast<int32_t>(phase_);
+  io.field("zero_one_adam.phase", phase);
+  phase_ = static_cast<ZeroOnePhase>(phase);
+  io.field("zero_one_adam.frozen", frozen_);
+  io.field("zero_one_adam.lrs", lrs_);
+  io.field("zero_one_adam.g", g_);
+  io.field("zero_one_adam.m", m_);
+  io.field("zero_one_adam.v", v_);
+  io.field("zero_one_adam.denom", denom_);
+  io.field("zero_one_adam.m_local", m_local_);
+  io.field("zero_one_adam.u", u_);
+  io.field("zero_one_adam.ubar", ubar_);
+  onebit_->state(io);
+}
+
+std::vector<std::string> ZeroOneAdam::warnings(int64_t steps) const {
+  std::vector<std::string> out;
+  const int64_t freeze = opts_.var_freeze_step;
+  if (freeze >= steps) {
+    out.push_back("optimizer.var_freeze_step = " + std::to_string(freeze) +
+                  " is not below steps = " + std::to_string(steps) +
+                  ": the variance never freezes and no local step is taken");
+    return out;
+  }
+  if (freeze == 0) {
+    out.push_back(
+        "optimizer.var_freeze_step = 0: the variance is frozen before any step "
+        "has estimated it");
+  }
+  // The local interval first reaches 2 after local_step_scaler stage-B steps
+  // (ZeroOneSchedule::next), and never with a clipper below 2.
+  if (opts_.local_step_clipper < 2 || freeze + opts_.local_step_scaler >= steps) {
+    out.push_back(
+        "no local step starts within the run: local_step_scaler = " +
+        std::to_string(opts_.local_step_scaler) +
+        " stage-B steps pass before the "
+        "first local step, after var_freeze_step = " +
+        std::to_string(freeze) +
+        (opts_.local_step_clipper < 2 ? ", and local_step_clipper < 2 forbids them" : "") +
+        "; every step after the freeze synchronises");
+  }
+  return out;
+}
+
 }  // namespace bitlab

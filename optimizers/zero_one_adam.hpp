@@ -138,6 +138,8 @@ class ZeroOneSchedule {
   int64_t var_counter() const { return var_counter_; }
   int64_t local_interval() const { return local_interval_; }
   int64_t local_counter() const { return local_counter_; }
+  // Saves or loads the step and the counters (a checkpoint).
+  void state(StateArchive& io);
 
  private:
   int64_t freeze_, var_scaler_, local_scaler_, local_clipper_;
@@ -162,6 +164,8 @@ class ZeroOneAdam : public Optimizer {
   // "full" (the gradient allreduce), "onebit" and "sync" (the 1-bit
   // allreduce), "local" (nothing), counted by iterating the schedule.
   CommPlan comm_plan(const PlanShape& shape) const override;
+  void state(StateArchive& io) override;
+  std::vector<std::string> warnings(int64_t steps) const override;
   const char* phase() const override { return zero_one_phase_name(phase_); }
 
   const ZeroOneAdamOptions& options() const { return opts_; }

@@ -24,8 +24,11 @@ struct CostFlags {
 };
 
 int run_cost(const CostFlags& f) {
-  Json raw = f.file.empty() ? Json::object() : load_json_file(f.file);
+  Json raw = f.file.empty() ? Json::object() : load_experiment_file(f.file);
   if (!raw.is_object()) config_fail("", raw, "a cost spec must be a JSON object");
+  // An experiment file is priced as it stands, --params/--workers/--steps
+  // scaling it up.
+  if (raw.contains("problem")) raw = cost_spec_of_experiment(raw);
   std::vector<std::pair<std::string, std::string>> labels;  // assignment, as the user wrote it
   auto flag = [&](const std::string& value, const char* path, const char* name) {
     if (value.empty()) return;
@@ -74,7 +77,10 @@ Subcommand add_cost_command(CLI::App& app) {
       "  \"network\": {NETWORK options}, \"compute\": {COMPUTE options},\n"
       "  \"optimizer\": {\"name\": ..., options}}  (see `bitlab list`). Applied in order: the "
       "file, the flags, --set.");
-  cmd->add_option("spec", f->file, "cost spec JSON file (optional when the flags say it all)");
+  cmd->add_option("spec", f->file,
+                  "cost spec JSON file, or an experiment file (priced as it stands: d from its "
+                  "problem, its workers, steps, optimizer and network); optional when the flags "
+                  "say it all");
   cmd->add_option("--set", f->sets,
                   "override a spec value: path=value (e.g. optimizer.freeze_step=1500)")
       ->take_all();

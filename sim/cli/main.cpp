@@ -41,8 +41,11 @@ struct RunFlags {
   CLI::App* validate = nullptr;
   std::string file;
   std::vector<std::string> sets;
+  std::vector<std::string> unsets;
   RunCliOptions options;
   std::string backend = "sim";
+  std::string resume_dir;
+  bool twin = false;
   bool print_resolved = false;
 };
 
@@ -50,15 +53,41 @@ void add_set_option(CLI::App* sub, std::vector<std::string>& sets, const char* d
   sub->add_option("--set", sets, doc)->expected(1)->allow_extra_args(false)->take_all();
 }
 
+void add_unset_option(CLI::App* sub, std::vector<std::string>& unsets) {
+  sub->add_option("--unset", unsets,
+                  "remove a setting of the file so its default applies: path (e.g. "
+                  "optimizer.freeze_step); applied before --set")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->take_all();
+}
+
+// What the configuration did that the user may not expect, said before the run.
+void print_notes(const Experiment& e) {
+  for (const auto& note : e.notes) std::fprintf(stderr, "bitlab: note: %s\n", note.c_str());
+}
+
 void add_run_commands(CLI::App& app, RunFlags& f) {
   f.run = app.add_subcommand("run", "run an experiment file; prints its results folder");
-  f.run->add_option("file", f.file, "experiment JSON file")->required();
+  f.run->add_option("file", f.file, "experiment JSON file (not with --resume)");
   add_set_option(f.run, f.sets, "override a setting: path=value (e.g. optimizer.lr=0.01)");
+  add_unset_option(f.run, f.unsets);
   f.run->add_option("--out", f.options.out_dir,
                     "results folder (default: results/<name>/<optimizer>-seed<seed>)");
   f.run->add_option("--threads", f.options.threads, "OpenMP threads (default: all cores)")
       ->check(CLI::Range(1, 4096));
   f.run->add_flag("--quiet,-q", f.options.quiet, "no progress bar or summary on stderr");
+  f.run
+      ->add_option("--checkpoint-every", f.options.checkpoint_every,
+                   "write the full state to <results>/checkpoint.bin every K steps and when a "
+                   "signal stops the run (0: never)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  f.run->add_flag("--baseline-twin", f.twin,
+                  "also run the optimizer's uncompressed twin into <results>/twin/ and report "
+                  "the loss gap and byte and time ratios (the same as --set baseline=twin)");
+  f.run->add_option("--resume", f.resume_dir,
+                    "continue the interrupted or killed run in DIR from its checkpoint; its "
+                    "metrics come out bit-identical to an uninterrupted run's");
   f.run
       ->add_option("--backend", f.backend,
                    "sim: one process emulates every worker; mpi: under mpirun, each rank "
@@ -70,13 +99,15 @@ void add_run_commands(CLI::App& app, RunFlags& f) {
   f.validate = app.add_subcommand("validate", "check an experiment file without running it");
   f.validate->add_option("file", f.file, "experiment JSON file")->required();
   add_set_option(f.validate, f.sets, "override a setting: path=value");
+  add_unset_option(f.validate, f.unsets);
   f.validate->add_flag("--print", f.print_resolved, "print the resolved experiment (all defaults)");
 }
 
 // `bitlab validate`: builds the problem and cluster too (shard rules depend on
 // the data), prints a one-line summary.
 int validate_experiment(const RunFlags& f) {
-  Experiment exp = load_experiment(f.file, f.sets);
+  Experiment exp = load_experiment(f.file, f.sets, f.unsets);
+  print_notes(exp);
   Simulation sim(exp);
   if (f.print_resolved) std::printf("%s\n", exp.resolved.dump(2).c_str());
   std::fprintf(stderr, "%s: OK: problem %s (d = %zu), optimizer %s, %lld workers, %lld steps\n",
@@ -89,6 +120,27 @@ int validate_experiment(const RunFlags& f) {
                human_bytes(static_cast<double>(sim.cluster().memory_lower_bound())).c_str(),
                human_bytes(static_cast<double>(machine_memory_bytes())).c_str());
   return 0;
+}
+
+// The experiment `bitlab run` runs: the file with its --set overrides, or the
+// resumed folder's (whose config cannot change).
+Experiment experiment_to_run(RunFlags& f) {
+  if (f.resume_dir.empty()) {
+    if (f.file.empty()) throw ConfigError("run: give an experiment file, or --resume DIR");
+    if (f.twin) f.sets.push_back("baseline=twin");
+    return load_experiment(f.file, f.sets, f.unsets);  // the run says its notes
+  }
+  if (!f.file.empty() || !f.sets.empty() || !f.unsets.empty() || !f.options.out_dir.empty()) {
+    throw ConfigError(
+        "--resume " + f.resume_dir +
+        ": takes no experiment file, --set, --unset or --out (a resumed run continues "
+        "with the configuration it was started with)");
+  }
+  ResumePoint point = resume_point(f.resume_dir);
+  f.options.out_dir = f.resume_dir;
+  f.options.resume = true;
+  if (f.options.checkpoint_every == 0) f.options.checkpoint_every = point.checkpoint_every;
+  return std::move(point.experiment);
 }
 
 // The MPI transport for `run --backend mpi`; refuses `run` under an MPI
@@ -155,7 +207,7 @@ int main(int argc, char** argv) {
     }
     if (*flags.validate) return validate_experiment(flags);
     flags.options.command_line = joined_command(argc, argv);
-    return run_experiment(load_experiment(flags.file, flags.sets), flags.options);
+    return run_experiment(experiment_to_run(flags), flags.options);
   } catch (const ConfigError& e) {
     if (reports()) std::fprintf(stderr, "bitlab: error: %s\n", e.what());
     return 2;

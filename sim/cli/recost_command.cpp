@@ -19,9 +19,41 @@ struct RecostCli {
   bool json = false;
 };
 
+// A sweep folder: every run re-priced, two columns added to sweep.csv.
+int run_recost_sweep(const RecostOptions& o, bool json) {
+  const SweepRecost s = recost_sweep(o);
+  if (json) {
+    Json runs = Json::array();
+    for (const auto& [dir, r] : s.runs) {
+      runs.push_back({{"run", dir},
+                      {"label", r.label},
+                      {"comm_s", r.comm_s},
+                      {"sim_time_s", r.sim_time_s},
+                      {"old_sim_time_s", r.has_old ? Json(r.old_sim_time_s) : Json(nullptr)}});
+    }
+    std::printf(
+        "%s\n",
+        Json{{"sweep_dir", o.run_dir}, {"runs", runs}, {"skipped", s.skipped}}.dump(2).c_str());
+    return 0;
+  }
+  for (const auto& [dir, r] : s.runs) {
+    std::printf("%-60s simulated time %s (comm %s)%s\n", dir.c_str(),
+                human_duration(r.sim_time_s).c_str(), human_duration(r.comm_s).c_str(),
+                r.has_old ? ("; own network " + human_duration(r.old_sim_time_s)).c_str() : "");
+  }
+  for (const auto& why : s.skipped) std::printf("skipped %s\n", why.c_str());
+  if (!s.csv_path.empty() && !s.runs.empty()) {
+    const std::string& label = s.runs.front().second.label;
+    std::printf("%zu runs re-priced; added comm_s@%s and sim_time_s@%s to %s\n", s.runs.size(),
+                label.c_str(), label.c_str(), s.csv_path.c_str());
+  }
+  return 0;
+}
+
 int run_recost(RecostCli& cli) {
   RecostOptions o = cli.options;
   for (const auto& s : cli.compute_sets) o.sets.push_back("compute." + s);
+  if (is_sweep_folder(o.run_dir)) return run_recost_sweep(o, cli.json);
   const RecostResult r = recost_run(o);
   const Topology& t = r.topology;
   const double ratio = r.has_old && r.old_sim_time_s > 0 ? r.sim_time_s / r.old_sim_time_s : 0.0;
@@ -74,7 +106,10 @@ Subcommand add_recost_command(CLI::App& app) {
       "recost",
       "re-price a finished run's communication log under another network without re-training; "
       "appends compute_s@LABEL,comm_s@LABEL,step_s@LABEL,sim_time_s@LABEL to its metrics.csv");
-  sub->add_option("run_dir", cli->options.run_dir, "results folder of a finished run")->required();
+  sub->add_option("run_dir", cli->options.run_dir,
+                  "results folder of a finished run, or a sweep folder (every run, and "
+                  "comm_s@LABEL,sim_time_s@LABEL added to sweep.csv)")
+      ->required();
   sub->add_option("--network", cli->options.network,
                   "network preset (see `bitlab list`) or \"custom\", starting from the "
                   "preset's values; default: the run's own network section, overrides included");

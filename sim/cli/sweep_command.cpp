@@ -3,6 +3,7 @@
 // base experiment, a grid and zipped lists over config paths and a list of
 // seeds, each run in a child process (docs/sweeps.md has the file format, the
 // output folder and the exit statuses).
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -45,6 +46,10 @@ Subcommand add_sweep_command(CLI::App& app) {
                 "finish an earlier sweep in the same folder: skip its completed and diverged "
                 "runs, re-run the others");
   cmd->add_option("--out", f->options.out_dir, "sweep folder (default: results/<name>)");
+  cmd->add_option("--checkpoint-every", f->options.checkpoint_every,
+                  "each run writes a checkpoint every K steps; --resume then continues a "
+                  "half-finished run from it instead of starting it again")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->add_flag("--quiet,-q", f->options.quiet, "no progress or summary on stderr");
   auto* shard = cmd->add_option(
       "--shard", f->shard,
@@ -81,6 +86,11 @@ Subcommand add_sweep_command(CLI::App& app) {
                   "afterwards, without mpirun: bitlab sweep FILE --out DIR --merge");
             }
             const SweepSpec spec = load_sweep(f->file);
+            if (!f->options.quiet) {
+              for (const auto& w : spec.warnings) {
+                std::fprintf(stderr, "bitlab sweep: warning: %s\n", w.c_str());
+              }
+            }
             return run_sweep(spec, f->options);
           }};
 }

@@ -13,6 +13,7 @@
 #include "problems/problem.hpp"
 #include "sim/comm/comm.hpp"
 #include "sim/core/schema.hpp"
+#include "sim/core/state_archive.hpp"
 
 namespace bitlab {
 
@@ -122,6 +123,11 @@ class Cluster {
   // Every local worker: sample its batch for `step` and compute loss and gradient
   // at params(worker). Parallel over workers.
   void compute_gradients(int64_t step);
+
+  // Saves or loads the parameters and the workers' local copies (a
+  // checkpoint). The batch samplers need nothing: each epoch's permutation is
+  // drawn from (seed, worker, epoch), so step t's batch follows from t.
+  void state(StateArchive& io);
 
   const std::vector<uint32_t>& shard(int worker) const { return samplers_[worker].shard(); }
   // Known for every worker (the time model prices all of them).

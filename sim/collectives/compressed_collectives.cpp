@@ -493,4 +493,13 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
   std::copy(mean_.begin(), mean_.begin() + static_cast<ptrdiff_t>(d), out.begin());
 }
 
+void CompressedAllgatherMean::state(StateArchive& io) {
+  io.field("allgather_mean.compressed", compressed_);
+  io.field("allgather_mean.node_mean", node_mean_);
+}
+
+void QuantizedReduceScatter::state(StateArchive& io) {
+  io.field("reduce_scatter.quantized", quantized_);
+}
+
 }  // namespace bitlab

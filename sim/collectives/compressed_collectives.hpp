@@ -45,6 +45,7 @@
 #include "sim/comm/comm.hpp"
 #include "sim/compress/compressor.hpp"
 #include "sim/compress/quantize.hpp"
+#include "sim/core/state_archive.hpp"
 
 namespace bitlab {
 
@@ -81,6 +82,8 @@ class CompressedAllgatherMean {
   // simulator; under MPI those of the nodes the rank leads, none when it
   // leads none). Excludes the receive scratch.
   size_t resident_bytes() const { return (compressed_.size() + node_mean_.size()) * sizeof(float); }
+  // Saves or loads the rows a later step may read (a checkpoint).
+  void state(StateArchive& io);
 
  private:
   int n_, g_, nodes_;
@@ -128,6 +131,8 @@ class QuantizedReduceScatter {
   size_t padded_dim() const { return D_; }
   // Bytes one worker sends per call.
   double sent_bytes_per_call() const;
+  // Saves or loads the last Q(x_i) rows (a checkpoint).
+  void state(StateArchive& io);
 
  private:
   int n_;

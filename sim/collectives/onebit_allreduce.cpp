@@ -120,4 +120,12 @@ void OneBitAllreduce::decode_for(int /*worker*/, std::span<float> out) const {
   cpu::onebit_decode(server_bits_.data(), c_.data(), n_, D_, d_, out.data());
 }
 
+void OneBitAllreduce::state(StateArchive& io) {
+  io.field("onebit.worker_errors", e_);
+  io.field("onebit.server_errors", s_);
+  io.field("onebit.worker_scales", a_);
+  io.field("onebit.server_scales", c_);
+  io.field("onebit.server_bits", server_bits_);
+}
+
 }  // namespace bitlab

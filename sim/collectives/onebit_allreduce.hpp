@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "sim/comm/comm.hpp"
+#include "sim/core/state_archive.hpp"
 
 namespace bitlab {
 
@@ -53,6 +54,9 @@ class OneBitAllreduce {
   // Zeroes every worker and server error (done at the switch to compression
   // and, in 0/1 Adam, at the transition to local steps).
   void reset_errors();
+  // Saves or loads the worker and server errors and the last scales (a
+  // checkpoint: sim/core/state_archive.hpp).
+  void state(StateArchive& io);
 
   // One call of §1 on the workers' buffers (each dim() floats). Writes the
   // result, identical on every worker, to `out` (dim() floats; may alias no

@@ -41,6 +41,7 @@
 #include "sim/compress/quantize.hpp"
 #include "sim/core/rng.hpp"
 #include "sim/core/schema.hpp"
+#include "sim/core/state_archive.hpp"
 
 namespace bitlab {
 
@@ -75,6 +76,8 @@ class ErrorFeedback {
   void begin_step(int64_t step);
   // Zeroes every worker's error.
   void reset();
+  // Saves or loads the residuals (a checkpoint).
+  void state(StateArchive& io) { io.field("error_feedback.e", e_); }
   // The worker's error (len() floats); empty for kind "none". Worker must be
   // resident (as for compensate and update).
   std::span<const float> error(int worker) const;

@@ -1,6 +1,7 @@
 #include "sim/engine/config.hpp"
 
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -27,6 +28,19 @@ Schema<RunSettings> RunSettings::schema() {
           "measure the norm of the workers' mean gradient every k steps (0: never); a "
           "measurement, not communication: no bytes are counted",
           {rules::at_least<int64_t>(0)});
+  s.field("diverge_loss_factor", &RunSettings::diverge_loss_factor,
+          "the run is diverged when its train loss exceeds this multiple of its first step's "
+          "(0: only a NaN or infinite loss)",
+          {rules::at_least<double>(0.0)});
+  s.field("diverge_grad_norm_factor", &RunSettings::diverge_grad_norm_factor,
+          "the run is diverged when the measured gradient norm exceeds this multiple of its "
+          "first measurement (0: only a NaN or infinite norm)",
+          {rules::at_least<double>(0.0)});
+  s.field("baseline", &RunSettings::baseline,
+          "\"twin\": also run the optimizer's uncompressed twin (the same update with an exact "
+          "allreduce and the same hyperparameters) and report the loss gap and the byte and "
+          "time ratios in summary.json; \"none\": no baseline",
+          {rules::one_of({"none", "twin"})});
   s.allow_key("problem")
       .allow_key("cluster")
       .allow_key("optimizer")
@@ -198,6 +212,31 @@ void rethrow_blaming_set(const ConfigError& err, const std::vector<std::string>&
   throw;
 }
 
+Json resolve_step_shares(const Json& optimizer, int64_t steps, const std::string& section) {
+  if (!optimizer.is_object()) return optimizer;
+  Json out = optimizer;
+  for (auto& [key, value] : out.items()) {
+    if (!value.is_string()) continue;
+    const std::string text = value.get<std::string>();
+    const bool step_option = key.size() > 5 && key.compare(key.size() - 5, 5, "_step") == 0;
+    if (!step_option || text.empty() || text.back() != '%') continue;
+    double share = -1.0;
+    size_t used = 0;
+    try {
+      share = std::stod(text.substr(0, text.size() - 1), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != text.size() - 1 || !(share >= 0.0 && share <= 100.0)) {
+      config_fail(join_path(section, key), value,
+                  "a share of the run must be a number from 0 to 100 followed by %, e.g. "
+                  "\"15%\"");
+    }
+    value = static_cast<int64_t>(std::llround(share / 100.0 * static_cast<double>(steps)));
+  }
+  return out;
+}
+
 namespace {
 
 template <class Base>
@@ -239,7 +278,15 @@ Experiment resolve_inner(const Json& raw, const std::string& default_name) {
     config_fail("name", Json(e.run.name), "must not be empty or start with '.'");
   }
   e.problem = resolve_named(raw, "problem", problem_registry());
-  e.optimizer = resolve_named(raw, "optimizer", optimizer_registry());
+  Json with_steps = raw;
+  if (raw.contains("optimizer")) {
+    with_steps["optimizer"] = resolve_step_shares(raw["optimizer"], e.run.steps, "optimizer");
+  }
+  e.optimizer = resolve_named(with_steps, "optimizer", optimizer_registry());
+  if (e.run.baseline == "twin") {
+    const Twin twin = twin_optimizer(e.optimizer);
+    if (twin.optimizer.is_null()) config_fail("baseline", Json("twin"), twin.why_none);
+  }
   const Json cluster_raw = raw.contains("cluster") ? raw.at("cluster") : Json::object();
   const auto cluster_schema = ClusterOptions::schema();
   e.cluster = cluster_schema.read(cluster_raw, "cluster");
@@ -276,10 +323,137 @@ Experiment resolve_experiment(const Json& raw, const std::string& default_name,
   }
 }
 
-Experiment load_experiment(const std::string& file, const std::vector<std::string>& sets) {
-  Json raw = load_json_file(file);
-  for (const auto& s : sets) apply_set(raw, s);
-  return resolve_experiment(raw, std::filesystem::path(file).stem().string(), sets);
+std::string raw_optimizer_name(const Json& raw) {
+  if (!raw.is_object() || !raw.contains("optimizer") || !raw["optimizer"].is_object()) return "";
+  const Json& name = raw["optimizer"].value("name", Json());
+  return name.is_string() ? name.get<std::string>() : "";
+}
+
+std::string keep_known_optimizer_options(Json& raw, const std::string& previous_name,
+                                         const std::string& why) {
+  const std::string name = raw_optimizer_name(raw);
+  // Without a previous optimizer nothing is switched: unknown keys stay errors.
+  if (name.empty() || previous_name.empty() || name == previous_name) return "";
+  const auto* entry = find_entry(optimizer_registry(), name);
+  if (!entry) return "";  // resolution names the unknown optimizer
+  std::set<std::string> known = {"name"};
+  for (const auto& f : entry->fields) known.insert(f.name);
+  std::string dropped;
+  Json& opt = raw["optimizer"];
+  for (auto it = opt.begin(); it != opt.end();) {
+    if (known.count(it.key())) {
+      ++it;
+      continue;
+    }
+    dropped += (dropped.empty() ? "" : ", ") + it.key();
+    it = opt.erase(it);
+  }
+  if (dropped.empty()) return "";
+  return why + ": " + name + " does not know " + previous_name + "'s " + dropped +
+         " (dropped; the shared options are kept)";
+}
+
+namespace {
+
+// Merges `child` over `base` in place (RFC 7396: objects key by key, a null
+// removes the key), switching the optimizer as keep_known_optimizer_options.
+void merge_over_base(Json& base, const Json& child, const std::string& file,
+                     std::vector<std::string>* notes) {
+  const std::string base_optimizer = raw_optimizer_name(base);
+  base.merge_patch(child);
+  const std::string note = keep_known_optimizer_options(base, base_optimizer, file);
+  if (!note.empty() && notes) notes->push_back(note);
+}
+
+Json load_with_bases(const std::string& path, std::vector<std::string>& chain,
+                     std::vector<std::string>* notes) {
+  std::error_code ec;
+  const std::string canonical = std::filesystem::weakly_canonical(path, ec).string();
+  for (const auto& seen : chain) {
+    if (seen == canonical) {
+      std::string cycle;
+      for (const auto& c : chain) cycle += c + " -> ";
+      throw ConfigError(path + ": \"base\" makes a cycle: " + cycle + canonical);
+    }
+  }
+  chain.push_back(canonical);
+  Json raw = load_json_file(path);
+  if (!raw.is_object() || !raw.contains("base")) return raw;
+  const Json base_value = raw["base"];
+  raw.erase("base");
+  if (!base_value.is_string()) {
+    throw ConfigError(path + ": base = " + show_value(base_value) +
+                          ": must be the path of another experiment file",
+                      "base");
+  }
+  std::filesystem::path base_path = base_value.get<std::string>();
+  if (base_path.is_relative()) {
+    base_path = std::filesystem::path(path).parent_path() / base_path;
+  }
+  Json merged;
+  try {
+    merged = load_with_bases(base_path.string(), chain, notes);
+  } catch (const ConfigError& e) {
+    throw ConfigError(path + ": base = " + show_value(base_value) + ": " + e.what(), "base");
+  }
+  if (!merged.is_object()) {
+    throw ConfigError(
+        path + ": base = " + show_value(base_value) + ": is not an experiment (a JSON object)",
+        "base");
+  }
+  merge_over_base(merged, raw, path, notes);
+  return merged;
+}
+
+}  // namespace
+
+Json load_experiment_file(const std::string& path, std::vector<std::string>* notes) {
+  std::vector<std::string> chain;
+  return load_with_bases(path, chain, notes);
+}
+
+void apply_unset(Json& raw, const std::string& path) {
+  Json* node = &raw;
+  size_t start = 0;
+  for (;;) {
+    const auto dot = path.find('.', start);
+    const std::string key =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (key.empty() || !node->is_object() || !node->contains(key)) {
+      throw ConfigError("--unset " + path + ": not set (nothing to remove)", path);
+    }
+    if (dot == std::string::npos) {
+      node->erase(key);
+      return;
+    }
+    node = &(*node)[key];
+    start = dot + 1;
+  }
+}
+
+Experiment load_experiment(const std::string& file, const std::vector<std::string>& sets,
+                           const std::vector<std::string>& unsets) {
+  std::vector<std::string> notes;
+  Json raw = load_experiment_file(file, &notes);
+  for (const auto& u : unsets) apply_unset(raw, u);
+  for (const auto& s : sets) {
+    // A switch of optimizer drops the old one's foreign options at once, so
+    // that a later --set may give the new one's.
+    const std::string before = raw_optimizer_name(raw);
+    apply_set(raw, s);
+    const std::string note = keep_known_optimizer_options(raw, before, "--set " + s);
+    if (!note.empty()) notes.push_back(note);
+  }
+  Experiment e = resolve_experiment(raw, std::filesystem::path(file).stem().string(), sets);
+  e.notes = std::move(notes);
+  return e;
+}
+
+Experiment twin_experiment(const Experiment& e) {
+  Json raw = e.resolved;
+  raw["optimizer"] = twin_optimizer(e.optimizer).optimizer;
+  raw["baseline"] = "none";
+  return resolve_experiment(raw, e.run.name);
 }
 
 }  // namespace bitlab

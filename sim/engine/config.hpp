@@ -21,6 +21,14 @@ struct RunSettings {
   int64_t steps = 100;
   int64_t eval_every = 0;       // 0: evaluate only after the last step
   int64_t grad_norm_every = 1;  // 0: never measure the mean gradient's norm
+  // A run is `diverged` when its train loss exceeds this multiple of its
+  // first step's (0: only a NaN or infinite loss counts) ...
+  double diverge_loss_factor = 100.0;
+  // ... or the measured gradient norm this multiple of its first measurement.
+  double diverge_grad_norm_factor = 1e4;
+  // "twin": also run the optimizer's uncompressed twin (twin_optimizer) on the
+  // same problem, cluster and seed, and report the gaps in summary.json.
+  std::string baseline = "none";
   static Schema<RunSettings> schema();
 };
 
@@ -32,6 +40,9 @@ struct Experiment {
   NetworkOptions network;  // preset "none": no time model
   ComputeOptions compute;
   Json resolved;  // the whole resolved experiment
+  // What bitlab did that the user may not expect (options dropped by an
+  // optimizer switch): printed before the run and kept in summary.json.
+  std::vector<std::string> notes;
 };
 
 // The one way bitlab reads JSON from a user (experiment, sweep and cost files,
@@ -43,6 +54,34 @@ inline constexpr int kMaxJsonDepth = 64;
 Json parse_json_text(const std::string& text, const std::string& source);
 // Reads and parses a file (a missing or unreadable file is a ConfigError).
 Json load_json_file(const std::string& path);
+
+// Reads an experiment file and the chain of files it names as "base": the
+// file's keys override its base's (objects merged key by key, anything else
+// replaced, a null removes the key); a relative base is relative to the
+// file's folder. A missing base, a base that is not an experiment object and
+// a cycle are ConfigErrors naming the files. Switching optimizer.name in a
+// file drops the base's options the new optimizer does not know (a note).
+Json load_experiment_file(const std::string& path, std::vector<std::string>* notes = nullptr);
+
+// Removes the key at the dotted `path` ("--unset optimizer.freeze_step": the
+// option's default applies again). A path that is not set is a ConfigError.
+void apply_unset(Json& raw, const std::string& path);
+
+// When `raw`'s optimizer.name differs from `previous_name`, removes the
+// optimizer options the new optimizer does not know and returns a note
+// naming them ("" when nothing was dropped), so that a switch of optimizer
+// keeps the shared hyperparameters (lr, betas, ...) and drops the rest.
+std::string keep_known_optimizer_options(Json& raw, const std::string& previous_name,
+                                         const std::string& why);
+
+// The optimizer name of a raw experiment ("" when there is none).
+std::string raw_optimizer_name(const Json& raw);
+
+// An optimizer's step options (names ending in "_step": freeze_step,
+// var_freeze_step) may be given as a share of the run, "15%": returns
+// `optimizer` with each such value replaced by round(15/100 · steps). A
+// malformed share is a ConfigError naming <section>.<field>.
+Json resolve_step_shares(const Json& optimizer, int64_t steps, const std::string& section);
 
 // Applies one "a.b.c=value" override to a raw experiment. The value is read as
 // JSON when it parses (3, 0.1, true, "x", [1,2]) and as a plain string
@@ -59,13 +98,20 @@ void set_json_path(Json& raw, const std::string& path, const Json& value);
 // one in effect), else rethrows it unchanged.
 [[noreturn]] void rethrow_blaming_set(const ConfigError& err, const std::vector<std::string>& sets);
 
+// The experiment of `e`'s twin baseline: the same with the optimizer
+// replaced by its uncompressed twin and no baseline of its own.
+Experiment twin_experiment(const Experiment& e);
+
 // Validates a raw experiment and fills every default. `default_name` is used
 // when the file has no "name". Errors raised by a path set with --set are
 // reported with that --set.
 Experiment resolve_experiment(const Json& raw, const std::string& default_name,
                               const std::vector<std::string>& sets = {});
 
-// Loads FILE, applies the --set overrides and resolves.
-Experiment load_experiment(const std::string& file, const std::vector<std::string>& sets);
+// Loads FILE (with its base chain), applies the --unset and --set overrides
+// (unsets first) and resolves. A --set of optimizer.name keeps only the
+// options the new optimizer knows, with a note.
+Experiment load_experiment(const std::string& file, const std::vector<std::string>& sets,
+                           const std::vector<std::string>& unsets = {});
 
 }  // namespace bitlab

@@ -214,7 +214,16 @@ struct RunTally {
   std::map<std::string, PhaseTotals> phases;
   MeasuredTotals measured;
   Clock::time_point t0;
+  double wall_before_s = 0.0;  // wall time of the steps before a resume
+  // The yardsticks of divergence: step 1's loss, the first measured norm.
+  double first_loss = std::numeric_limits<double>::quiet_NaN();
+  double first_grad_norm = std::numeric_limits<double>::quiet_NaN();
+  // Said once each, kept in summary.json: the configuration's notes, the
+  // optimizer's warnings before the run and those it raises while running.
+  std::vector<std::string> warnings;
+  size_t optimizer_run_warnings = 0;  // how many of run_warnings() were taken
   double wall_s = 0.0;
+  int64_t resumed_from_step = 0;  // 0: not resumed
 };
 
 // ---------------------------------------------------------------------------
@@ -254,6 +263,11 @@ Json make_manifest(const RunContext& run, const std::string& started_utc) {
                        {"metrics.csv", "one row per step; eval columns at eval steps"},
                        {"comm_log.csv", "one row per collective: what the network model prices"},
                        {"summary.json", "written last: how the run ended, totals, final metrics"}};
+  if (run.options.checkpoint_every > 0) {
+    manifest["checkpoint_every"] = run.options.checkpoint_every;
+    manifest["files"]["checkpoint.bin"] =
+        "the full state at the last checkpoint, for bitlab run --resume (binary)";
+  }
   if (run.measured) {
     manifest["files"]["transport.csv"] =
         "MPI backend: per step, measured wall time and bytes handed to MPI beside the time "
@@ -302,6 +316,104 @@ void open_run_files(const RunContext& run, RunFiles& files) {
 }
 
 // ---------------------------------------------------------------------------
+// Checkpoints (docs/results.md "Checkpoints"): checkpoint.bin holds the
+// simulation's state (sim/engine/simulation.hpp) after the run's own part:
+// the experiment it belongs to, where each csv ended, and the tally.
+
+constexpr const char* kCheckpointFile = "checkpoint.bin";
+constexpr const char* kCheckpointFormat = "bitlab-checkpoint-1";
+
+void tally_state(StateArchive& io, RunTally& tally) {
+  io.field("tally.last_eval", tally.last_eval);
+  io.field("tally.last_eval_step", tally.last_eval_step);
+  io.field("tally.wall_s", tally.wall_before_s);
+  io.field("tally.first_loss", tally.first_loss);
+  io.field("tally.first_grad_norm", tally.first_grad_norm);
+  uint64_t warnings = tally.warnings.size();
+  io.field("tally.warnings", warnings);
+  tally.warnings.resize(warnings);
+  for (auto& w : tally.warnings) io.field("warning", w);
+  uint64_t phases = tally.phases.size();
+  io.field("tally.phases", phases);
+  auto it = tally.phases.begin();
+  for (uint64_t k = 0; k < phases; ++k) {
+    std::string name = io.loading() ? std::string() : it->first;
+    io.field("phase.name", name);
+    PhaseTotals& totals = io.loading() ? tally.phases[name] : (it++)->second;
+    io.field("phase.steps", totals.steps);
+    io.field("phase.bytes", totals.bytes);
+    io.field("phase.compute_s", totals.compute_s);
+    io.field("phase.comm_s", totals.comm_s);
+  }
+}
+
+// The run's part. Loading refuses a checkpoint of another format or of
+// another experiment than the folder's config.json.
+void run_state(StateArchive& io, const RunContext& run, RunFiles& files, RunTally& tally) {
+  std::string format = kCheckpointFormat;
+  io.field("format", format);
+  std::string config = run.experiment.resolved.dump();
+  io.field("config", config);
+  if (io.loading() && config != run.experiment.resolved.dump()) {
+    throw ConfigError((fs::path(run.dir) / kCheckpointFile).string() +
+                      ": written for another experiment than " +
+                      (fs::path(run.dir) / "config.json").string() +
+                      " holds (was config.json edited?); cannot resume");
+  }
+  io.field("files.metrics_bytes", files.good_bytes[0]);
+  io.field("files.comm_log_bytes", files.good_bytes[1]);
+  tally_state(io, tally);
+}
+
+// Writes checkpoint.bin atomically; returns "" or why it could not.
+std::string save_checkpoint(const RunContext& run, RunFiles& files, RunTally& tally) {
+  StateArchive io;
+  tally.wall_before_s += seconds_since(tally.t0);  // the wall time so far, saved
+  tally.t0 = Clock::now();
+  run_state(io, run, files, tally);
+  run.sim.state(io);
+  try {
+    write_text_atomic((fs::path(run.dir) / kCheckpointFile).string(), io.bytes());
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Restores the state of checkpoint.bin, then cuts each csv back to where it
+// ended at the checkpoint (rows a killed run wrote after it go) and reopens it
+// for appending. Throws ConfigError before changing any file.
+void resume_from_checkpoint(const RunContext& run, RunFiles& files, RunTally& tally) {
+  const fs::path path = fs::path(run.dir) / kCheckpointFile;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path.string() + ": cannot be read");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  StateArchive io(std::move(bytes), path.string());
+  run_state(io, run, files, tally);
+  run.sim.state(io);
+  io.expect_end();
+  const auto all = files.streams();
+  for (size_t k = 0; k < 2; ++k) {
+    const fs::path csv = fs::path(run.dir) / all[k].second;
+    std::error_code ec;
+    const auto size = fs::file_size(csv, ec);
+    if (ec || size < static_cast<uintmax_t>(files.good_bytes[k])) {
+      throw ConfigError(csv.string() + ": shorter than at the checkpoint (" +
+                        std::to_string(files.good_bytes[k]) + " bytes); cannot resume");
+    }
+  }
+  files.dir = run.dir;
+  for (size_t k = 0; k < 2; ++k) {
+    const fs::path csv = fs::path(run.dir) / all[k].second;
+    fs::resize_file(csv, static_cast<uintmax_t>(files.good_bytes[k]));
+    all[k].first->open(csv, std::ios::app);
+  }
+  std::error_code ignored;
+  fs::remove(fs::path(run.dir) / "summary.json", ignored);  // the run is not finished now
+  tally.resumed_from_step = run.sim.steps_done();
+}
+
+// ---------------------------------------------------------------------------
 // The step loop
 
 // The MPI backend's measurements of one step: a row of transport.csv. Every
@@ -328,7 +440,7 @@ StepMetrics take_step(const RunContext& run, RunFiles& files, RunTally& tally) {
   const auto step_start = Clock::now();
   const TransportStats before = run.transport.stats();
   StepMetrics m = run.sim.step();
-  m.wall_s = seconds_since(tally.t0);
+  m.wall_s = tally.wall_before_s + seconds_since(tally.t0);
   if (run.measured) {
     measure_step(run, m, step_start, before, files.transport_csv, tally.measured);
   }
@@ -376,19 +488,37 @@ void tally_step(RunTally& tally, const StepMetrics& m, bool timed) {
   tally.last = m;
 }
 
-bool diverged(const StepMetrics& m) {
-  return !std::isfinite(m.train_loss) || (!std::isnan(m.grad_norm) && !std::isfinite(m.grad_norm));
+// Why step m counts as diverged ("" when it does not): a loss or measured
+// gradient norm that is not finite, or that exceeds its stated multiple of the
+// run's first (RunSettings: diverge_loss_factor, diverge_grad_norm_factor).
+std::string divergence_reason(const RunSettings& rs, RunTally& tally, const StepMetrics& m) {
+  if (!std::isfinite(m.train_loss)) return "train_loss is " + fmt(m.train_loss);
+  const bool measured = !std::isnan(m.grad_norm);
+  if (measured && !std::isfinite(m.grad_norm)) return "grad_norm is " + fmt(m.grad_norm);
+  if (std::isnan(tally.first_loss)) tally.first_loss = m.train_loss;
+  if (measured && std::isnan(tally.first_grad_norm)) tally.first_grad_norm = m.grad_norm;
+  const double loss_limit = rs.diverge_loss_factor * tally.first_loss;
+  if (rs.diverge_loss_factor > 0 && tally.first_loss > 0 && m.train_loss > loss_limit) {
+    return "train_loss " + fmt(m.train_loss) + " exceeds diverge_loss_factor " +
+           fmt(rs.diverge_loss_factor) + " x the first step's " + fmt(tally.first_loss);
+  }
+  const double grad_limit = rs.diverge_grad_norm_factor * tally.first_grad_norm;
+  if (measured && rs.diverge_grad_norm_factor > 0 && tally.first_grad_norm > 0 &&
+      m.grad_norm > grad_limit) {
+    return "grad_norm " + fmt(m.grad_norm) + " exceeds diverge_grad_norm_factor " +
+           fmt(rs.diverge_grad_norm_factor) + " x the first measured " + fmt(tally.first_grad_norm);
+  }
+  return "";
 }
 
-// summary.json's "divergence": the step, what was not finite, and a hint.
-Json divergence_record(const Experiment& e, const StepMetrics& m) {
-  const bool bad_loss = !std::isfinite(m.train_loss);
+// summary.json's "divergence": the step, what went wrong, and a hint.
+Json divergence_record(const Experiment& e, const StepMetrics& m, const std::string& what) {
   const double lr = e.optimizer.contains("lr") ? e.optimizer.at("lr").get<double>() : 0.0;
   return {{"step", m.step},
-          {"what",
-           bad_loss ? "train_loss is " + fmt(m.train_loss) : "grad_norm is " + fmt(m.grad_norm)},
+          {"what", what},
           {"hint", "the optimizer diverged; try a smaller optimizer.lr (now " + fmt(lr) +
-                       "), a longer warm-up, or check the problem's scale"}};
+                       "), a longer warm-up, or check the problem's scale (the thresholds are "
+                       "diverge_loss_factor and diverge_grad_norm_factor)"}};
 }
 
 // The stop signal seen, 0 if none. Under MPI a signal may reach the ranks at
@@ -424,34 +554,77 @@ bool write_failed(const RunContext& run, RunFiles& files, RunTally& tally) {
   return true;
 }
 
+void say_warning(const RunContext& run, const std::string& text) {
+  if (run.writer && !run.options.quiet) {
+    std::fprintf(stderr, "bitlab: warning: %s\n", text.c_str());
+  }
+}
+
+// Before the first step: the configuration's notes (options an optimizer
+// switch dropped) and the optimizer's warnings about this run's settings.
+void start_warnings(const RunContext& run, RunTally& tally) {
+  tally.warnings = run.experiment.notes;
+  for (auto& w : run.sim.optimizer().warnings(run.experiment.run.steps)) {
+    tally.warnings.push_back(std::move(w));
+  }
+  for (const auto& w : tally.warnings) say_warning(run, w);
+}
+
+// The warnings the optimizer raised during the last step, said once.
+void report_new_warnings(const RunContext& run, RunTally& tally) {
+  const auto& raised = run.sim.optimizer().run_warnings();
+  for (; tally.optimizer_run_warnings < raised.size(); ++tally.optimizer_run_warnings) {
+    say_warning(run, raised[tally.optimizer_run_warnings]);
+    tally.warnings.push_back(raised[tally.optimizer_run_warnings]);
+  }
+}
+
 // Steps until the last step, a divergence or Ctrl-C (which stops the loop
 // after the current step, so the run still ends with its summary).
-RunTally run_steps(const RunContext& run, RunFiles& files) {
+// A checkpoint is due every checkpoint_every steps before the last, and when a
+// signal stops the run (so a preempted run loses nothing).
+bool checkpoint_due(const RunContext& run, const RunTally& tally, int64_t step) {
+  const int64_t every = run.options.checkpoint_every;
+  if (every <= 0 || step >= run.experiment.run.steps) return false;
+  if (tally.status == "interrupted") return true;
+  return tally.status == "completed" && step % every == 0;
+}
+
+void checkpoint_if_due(const RunContext& run, RunFiles& files, RunTally& tally, int64_t step) {
+  if (!checkpoint_due(run, tally, step)) return;
+  const std::string failure = save_checkpoint(run, files, tally);
+  if (failure.empty()) return;
+  tally.status = "failed";
+  tally.failure = failure;
+}
+
+RunTally run_steps(const RunContext& run, RunFiles& files, RunTally tally) {
   g_interrupted.store(0);
   void (*old_handlers[std::size(kStopSignals)])(int);
   for (size_t k = 0; k < std::size(kStopSignals); ++k)
     old_handlers[k] = std::signal(kStopSignals[k], on_stop_signal);
   Progress progress(run.experiment.run.steps, run.options.quiet || !run.writer);
-  RunTally tally;
-  tally.last_eval.assign(run.eval_cols.size(), std::numeric_limits<double>::quiet_NaN());
   tally.t0 = Clock::now();
-  for (int64_t t = 1; t <= run.experiment.run.steps; ++t) {
+  for (int64_t t = run.sim.steps_done() + 1; t <= run.experiment.run.steps; ++t) {
     const StepMetrics m = take_step(run, files, tally);
     write_metrics_row(files.metrics, m, run.eval_cols.size(), run.timed);
     write_new_comm_records(files, run.sim.comm().log());
     tally_step(tally, m, run.timed);
     progress.update(t, m.train_loss);
     if (write_failed(run, files, tally)) break;
-    if (diverged(m)) {
+    const std::string why = divergence_reason(run.experiment.run, tally, m);
+    if (!why.empty()) {
       tally.status = "diverged";
-      tally.divergence = divergence_record(run.experiment, m);
+      tally.divergence = divergence_record(run.experiment, m, why);
       break;
     }
+    report_new_warnings(run, tally);
     if (const int sig = interrupted(run)) {
       tally.status = "interrupted";
       tally.signal = sig;
-      break;
     }
+    checkpoint_if_due(run, files, tally, t);
+    if (tally.status != "completed") break;
   }
   progress.finish();
   for (size_t k = 0; k < std::size(kStopSignals); ++k)
@@ -459,7 +632,7 @@ RunTally run_steps(const RunContext& run, RunFiles& files) {
   files.metrics.close();
   files.comm_log.close();
   files.transport_csv.close();
-  tally.wall_s = seconds_since(tally.t0);
+  tally.wall_s = tally.wall_before_s + seconds_since(tally.t0);
   return tally;
 }
 
@@ -550,15 +723,17 @@ Json make_summary(const RunContext& run, const RunTally& tally) {
   summary["seed"] = e.run.seed;
   summary["steps_planned"] = e.run.steps;
   summary["steps_completed"] = last.step;
+  if (tally.resumed_from_step > 0) summary["resumed_from_step"] = tally.resumed_from_step;
   if (tally.status == "diverged") summary["divergence"] = tally.divergence;
   if (tally.status == "interrupted") summary["signal"] = signal_name(tally.signal);
   if (tally.status == "failed") summary["failure"] = tally.failure;
+  summary["warnings"] = tally.warnings;
   summary["final"] = final_metrics(run, tally);
   const auto opt = run.sim.problem().optimal_loss();
   summary["optimal_loss"] = opt ? Json(*opt) : Json(nullptr);
   summary["totals"] = {{"bytes_sent_per_worker", last.bytes_sent_cum},
                        {"messages_per_worker", last.messages_cum},
-                       {"collectives", run.sim.comm().log().size()}};
+                       {"collectives", run.sim.collectives()}};
   summary["phases"] = phase_totals(tally, run.timed);
   summary["dim"] = run.sim.cluster().dim();
   if (run.timed) summary["time"] = simulated_time(run, tally);
@@ -583,17 +758,95 @@ void report(const RunContext& run, const RunTally& tally) {
   for (size_t k = 0; k < run.eval_cols.size(); ++k) {
     std::fprintf(stderr, "  %s %.6g", run.eval_cols[k].c_str(), tally.last_eval[k]);
   }
+  if (!run.eval_cols.empty() && tally.last_eval_step == 0) {
+    std::fprintf(stderr, " (not evaluated)");
+  } else if (!run.eval_cols.empty() && tally.last_eval_step != last.step) {
+    // An interrupted run's last evaluation is older than its last step.
+    std::fprintf(stderr, " (evaluated at step %lld)", static_cast<long long>(tally.last_eval_step));
+  }
   std::fprintf(stderr, "\n  sent %s per worker in %zu collectives",
-               human_bytes(last.bytes_sent_cum).c_str(), run.sim.comm().log().size());
+               human_bytes(last.bytes_sent_cum).c_str(), run.sim.collectives());
   if (run.timed) {
     std::fprintf(stderr, ", simulated time %s", human_duration(last.sim_time_s).c_str());
   }
   std::fprintf(stderr, "\n");
   if (tally.status == "diverged") {
-    std::fprintf(stderr, "  diverged at step %lld: %s\n", static_cast<long long>(last.step),
+    std::fprintf(stderr, "  diverged at step %lld: %s\n  %s\n", static_cast<long long>(last.step),
+                 tally.divergence["what"].get<std::string>().c_str(),
                  tally.divergence["hint"].get<std::string>().c_str());
   }
   std::fprintf(stderr, "  results: %s\n", run.dir.c_str());
+}
+
+// The exit status of a run that ended as `summary` says.
+int exit_status_of_summary(const Json& summary) {
+  const std::string status = summary.value("status", "");
+  const std::string sig = summary.value("signal", "");
+  if (status == "interrupted") {
+    return 128 + (sig == "SIGTERM" ? SIGTERM : sig == "SIGHUP" ? SIGHUP : SIGINT);
+  }
+  return status == "diverged" ? 3 : status == "completed" ? 0 : kExitIoError;
+}
+
+// ---------------------------------------------------------------------------
+// The twin baseline (RunSettings::baseline "twin", docs/results.md "A twin
+// baseline"): the optimizer's uncompressed twin on the same problem, cluster
+// and seed, run first into <dir>/twin/ (kept when a resumed run finds it
+// completed); its summary is set beside the run's.
+
+Json run_twin(const RunContext& run) {
+  const fs::path dir = fs::path(run.dir) / "twin";
+  std::error_code ec;
+  if (fs::exists(dir / "summary.json", ec)) {
+    const Json done = load_json_file((dir / "summary.json").string());
+    if (done.value("status", "") == "completed") return done;
+  }
+  fs::remove_all(dir, ec);
+  const Experiment twin = twin_experiment(run.experiment);
+  if (!run.options.quiet) {
+    std::fprintf(stderr, "bitlab: the twin baseline first: %s, into %s\n",
+                 twin.optimizer.at("name").get<std::string>().c_str(), dir.c_str());
+  }
+  RunCliOptions o;
+  o.out_dir = dir.string();
+  o.quiet = true;
+  o.threads = run.options.threads;
+  o.command_line = run.options.command_line + "  # its twin baseline";
+  o.print_dir = false;
+  run_experiment(twin, o);
+  return load_json_file((dir / "summary.json").string());
+}
+
+double ratio_or_nan(const Json& a, const Json& b) {
+  if (!a.is_number() || !b.is_number() || b.get<double>() == 0.0) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  return a.get<double>() / b.get<double>();
+}
+
+// summary.json's "baseline": the twin's outcome and the run's gaps to it
+// (run minus twin; ratios run over twin).
+Json twin_comparison(const Json& summary, const Json& twin) {
+  Json gaps = Json::object();
+  for (const auto& [key, value] : summary["final"].items()) {
+    const Json& other = twin["final"].value(key, Json());
+    if (key != "eval_step" && value.is_number() && other.is_number()) {
+      gaps[key] = value.get<double>() - other.get<double>();
+    }
+  }
+  const Json no_time = Json::object();
+  const double time_ratio = ratio_or_nan(summary.value("time", no_time).value("sim_time_s", Json()),
+                                         twin.value("time", no_time).value("sim_time_s", Json()));
+  return {{"kind", "twin"},
+          {"dir", "twin"},
+          {"optimizer", twin["optimizer"]},
+          {"status", twin["status"]},
+          {"final", twin["final"]},
+          {"gap", gaps},
+          {"bytes_ratio", finite_or_null(ratio_or_nan(summary["totals"]["bytes_sent_per_worker"],
+                                                      twin["totals"]["bytes_sent_per_worker"]))},
+          {"sim_time_ratio", finite_or_null(time_ratio)},
+          {"speedup", finite_or_null(1.0 / time_ratio)}};
 }
 
 // 0 completed, 3 diverged, 128 + the signal when interrupted (130 for Ctrl-C,
@@ -608,7 +861,39 @@ int exit_status_of(const RunTally& tally) {
 
 }  // namespace
 
+ResumePoint resume_point(const std::string& dir) {
+  const fs::path d(dir);
+  std::error_code ec;
+  if (!fs::exists(d / "config.json", ec)) {
+    throw ConfigError("--resume " + dir + ": holds no run (no config.json)");
+  }
+  if (fs::exists(d / "summary.json", ec)) {
+    const Json summary = load_json_file((d / "summary.json").string());
+    const std::string status = summary.value("status", "");
+    if (status == "completed") {
+      throw ConfigError("--resume " + dir + ": the run already completed; nothing to resume");
+    }
+    if (status == "diverged") {
+      throw ConfigError("--resume " + dir +
+                        ": the run diverged; resuming would diverge again (change the "
+                        "experiment and start a new run)");
+    }
+  }
+  if (!fs::exists(d / kCheckpointFile, ec)) {
+    throw ConfigError("--resume " + dir + ": no " + kCheckpointFile +
+                      " (the run was started without --checkpoint-every, or stopped before "
+                      "its first checkpoint); start it again");
+  }
+  ResumePoint point{load_experiment((d / "config.json").string(), {})};
+  if (fs::exists(d / "manifest.json", ec)) {
+    point.checkpoint_every =
+        load_json_file((d / "manifest.json").string()).value("checkpoint_every", int64_t{0});
+  }
+  return point;
+}
+
 std::string make_run_dir(const Experiment& e, const RunCliOptions& o) {
+  if (o.resume) return o.out_dir;  // resume_point checked it
   fs::path dir;
   if (!o.out_dir.empty()) {
     dir = o.out_dir;
@@ -633,6 +918,15 @@ std::string make_run_dir(const Experiment& e, const RunCliOptions& o) {
 
 int run_experiment(const Experiment& e, const RunCliOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
+  if (o.transport != nullptr && (o.checkpoint_every > 0 || o.resume || e.run.baseline != "none")) {
+    // Each rank holds only its block of workers' state: a checkpoint would
+    // need every rank's part gathered (not built yet); a twin would need a
+    // second run over the ranks.
+    throw ConfigError(
+        "--checkpoint-every, --resume and baseline \"twin\": not available with "
+        "--backend mpi yet; use the simulator backend (results are "
+        "bit-identical)");
+  }
   // Everything that can fail on bad input (problem data, shards) is built
   // before the results folder exists.
   Simulation sim(e, o.transport);
@@ -641,11 +935,29 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   // The folder is this process's while it runs (rank 0 alone writes it).
   std::optional<FolderLock> lock;
   if (run.writer) lock.emplace(run.dir, ".bitlab.lock", "bitlab run of " + e.run.name);
-  write_config_and_manifest(run);
+  if (!o.resume) write_config_and_manifest(run);
+  const Json twin = e.run.baseline == "twin" ? run_twin(run) : Json();
+  if (!twin.is_null() && twin.value("status", "") != "completed") {
+    // Ctrl-C during the twin stops here; a twin that diverged or failed
+    // leaves nothing to compare with.
+    std::fprintf(stderr,
+                 "bitlab: the twin baseline ended %s (%s/twin/summary.json); the run "
+                 "was not started\n",
+                 twin.value("status", "?").c_str(), run.dir.c_str());
+    return exit_status_of_summary(twin);
+  }
   RunFiles files;
-  open_run_files(run, files);
-  const RunTally tally = run_steps(run, files);
-  const Json summary = make_summary(run, tally);
+  RunTally start;
+  start.last_eval.assign(run.eval_cols.size(), std::numeric_limits<double>::quiet_NaN());
+  if (o.resume) {
+    resume_from_checkpoint(run, files, start);  // the warnings so far included
+  } else {
+    open_run_files(run, files);
+    start_warnings(run, start);
+  }
+  const RunTally tally = run_steps(run, files, std::move(start));
+  Json summary = make_summary(run, tally);
+  if (!twin.is_null()) summary["baseline"] = twin_comparison(summary, twin);
   const int exit_status = exit_status_of(tally);
   if (!run.writer) return exit_status;
   if (tally.status == "failed") {
@@ -664,8 +976,10 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   }
   report(run, tally);
   // The folder, alone on stdout, for scripts.
-  std::printf("%s\n", run.dir.c_str());
-  std::fflush(stdout);
+  if (o.print_dir) {
+    std::printf("%s\n", run.dir.c_str());
+    std::fflush(stdout);
+  }
   return exit_status;
 }
 

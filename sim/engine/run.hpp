@@ -25,6 +25,12 @@ struct RunCliOptions {
   // The MPI backend's transport (nullptr: the simulator). Rank 0 alone writes
   // the results folder; every rank runs the same step loop.
   Transport* transport = nullptr;
+  // Every k steps (and when a signal stops the run) the full state goes to
+  // <dir>/checkpoint.bin; 0: never (docs/results.md "Checkpoints").
+  int64_t checkpoint_every = 0;
+  // Continue the run in out_dir from its checkpoint instead of starting one.
+  bool resume = false;
+  bool print_dir = true;  // the folder on stdout at the end (not for a twin baseline)
 };
 
 // Set by SIGINT, SIGTERM or SIGHUP to the signal's number; the loop stops
@@ -40,6 +46,16 @@ inline constexpr int kExitIoError = 4;
 // SIGTERM, 129 SIGHUP). Throws ConfigError for
 // bad input before creating any results folder.
 int run_experiment(const Experiment& experiment, const RunCliOptions& options);
+
+// `bitlab run --resume DIR`: refuses (ConfigError, nothing touched) a folder
+// that holds no run, a completed or diverged run, or no checkpoint; else
+// returns the experiment of DIR/config.json and the checkpoint interval the
+// run was started with (its manifest.json).
+struct ResumePoint {
+  Experiment experiment;
+  int64_t checkpoint_every = 0;
+};
+ResumePoint resume_point(const std::string& dir);
 
 // Chooses (and creates) the results folder. Throws ConfigError when --out names
 // a folder that already holds a run.

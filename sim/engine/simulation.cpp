@@ -138,4 +138,16 @@ void Simulation::evaluate_if_due() {
   }
 }
 
+void Simulation::state(StateArchive& io) {
+  io.field("simulation.step", step_);
+  io.field("simulation.sim_time_s", sim_time_s_);
+  io.field("simulation.bytes_cum", bytes_cum_);
+  io.field("simulation.messages_cum", messages_cum_);
+  uint64_t collectives_done = collectives();
+  io.field("simulation.collectives", collectives_done);
+  if (io.loading()) collectives_before_ = collectives_done;  // this log starts empty
+  cluster_->state(io);
+  optimizer_->state(io);
+}
+
 }  // namespace bitlab

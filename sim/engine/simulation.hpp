@@ -60,6 +60,15 @@ class Simulation {
   // other ranks hold no held-out data).
   std::vector<double> evaluate() const;
   bool evaluates() const { return evaluates_; }
+  // Collectives logged since step 1 (a resumed run counts those of the steps
+  // before its checkpoint too).
+  size_t collectives() const { return collectives_before_ + comm_.log().size(); }
+  // Saves or loads everything the next step depends on: the step count and
+  // running totals, the parameters, the optimizer's state (a checkpoint,
+  // docs/results.md "Checkpoints"). Every random stream is drawn from (seed,
+  // step, worker), so no generator position needs saving.
+  void state(StateArchive& io);
+
   // The network model's topology, or nullptr without one.
   const Topology* topology() const { return timed_ ? &topology_ : nullptr; }
 
@@ -86,6 +95,7 @@ class Simulation {
   int64_t step_ = 0;
   double bytes_cum_ = 0.0;
   int64_t messages_cum_ = 0;
+  uint64_t collectives_before_ = 0;  // logged before a resume
   StepMetrics last_;
 };
 

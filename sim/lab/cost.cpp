@@ -4,11 +4,14 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <string_view>
 
 #include "optimizers/optimizer.hpp"
+#include "problems/problem.hpp"
 #include "sim/core/human.hpp"
 #include "sim/core/registry.hpp"
+#include "sim/engine/config.hpp"
 
 namespace bitlab {
 
@@ -91,7 +94,9 @@ CostSpec resolve_inner(const Json& raw) {
   if (!entry) {
     config_fail("optimizer.name", name, one_of_message(name.get<std::string>(), names));
   }
-  spec.optimizer = entry->resolve(opt, "optimizer");
+  // "15%" of this job's steps, whatever the steps of the file it came from.
+  spec.optimizer =
+      entry->resolve(resolve_step_shares(opt, spec.settings.steps, "optimizer"), "optimizer");
   // Values only the cluster size can reject (the optimizers check them in setup()).
   plan_communication(spec.optimizer, spec.settings.params, static_cast<int>(spec.settings.workers),
                      1);
@@ -194,6 +199,14 @@ CostReport estimate_cost(const CostSpec& spec) {
     (std::string_view(wire) == "fp16" ? rep.baseline_fp16 : rep.baseline_fp32) = std::move(j);
   }
   for (const auto& note : rep.job.notes) rep.notes.push_back(note);
+  if (spec.optimizer.value("wire", "fp16") == "fp32") {
+    // The papers' baseline allreduces in fp16; an fp32 warm-up against it
+    // makes the compressed optimizer look slower in the warm-up than it is.
+    rep.notes.push_back(
+        "the optimizer's uncompressed allreduces (optimizer.wire) are fp32 while the papers' "
+        "baseline is Adam with fp16: compare with the fp32 row, or price with --set "
+        "optimizer.wire=fp16 to compare like with like");
+  }
   return rep;
 }
 
@@ -398,6 +411,29 @@ Json cost_report_json(const CostReport& r) {
   }
   j["notes"] = r.notes;
   return j;
+}
+
+Json cost_spec_of_experiment(const Json& raw) {
+  // Resolving validates the experiment; its optimizer section stays raw, so
+  // that a warm-up given as a share ("15%") follows the steps being priced.
+  const Experiment e = resolve_experiment(raw, "experiment");
+  const auto* problem = find_entry(problem_registry(), e.problem.at("name").get<std::string>());
+  const std::unique_ptr<Problem> built = problem->make(e.problem, DataScope{});
+  const double workers = static_cast<double>(e.cluster.workers);
+  const double samples = e.cluster.batch_size.full
+                             ? static_cast<double>(built->num_train()) / workers
+                             : static_cast<double>(e.cluster.batch_size.samples);
+  Json spec = Json::object();
+  spec["description"] = "priced from experiment " + e.run.name;
+  spec["params"] = static_cast<int64_t>(built->dim());
+  spec["workers"] = e.cluster.workers;
+  spec["steps"] = e.run.steps;
+  spec["samples_per_worker"] = std::max(samples, 1.0);
+  spec["optimizer"] = raw.at("optimizer");
+  spec["compute"] = e.resolved.at("compute");
+  // An experiment without a time model leaves the network to --network.
+  if (e.network.preset != "none") spec["network"] = e.resolved.at("network");
+  return spec;
 }
 
 }  // namespace bitlab

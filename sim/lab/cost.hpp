@@ -47,6 +47,12 @@ struct CostSpec {
   Json resolved;   // the whole spec, every default filled in
 };
 
+// The cost spec of an experiment (raw, its base chain followed): d from its
+// problem, its workers, steps, batch (samples_per_worker), optimizer (raw:
+// a warm-up share follows the priced steps), compute and network (left out
+// when the experiment has none). Throws ConfigError as `bitlab validate`.
+Json cost_spec_of_experiment(const Json& raw_experiment);
+
 // Validates a raw spec: errors `<path> = <value>: <rule>` as ConfigError.
 // `labels` pairs each override applied to `raw` ("path=value") with how the
 // user wrote it ("--set path=value", "--workers 64"); an error at or under an

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -14,6 +15,7 @@
 
 #include "problems/problem.hpp"
 #include "sim/cluster/cluster.hpp"
+#include "sim/core/files.hpp"
 #include "sim/engine/config.hpp"
 
 namespace bitlab {
@@ -512,6 +514,93 @@ RecostResult recost_run(const RecostOptions& o) {
     throw;
   }
   return res;
+}
+
+bool is_sweep_folder(const std::string& dir) {
+  std::error_code ec;
+  return fs::exists(fs::path(dir) / "sweep.json", ec);
+}
+
+namespace {
+
+// sweep.csv with `columns` added to the header and to each row the values of
+// its run (the row's last cell is the run folder); rows of runs not re-priced
+// get empty cells.
+std::string csv_with_columns(const fs::path& csv, const std::vector<std::string>& columns,
+                             const std::map<std::string, std::vector<double>>& values) {
+  std::ifstream in(csv);
+  std::string line, out;
+  bool header = true;
+  while (std::getline(in, line)) {
+    out += line;
+    if (header) {
+      for (const auto& c : columns) {
+        if (line.find("," + c + ",") != std::string::npos ||
+            line.size() >= c.size() && line.compare(line.size() - c.size(), c.size(), c) == 0) {
+          throw ConfigError(csv.string() + ": already has a column " + c +
+                            " (give another --label)");
+        }
+        out += "," + c;
+      }
+      header = false;
+    } else {
+      const auto it = values.find(line.substr(line.rfind(',') + 1));
+      for (size_t k = 0; k < columns.size(); ++k) {
+        out += ",";
+        if (it != values.end()) out += fmt(it->second[k]);
+      }
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+SweepRecost recost_sweep(const RecostOptions& o) {
+  const fs::path dir(o.run_dir);
+  Json sweep;
+  try {
+    std::ifstream in(dir / "sweep.json");
+    sweep = Json::parse(in);
+  } catch (const std::exception&) {
+    throw ConfigError((dir / "sweep.json").string() + ": unreadable");
+  }
+  SweepRecost out;
+  std::map<std::string, std::vector<double>> values;  // run folder -> new columns
+  std::string label;
+  const fs::path csv = dir / "sweep.csv";
+  std::error_code csv_ec;
+  if (!o.label.empty() && fs::exists(csv, csv_ec)) {
+    // Refused before any run is re-priced: nothing changes.
+    (void)csv_with_columns(csv, {"comm_s@" + o.label, "sim_time_s@" + o.label}, values);
+  }
+  for (const auto& r : sweep.value("runs", Json::array())) {
+    const std::string name = r.value("dir", "");
+    std::error_code ec;
+    if (name.empty() || !fs::exists(dir / name / "comm_log.csv", ec) ||
+        !fs::exists(dir / name / "metrics.csv", ec)) {
+      out.skipped.push_back(name + ": no results yet");
+      continue;
+    }
+    RecostOptions one = o;
+    one.run_dir = (dir / name).string();
+    try {
+      RecostResult res = recost_run(one);
+      label = res.label;
+      values[name] = {res.comm_s, res.sim_time_s};
+      out.runs.emplace_back(name, std::move(res));
+    } catch (const ConfigError& e) {
+      throw ConfigError("run " + name + ": " + e.what(), e.path());
+    }
+  }
+  std::error_code ec;
+  if (!label.empty() && fs::exists(csv, ec)) {
+    out.csv_path = csv.string();
+    const std::vector<std::string> columns = {"comm_s@" + label, "sim_time_s@" + label};
+    write_text_atomic(csv.string(), csv_with_columns(csv, columns, values));
+  }
+  return out;
 }
 
 }  // namespace bitlab

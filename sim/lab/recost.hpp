@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/timing/network.hpp"
@@ -70,6 +71,19 @@ struct RecostResult {
 // and a missing or malformed run folder (naming the file, the line and the
 // problem). On any error metrics.csv is left untouched.
 RecostResult recost_run(const RecostOptions& options);
+
+// `bitlab recost SWEEP_DIR`: re-prices every run of the sweep folder (its
+// sweep.json's runs that have results) with the same options, and adds
+// comm_s@LABEL and sim_time_s@LABEL (totals) to each row of sweep.csv. A run
+// that has no results yet is listed in `skipped` with the reason; an error
+// in a run names it. sweep.csv is rewritten atomically.
+struct SweepRecost {
+  std::vector<std::pair<std::string, RecostResult>> runs;  // run folder, result
+  std::vector<std::string> skipped;
+  std::string csv_path;  // "" when the sweep has no sweep.csv yet
+};
+bool is_sweep_folder(const std::string& dir);
+SweepRecost recost_sweep(const RecostOptions& options);
 
 // The names of the four columns a label adds, in order.
 std::vector<std::string> recost_columns(const std::string& label);

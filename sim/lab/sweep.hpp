@@ -34,6 +34,9 @@ struct SweepSpec {
   Json base;                       // the raw base experiment
   std::vector<std::string> swept;  // swept paths in column order ("seed" last when seeds)
   std::vector<SweepRun> runs;
+  // Said once before running and kept in sweep.json: optimizers compared with
+  // different shared hyperparameters, options dropped by an optimizer switch.
+  std::vector<std::string> warnings;
 };
 
 // Validates a sweep (raw JSON) and resolves every run. `base_dir` is where a
@@ -64,6 +67,10 @@ struct SweepOptions {
   // --merge: run nothing; read every shard's csv and the runs' summaries and
   // write the sweep.csv an unsharded sweep would have written.
   bool merge = false;
+  // Each run writes a checkpoint every k steps (bitlab run --checkpoint-every);
+  // --resume then continues a half-finished run from its checkpoint instead
+  // of starting it again. 0: no checkpoints.
+  int64_t checkpoint_every = 0;
 };
 
 // Parses "i/k" (0 <= i < k). Throws ConfigError naming --shard otherwise.

@@ -244,10 +244,19 @@ void SweepRunner::schedule(const std::vector<size_t>& pending, int jobs, int thr
 void SweepRunner::launch(size_t i, int threads) {
   const SweepRun& r = spec_.runs[i];
   const fs::path run_dir = dir_ / r.dir_name;
-  prepare_run_dir(run_dir, r.config);
-  const std::vector<std::string> args = {
-      o_.binary, "run",       (run_dir / "run.json").string(), "--out", run_dir.string(),
-      "--quiet", "--threads", std::to_string(threads)};
+  std::vector<std::string> args = {o_.binary, "run", "--quiet", "--threads",
+                                   std::to_string(threads)};
+  std::error_code ec;
+  if (o_.resume && fs::exists(run_dir / "checkpoint.bin", ec)) {
+    // Half finished (pending_runs skipped the finished ones): continue it.
+    args.insert(args.end(), {"--resume", run_dir.string()});
+  } else {
+    prepare_run_dir(run_dir, r.config);
+    args.insert(args.end(), {(run_dir / "run.json").string(), "--out", run_dir.string()});
+  }
+  if (o_.checkpoint_every > 0) {
+    args.insert(args.end(), {"--checkpoint-every", std::to_string(o_.checkpoint_every)});
+  }
   running_[spawn(args, child_environment(), (run_dir / "stderr.txt").string())] = i;
 }
 
@@ -390,6 +399,7 @@ Json describe_sweep(const SweepSpec& spec) {
     runs.push_back({{"run", r.index}, {"dir", r.dir_name}, {"assignments", a}});
   }
   sweep_json["runs"] = runs;
+  sweep_json["warnings"] = spec.warnings;
   return sweep_json;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -100,7 +101,7 @@ BaseExperiment read_base(const Json& raw, const std::string& base_dir,
   fs::path p = base.get<std::string>();
   if (p.is_relative()) p = fs::path(base_dir) / p;
   try {
-    return {load_json_file(p.string()), p.stem().string()};
+    return {load_experiment_file(p.string()), p.stem().string()};
   } catch (const ConfigError& e) {
     throw ConfigError(std::string("base = ") + show_value(base) + ": " + e.what(), "base");
   }
@@ -248,29 +249,98 @@ std::string sanitize(const std::string& s) {
   return out;
 }
 
+// For each swept path whose values are objects (whole optimizer objects in a
+// zip), the keys whose values differ between them: what names the runs.
+using VaryingKeys = std::map<std::string, std::vector<std::string>>;
+VaryingKeys varying_keys(const SweepAxes& axes) {
+  VaryingKeys out;
+  for (const ValueLists* lists : {&axes.grid, &axes.zip}) {
+    for (const auto& [path, values] : *lists) {
+      std::set<std::string> keys;
+      for (const auto& v : values) {
+        if (v.is_object()) {
+          for (const auto& [k, x] : v.items()) keys.insert(k);
+        }
+      }
+      for (const auto& k : keys) {
+        std::set<std::string> seen;
+        for (const auto& v : values) seen.insert(v.is_object() ? v.value(k, Json()).dump() : "");
+        if (seen.size() > 1) out[path].push_back(k);
+      }
+    }
+  }
+  return out;
+}
+
+// A swept value as a label: an object by its differing keys ("onebit_adam
+// freeze_step=100"; its "name" bare), anything else as sweep_value_text.
+std::string value_label(const Json& value, const std::vector<std::string>* keys) {
+  if (!value.is_object() || !keys) return sweep_value_text(value);
+  std::string text;
+  if (value.contains("name")) text = sweep_value_text(value["name"]);
+  for (const auto& k : *keys) {
+    if (k == "name" || !value.contains(k)) continue;
+    text += (text.empty() ? "" : " ") + k + "=" + sweep_value_text(value[k]);
+  }
+  return text.empty() ? sweep_value_text(value) : text;
+}
+
 // The label ("optimizer.lr=0.01, seed=2") and folder name
 // ("run-001_optimizer.lr=0.01_seed=2", at most 120 characters) of a run.
-void name_run(SweepRun& r, size_t width) {
+void name_run(SweepRun& r, size_t width, const VaryingKeys& varying) {
   std::string idx = std::to_string(r.index);
   idx = std::string(width - idx.size(), '0') + idx;
   r.dir_name = "run-" + idx;
   for (const auto& [path, value] : r.assignments) {
-    r.label += (r.label.empty() ? "" : ", ") + path + "=" + sweep_value_text(value);
+    const auto it = varying.find(path);
+    const std::string text = value_label(value, it == varying.end() ? nullptr : &it->second);
+    r.label += (r.label.empty() ? "" : ", ") + path + "=" + text;
     r.dir_name += '_';
-    r.dir_name += sanitize(path + "=" + sweep_value_text(value));
+    r.dir_name += sanitize(path + "=" + text);
   }
   if (r.dir_name.size() > 120) r.dir_name.resize(120);
+}
+
+// The base with a run's assignments: a switch of optimizer (optimizer.name,
+// applied first) keeps the options the new optimizer knows (each distinct
+// note of what it dropped goes to `notes`); a null removes the key, so that
+// one optimizer of a zip can leave an option out.
+Json apply_assignments(const Json& base, const std::vector<std::pair<std::string, Json>>& values,
+                       std::set<std::string>& notes) {
+  Json exp = base;
+  auto is_switch = [](const std::string& path) {
+    return path == "optimizer.name" || path == "optimizer";
+  };
+  for (const bool switches : {true, false}) {
+    for (const auto& [path, value] : values) {
+      if (is_switch(path) != switches) continue;
+      const std::string before = raw_optimizer_name(exp);
+      if (value.is_null()) {
+        try {
+          apply_unset(exp, path);
+        } catch (const ConfigError&) {
+          // not set in the base: nothing to remove
+        }
+      } else {
+        set_json_path(exp, path, value);
+      }
+      if (path == "optimizer") continue;  // a whole object: its own options
+      const std::string note =
+          keep_known_optimizer_options(exp, before, path + "=" + sweep_value_text(value));
+      if (!note.empty()) notes.insert(note);
+    }
+  }
+  return exp;
 }
 
 // The base with the run's assignments, resolved; `check_runs`: also built.
 // `checked` holds the configurations built so far.
 void resolve_run(SweepRun& r, const BaseExperiment& base, bool check_runs,
-                 std::set<std::string>& checked) {
+                 std::set<std::string>& checked, std::set<std::string>& notes) {
   const std::string who = "run " + std::to_string(r.index) +
                           (r.label.empty() ? std::string() : " (" + r.label + ")") + ": ";
   try {
-    Json exp = base.raw;
-    for (const auto& [path, value] : r.assignments) set_json_path(exp, path, value);
+    Json exp = apply_assignments(base.raw, r.assignments, notes);
     Experiment e = resolve_experiment(exp, base.name);
     r.config = e.resolved;
     if (check_runs) {
@@ -283,6 +353,43 @@ void resolve_run(SweepRun& r, const BaseExperiment& base, bool check_runs,
   } catch (const ConfigError& e) {
     throw ConfigError(who + e.what(), e.path());
   }
+}
+
+// The hyperparameters two optimizers of a comparison share: when they differ
+// between the optimizers a sweep compares, their curves differ for that
+// reason too (adam's bias_correction defaults to true, onebit_adam's to false).
+const char* const kSharedHyperparameters[] = {
+    "lr", "beta1", "beta2", "eps", "weight_decay", "bias_correction", "wire", "momentum"};
+
+// One warning per shared hyperparameter whose values differ between the
+// sweep's optimizers, naming each optimizer's values.
+std::vector<std::string> hyperparameter_mismatches(const std::vector<SweepRun>& runs) {
+  std::vector<std::string> warnings;
+  std::set<std::string> optimizers;
+  for (const auto& r : runs) optimizers.insert(r.config["optimizer"]["name"].get<std::string>());
+  if (optimizers.size() < 2) return warnings;
+  for (const char* field : kSharedHyperparameters) {
+    // optimizer name -> the distinct values it runs with
+    std::map<std::string, std::set<std::string>> values;
+    for (const auto& r : runs) {
+      const Json& opt = r.config["optimizer"];
+      if (opt.contains(field)) values[opt["name"].get<std::string>()].insert(opt[field].dump());
+    }
+    std::set<std::string> all;
+    for (const auto& [name, vs] : values) all.insert(vs.begin(), vs.end());
+    if (values.size() < 2 || all.size() < 2) continue;
+    std::string text;
+    for (const auto& [name, vs] : values) {
+      std::string joined;
+      for (const auto& v : vs) joined += (joined.empty() ? "" : "|") + v;
+      text += (text.empty() ? "" : ", ") + name + " " + joined;
+    }
+    warnings.push_back("optimizer." + std::string(field) +
+                       " differs between the optimizers compared (" + text +
+                       "): their curves differ for this reason too; set it alike in the base or "
+                       "the zip if the comparison is about compression");
+  }
+  return warnings;
 }
 
 }  // namespace
@@ -304,14 +411,18 @@ SweepSpec resolve_sweep(const Json& raw, const std::string& base_dir,
   const size_t total = count_runs(axes, raw);
   const size_t width = std::max<size_t>(3, std::to_string(total).size());
   std::set<std::string> checked;  // problem+cluster+optimizer sections already built
+  std::set<std::string> notes;
+  const VaryingKeys varying = varying_keys(axes);
   for (size_t n = 0; n < total; ++n) {
     SweepRun r;
     r.index = static_cast<int>(n + 1);
     r.assignments = assignments_of_run(axes, n);
-    name_run(r, width);
-    resolve_run(r, base, check_runs, checked);
+    name_run(r, width, varying);
+    resolve_run(r, base, check_runs, checked, notes);
     spec.runs.push_back(std::move(r));
   }
+  spec.warnings = hyperparameter_mismatches(spec.runs);
+  spec.warnings.insert(spec.warnings.end(), notes.begin(), notes.end());
   return spec;
 }
 
