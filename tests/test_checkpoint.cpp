@@ -326,4 +326,24 @@ TEST_SUITE("checkpoint") {
     CHECK(r.err.find("written for another experiment") != std::string::npos);
     CHECK(slurp(done / "metrics.csv") == metrics_before);
   }
+
+  TEST_CASE("sweep --resume continues a half-finished run from its checkpoint") {
+    TempDir d;
+    d.file("a.json", R"({"steps": 30, "problem": {"name": "quadratic", "dim": 64},
+      "cluster": {"workers": 4}, "optimizer": {"name": "onebit_adam", "freeze_step": 5}})");
+    const auto sweep = d.file("s.json", R"({"name": "ck", "base": "a.json", "seeds": [1, 2]})");
+    const fs::path out = d.path / "sweep";
+    REQUIRE(
+        run_bitlab(d, "sweep " + sweep + " --jobs 2 --checkpoint-every 10 --out " + out.string())
+            .status == 0);
+    const fs::path run = out / "run-001_seed=1";
+    const std::string metrics = metrics_without_wall(run / "metrics.csv");
+    // As a killed run leaves it: no summary, rows past the checkpoint (step 20).
+    fs::remove(run / "summary.json");
+    REQUIRE(run_bitlab(d, "sweep " + sweep + " --jobs 2 --resume --out " + out.string()).status ==
+            0);
+    const Json s = Json::parse(slurp(run / "summary.json"));
+    CHECK(s["resumed_from_step"] == 20);
+    CHECK(metrics_without_wall(run / "metrics.csv") == metrics);
+  }
 }
