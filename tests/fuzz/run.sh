@@ -30,7 +30,10 @@ export ASAN_OPTIONS="detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 LOG="$BUILD_DIR/fuzz/$KIND.log"
 status=0
-"$FUZZER" "$CORPUS" "$BUILD_DIR/fuzz/seeds/$KIND" tests/fuzz/regression/"$KIND" \
+# The regression inputs join the corpus (a kind with none has no folder in git).
+dirs=("$CORPUS" "$BUILD_DIR/fuzz/seeds/$KIND")
+[ -d "tests/fuzz/regression/$KIND" ] && dirs+=("tests/fuzz/regression/$KIND")
+"$FUZZER" "${dirs[@]}" \
   -dict=tests/fuzz/bitlab.dict -max_total_time="$SECONDS_TOTAL" -max_len=16384 \
   -timeout=30 -rss_limit_mb=3072 -malloc_limit_mb=2048 -print_final_stats=1 \
   -artifact_prefix="$FINDINGS/" >"$LOG" 2>&1 || status=$?
