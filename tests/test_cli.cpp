@@ -169,6 +169,9 @@ TEST_SUITE("cli") {
          "--set optimizer.lr=...: the value is not valid UTF-8 text"},
         {kGood, "--set \"optimizer.name=ad$(printf '\\377')am\"",
          "--set optimizer.name=...: the value is not valid UTF-8 text"},
+        // found by fuzz_experiment: a stray byte in the path, not the value
+        {kGood, "--set \"optimizer.l$(printf '\\226')r=0.1\"",
+         "--set ...=0.1: the path is not valid UTF-8 text"},
         // 2^20 workers × 2^22 parameters: 17.6 TB of gradient rows, refused
         // before anything is allocated (no machine this runs on has it).
         {R"({"problem": {"name": "quadratic", "dim": 4194304}, "cluster": {"workers": 1048576},
@@ -188,6 +191,17 @@ TEST_SUITE("cli") {
     Result r = run_bitlab(d, "run " + (d.path / "missing.json").string());
     CHECK(r.status == 2);
     CHECK(r.err.find("missing.json: no such file") != std::string::npos);
+    // A file that never ends (or a sweep's base naming one) is read up to a
+    // bound, not until memory runs out.
+    if (fs::exists("/dev/zero")) {
+      r = run_bitlab(d, "validate /dev/zero");
+      CHECK(r.status == 2);
+      CHECK(r.err.find("/dev/zero: longer than 64 MiB") != std::string::npos);
+      const auto zero_base = d.file("zero.json", R"({"base": "/dev/zero"})");
+      r = run_bitlab(d, "sweep " + zero_base + " --out " + (d.path / "never").string());
+      CHECK(r.status == 2);
+      CHECK(r.err.find("/dev/zero: longer than 64 MiB") != std::string::npos);
+    }
     // A grid of 64 paths × 2 values is 2^64 runs: refused, not wrapped to 0.
     Json grid = Json::object();
     for (int k = 0; k < 64; ++k) grid["description_" + std::to_string(k)] = {1, 2};

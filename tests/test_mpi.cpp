@@ -4,13 +4,19 @@
 // count the ranks do not divide is a config error (exit 2). Skipped, with the
 // reason printed, in a build without MPI.
 #include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sim/comm/comm.hpp"
@@ -108,6 +114,80 @@ void check_refused_once(const Result& r, const std::string& message, const fs::p
   CHECK_MESSAGE(first != std::string::npos, r.err);
   CHECK_MESSAGE(r.err.find(message, first + 1) == std::string::npos, r.err);
   CHECK_FALSE(fs::exists(out));
+}
+
+// Ctrl-C under mpirun. Open MPI's mpirun puts each rank in its own process
+// group, so a terminal's Ctrl-C (SIGINT to mpirun's group) reaches mpirun
+// only; mpirun answers any SIGINT or SIGTERM by sending the ranks SIGTERM,
+// then SIGKILL odls_base_sigkill_timeout (1) seconds later, and exits 1
+// itself (a rank that waited in MPI_Finalize for mpirun would be killed: the
+// exit statuses below check that none does). A scheduler (srun, a kill of the
+// ranks) signals the ranks directly, and maybe not all at once.
+// Each rank runs under rank.sh, which records the rank's own exit status past
+// mpirun's: bitlab runs in a session of its own (mpirun's SIGKILL of the
+// script's process group cannot cut the recording short), and the script
+// passes on the signals mpirun sends; rank-R.pid names that session (to
+// signal one rank).
+const char* kRankScript = R"sh(#!/bin/sh
+trap '' INT TERM HUP
+setsid sh -c 'trap "" INT TERM HUP; "$@"; echo $? > "$STATUS_DIR/rank-$OMPI_COMM_WORLD_RANK.status"' rank "$@" &
+child=$!
+echo $child > "$STATUS_DIR/rank-$OMPI_COMM_WORLD_RANK.pid"
+for sig in INT TERM HUP; do trap "kill -$sig -$child" $sig; done
+while kill -0 $child 2>/dev/null; do wait $child; done
+exit "$(cat "$STATUS_DIR/rank-$OMPI_COMM_WORLD_RANK.status")"
+)sh";
+
+// Starts `mpirun -np 2 rank.sh bitlab run FILE --backend mpi --out OUT` in
+// its own process group (as a shell starts a foreground job); returns its pid.
+pid_t start_mpi_run(const TempDir& dir, const std::string& file, const fs::path& out) {
+  const std::string script = dir.file("rank.sh", kRankScript);
+  fs::permissions(script, fs::perms::owner_all);
+  const std::string command = std::string("exec ") + BITLAB_MPIEXEC +
+                              " --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 "
+                              "-np 2 " +
+                              script + " " + BITLAB_BINARY + " run " + file +
+                              " --quiet --backend mpi --out " + out.string();
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    setpgid(0, 0);
+    setenv("OMP_NUM_THREADS", "1", 1);
+    setenv("STATUS_DIR", dir.path.c_str(), 1);
+    freopen((dir.path / "mpirun.out").c_str(), "w", stdout);
+    freopen((dir.path / "mpirun.err").c_str(), "w", stderr);
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits (at most 60 s) until `path` exists with at least `bytes` bytes.
+bool wait_for_file(const fs::path& path, uintmax_t bytes) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::error_code ec;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (fs::exists(path, ec) && fs::file_size(path, ec) >= bytes) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// mpirun's exit status (-1: killed by a signal); a job still running after
+// 60 s (ranks that did not agree on a step and wait on each other) is killed
+// and fails the test.
+int wait_for_mpirun(pid_t pid) {
+  int raw = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (waitpid(pid, &raw, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &raw, 0);
+      FAIL("mpirun still running 60 s after the signal");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
 }
 
 // Runs the "mpi rank: …" test case `pattern` of this binary on `ranks` MPI
@@ -503,6 +583,55 @@ TEST_SUITE("mpi") {
     const Result r = run_shell(
         dir, mpirun(2) + BITLAB_BINARY + " run " + file + " --quiet --out " + out.string());
     check_refused_once(r, "--backend sim under an MPI launcher (2 processes", out);
+  }
+
+  // Every rank must stop at the same step boundary (rank 0 may never have
+  // seen the signal), rank 0 must write the interrupted summary with every
+  // completed step in metrics.csv, and each rank must exit 128 + the signal
+  // it agreed on. The rows must be those of `bitlab run` for as many steps:
+  // stopping changes nothing before it.
+  TEST_CASE("Ctrl-C under mpirun: every rank stops at one step, interrupted summary") {
+    struct Case {
+      const char* name;
+      int target;  // 0: mpirun's process group, 1: mpirun alone, 2: rank 1 alone
+      int sig;     // the signal the ranks receive
+    };
+    const Case cases[] = {{"SIGINT to mpirun's process group", 0, SIGTERM},
+                          {"SIGINT to mpirun alone", 1, SIGTERM},
+                          {"SIGINT to rank 1 alone", 2, SIGINT}};
+    for (const Case& c : cases) {
+      INFO(std::string(c.name));
+      TempDir dir;
+      const std::string file = dir.file("long.json", R"({"steps": 100000000, "eval_every": 1,
+        "problem": {"name": "quadratic", "dim": 1000}, "cluster": {"workers": 2},
+        "optimizer": {"name": "sgd", "lr": 0.01}})");
+      const fs::path out = dir.path / "mpi";
+      const pid_t pid = start_mpi_run(dir, file, out);
+      // Under way: a few rows written, both ranks started.
+      REQUIRE(wait_for_file(out / "metrics.csv", 2000));
+      REQUIRE(wait_for_file(dir.path / "rank-1.pid", 2));
+      if (c.target == 2) {
+        kill(-std::stoi(slurp(dir.path / "rank-1.pid")), SIGINT);
+      } else {
+        kill(c.target == 0 ? -pid : pid, SIGINT);
+      }
+      const int mpirun_status = wait_for_mpirun(pid);
+      // Open MPI's mpirun exits 1 when it was signalled itself, and otherwise
+      // passes on the ranks' status.
+      CHECK(mpirun_status == (c.target == 2 ? 128 + SIGINT : 1));
+      for (const char* rank : {"rank-0.status", "rank-1.status"}) {
+        REQUIRE_MESSAGE(wait_for_file(dir.path / rank, 2), slurp(dir.path / "mpirun.err"));
+        CHECK(std::stoi(slurp(dir.path / rank)) == 128 + c.sig);
+      }
+      const bitlab::Json s = bitlab::Json::parse(slurp(out / "summary.json"));
+      CHECK(s["status"] == "interrupted");
+      CHECK(s["signal"] == (c.sig == SIGINT ? "SIGINT" : "SIGTERM"));
+      const int64_t steps = s["steps_completed"].get<int64_t>();
+      const std::string rows = slurp(out / "metrics.csv");
+      CHECK(std::count(rows.begin(), rows.end(), '\n') == steps + 1);
+      const fs::path sim = run_sim(dir, file + " --set steps=" + std::to_string(steps));
+      CHECK(without_wall_column(rows) == without_wall_column(slurp(sim / "metrics.csv")));
+    }
   }
 
   // A sweep spread by mpirun: each rank runs its share (--shard auto) in the

@@ -65,6 +65,14 @@ class Transport {
   // have seen (they would wait forever in the next exchange). One rank: a no-op.
   virtual void abort(int /*exit_status*/) {}
 
+  // Ends this process now with `exit_status`, without MPI_Finalize's
+  // handshake with the launcher: every rank calls it once the results are
+  // written (a collective has passed), after an interrupt. Open MPI's mpirun,
+  // signalled itself, is busy sending the ranks SIGTERM then SIGKILL and never
+  // answers the handshake, so a rank waiting in MPI_Finalize would be killed
+  // instead of exiting with its status. One rank: a no-op (the caller returns).
+  virtual void exit_after_interrupt(int /*exit_status*/) {}
+
   const TransportStats& stats() const { return stats_; }
 
  protected:

@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 #include "optimizers/optimizer.hpp"
 #include "problems/problem.hpp"
@@ -142,9 +141,20 @@ Json load_json_file(const std::string& path) {
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path + ": cannot be read");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_json_text(ss.str(), path);
+  // Read in pieces up to a bound: a path to /dev/zero or to a huge file would
+  // otherwise be read until memory runs out. Pipes (bash's <(...)) still work.
+  std::string text;
+  char piece[1 << 16];
+  while (in.read(piece, sizeof piece) || in.gcount() > 0) {
+    text.append(piece, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxJsonFileBytes) {
+      throw ConfigError(path + ": longer than " + std::to_string(kMaxJsonFileBytes >> 20) +
+                        " MiB; an experiment, sweep or cost file is a few kB (is it the right "
+                        "file?)");
+    }
+  }
+  if (in.bad()) throw ConfigError(path + ": cannot be read");
+  return parse_json_text(text, path);
 }
 
 void apply_set(Json& raw, const std::string& assignment) {
@@ -155,6 +165,13 @@ void apply_set(Json& raw, const std::string& assignment) {
   }
   const std::string path = assignment.substr(0, eq);
   const std::string text = assignment.substr(eq + 1);
+  // Keys become JSON strings too: a path with a stray byte would reach the
+  // serializer (every error message prints its path) and fail there.
+  if (!is_valid_utf8(path)) {
+    throw ConfigError(
+        "--set ...=" + std::string(text.size() <= 40 && is_valid_utf8(text) ? text : "...") +
+        ": the path is not valid UTF-8 text");
+  }
   if (!is_valid_utf8(text)) {
     throw ConfigError("--set " + path + "=...: the value is not valid UTF-8 text");
   }

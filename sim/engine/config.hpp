@@ -3,6 +3,7 @@
 // filled in. The resolved JSON is what a results folder saves as config.json.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -52,7 +53,9 @@ struct Experiment {
 // object.
 inline constexpr int kMaxJsonDepth = 64;
 Json parse_json_text(const std::string& text, const std::string& source);
-// Reads and parses a file (a missing or unreadable file is a ConfigError).
+// Reads and parses a file (a missing or unreadable file, or one longer than
+// kMaxJsonFileBytes, is a ConfigError).
+inline constexpr size_t kMaxJsonFileBytes = size_t{64} << 20;
 Json load_json_file(const std::string& path);
 
 // Reads an experiment file and the chain of files it names as "base": the

@@ -116,6 +116,26 @@ const char* signal_name(int sig) {
   return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "?";
 }
 
+// The stop signals are caught from the first step until summary.json is
+// written: a signal after the last step must not kill the process before the
+// summary exists. The previous handlers come back on destruction.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_interrupted.store(0);
+    for (size_t k = 0; k < std::size(kStopSignals); ++k)
+      old_[k] = std::signal(kStopSignals[k], on_stop_signal);
+  }
+  ~StopSignals() {
+    for (size_t k = 0; k < std::size(kStopSignals); ++k) std::signal(kStopSignals[k], old_[k]);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  void (*old_[std::size(kStopSignals)])(int);
+};
+
 // What every step of a run reads: the experiment, the options, the
 // simulation, and what follows from them.
 struct RunContext {
@@ -599,10 +619,6 @@ void checkpoint_if_due(const RunContext& run, RunFiles& files, RunTally& tally, 
 }
 
 RunTally run_steps(const RunContext& run, RunFiles& files, RunTally tally) {
-  g_interrupted.store(0);
-  void (*old_handlers[std::size(kStopSignals)])(int);
-  for (size_t k = 0; k < std::size(kStopSignals); ++k)
-    old_handlers[k] = std::signal(kStopSignals[k], on_stop_signal);
   Progress progress(run.experiment.run.steps, run.options.quiet || !run.writer);
   tally.t0 = Clock::now();
   for (int64_t t = run.sim.steps_done() + 1; t <= run.experiment.run.steps; ++t) {
@@ -627,8 +643,6 @@ RunTally run_steps(const RunContext& run, RunFiles& files, RunTally tally) {
     if (tally.status != "completed") break;
   }
   progress.finish();
-  for (size_t k = 0; k < std::size(kStopSignals); ++k)
-    std::signal(kStopSignals[k], old_handlers[k]);
   files.metrics.close();
   files.comm_log.close();
   files.transport_csv.close();
@@ -859,6 +873,37 @@ int exit_status_of(const RunTally& tally) {
                                          : 0;
 }
 
+// Rank 0: summary.json, the report on stderr and the folder on stdout. The
+// run's exit status (exit_status_of), or kExitIoError when summary.json
+// cannot be written. Other ranks: the exit status only.
+int finish_run(const RunContext& run, const RunTally& tally, const Json& twin) {
+  Json summary = make_summary(run, tally);
+  if (!twin.is_null()) summary["baseline"] = twin_comparison(summary, twin);
+  const int exit_status = exit_status_of(tally);
+  if (!run.writer) return exit_status;
+  if (tally.status == "failed") {
+    // Said whether or not --quiet: the results are incomplete.
+    std::fprintf(stderr, "bitlab: error: %s; the run stopped at step %lld, status failed\n",
+                 tally.failure.c_str(), static_cast<long long>(tally.last.step));
+  }
+  try {
+    write_json(fs::path(run.dir) / "summary.json", summary);
+  } catch (const std::exception& e) {
+    // The disk that stopped the rows may refuse the summary too: say so, and
+    // never exit 0 (a folder without summary.json is not a finished run).
+    std::fprintf(stderr, "bitlab: error: %s: cannot write summary.json (%s)\n", run.dir.c_str(),
+                 e.what());
+    return kExitIoError;
+  }
+  report(run, tally);
+  // The folder, alone on stdout, for scripts.
+  if (run.options.print_dir) {
+    std::printf("%s\n", run.dir.c_str());
+    std::fflush(stdout);
+  }
+  return exit_status;
+}
+
 }  // namespace
 
 ResumePoint resume_point(const std::string& dir) {
@@ -955,31 +1000,14 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
     open_run_files(run, files);
     start_warnings(run, start);
   }
+  const StopSignals stop_signals;
   const RunTally tally = run_steps(run, files, std::move(start));
-  Json summary = make_summary(run, tally);
-  if (!twin.is_null()) summary["baseline"] = twin_comparison(summary, twin);
-  const int exit_status = exit_status_of(tally);
-  if (!run.writer) return exit_status;
-  if (tally.status == "failed") {
-    // Said whether or not --quiet: the results are incomplete.
-    std::fprintf(stderr, "bitlab: error: %s; the run stopped at step %lld, status failed\n",
-                 tally.failure.c_str(), static_cast<long long>(tally.last.step));
-  }
-  try {
-    write_json(fs::path(run.dir) / "summary.json", summary);
-  } catch (const std::exception& e) {
-    // The disk that stopped the rows may refuse the summary too: say so, and
-    // never exit 0 (a folder without summary.json is not a finished run).
-    std::fprintf(stderr, "bitlab: error: %s: cannot write summary.json (%s)\n", run.dir.c_str(),
-                 e.what());
-    return kExitIoError;
-  }
-  report(run, tally);
-  // The folder, alone on stdout, for scripts.
-  if (o.print_dir) {
-    std::printf("%s\n", run.dir.c_str());
-    std::fflush(stdout);
-  }
+  const int exit_status = finish_run(run, tally, twin);
+  // Under MPI no rank leaves before rank 0 has written summary.json: mpirun
+  // ends the whole job (SIGKILL) as soon as one rank exits non-zero, as an
+  // interrupted rank does (130), which would take rank 0 mid-write.
+  if (run.measured) run.transport.max(0.0);
+  if (tally.status == "interrupted") run.transport.exit_after_interrupt(exit_status);
   return exit_status;
 }
 
