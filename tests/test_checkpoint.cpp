@@ -325,6 +325,18 @@ TEST_SUITE("checkpoint") {
     CHECK(r.status == 2);
     CHECK(r.err.find("written for another experiment") != std::string::npos);
     CHECK(slurp(done / "metrics.csv") == metrics_before);
+    // A checkpoint of another format (an older bitlab).
+    std::string ckpt = slurp(done / "checkpoint.bin");
+    const auto at = ckpt.find("bitlab-checkpoint-1");
+    REQUIRE(at != std::string::npos);
+    ckpt[at + 18] = '0';
+    std::ofstream(done / "checkpoint.bin", std::ios::binary) << ckpt;
+    config.replace(config.find("\"seed\": 2"), 9, "\"seed\": 1");
+    std::ofstream(done / "config.json") << config;
+    r = run_bitlab(d, "run --resume " + done.string());
+    CHECK(r.status == 2);
+    CHECK(r.err.find("format \"bitlab-checkpoint-0\"") != std::string::npos);
+    CHECK(slurp(done / "metrics.csv") == metrics_before);
   }
 
   TEST_CASE("sweep --resume continues a half-finished run from its checkpoint") {

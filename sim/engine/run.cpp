@@ -372,6 +372,11 @@ void tally_state(StateArchive& io, RunTally& tally) {
 void run_state(StateArchive& io, const RunContext& run, RunFiles& files, RunTally& tally) {
   std::string format = kCheckpointFormat;
   io.field("format", format);
+  if (io.loading() && format != kCheckpointFormat) {
+    throw ConfigError((fs::path(run.dir) / kCheckpointFile).string() + ": format \"" + format +
+                      "\", this bitlab reads \"" + kCheckpointFormat +
+                      "\" (written by another version); cannot resume");
+  }
   std::string config = run.experiment.resolved.dump();
   io.field("config", config);
   if (io.loading() && config != run.experiment.resolved.dump()) {
