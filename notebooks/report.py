@@ -85,7 +85,7 @@ def table(runs, records, labels, baseline):
         head += ["speed-up", "loss gap"]
     twins = any(rec.get("twin") for rec in records)
     if twins:  # runs with "baseline": "twin": their gaps to their own twin
-        head += ["vs twin: speed-up", "bytes ratio", "loss gap"]
+        head += ["speed-up vs twin", "bytes vs twin", "loss gap vs twin"]
     rows = []
     for rec, label in zip(records, labels):
         cells = [(rec["run"], rec["run"]), (rec["optimizer"], rec["optimizer"]),
