@@ -84,7 +84,7 @@ inline void phase_state(StateArchive& io, const char*& phase,
 
 // The warnings of a warm-up of `freeze_step` steps in a run of `steps`
 // (Optimizer::warnings): as long as the run (`never`: what then happens), or
-// none at all (`frozen`: what is frozen after one warm-up step).
+// none at all (0 steps, or 1: `frozen` says what is frozen after that step).
 inline std::vector<std::string> warmup_warnings(int64_t freeze_step, int64_t steps,
                                                 const std::string& never,
                                                 const std::string& frozen) {
@@ -93,7 +93,9 @@ inline std::vector<std::string> warmup_warnings(int64_t freeze_step, int64_t ste
     return {head + " is not below steps = " + std::to_string(steps) + ": " + never};
   }
   if (freeze_step <= 1) {
-    return {head + ": no warm-up, " + frozen +
+    const std::string what =
+        freeze_step == 0 ? "the variance is frozen before any step has estimated it" : frozen;
+    return {head + ": no warm-up, " + what +
             "; the papers warm up for 15-25 % of training (freeze_step: \"15%\")"};
   }
   return {};
