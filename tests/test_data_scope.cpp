@@ -132,8 +132,10 @@ TEST_SUITE("data_scope") {
         {{{"name", "mlp"}, {"samples", 256}, {"input_dim", 6}, {"hidden", 5}}, "iid"},
     };
     for (const auto& [raw, sharding] : cases) {
-      CAPTURE(raw.dump());
-      CAPTURE(sharding);
+      // Copies: clang 14 cannot capture a structured binding in CAPTURE.
+      const std::string raw_text = raw.dump(), sharding_name = sharding;
+      CAPTURE(raw_text);
+      CAPTURE(sharding_name);
       const auto opts = cluster(8, sharding);
       const WorkerRange local{2, 4};
       const auto full = make_problem(raw);

@@ -288,7 +288,8 @@ TEST_SUITE("loco") {
                                                                {"fp32", 3.0 * (136 + 1024)},
                                                                {"quantized", 3.0 * (136 + 136)}};
     for (const auto& [gather, want] : cases) {
-      CAPTURE(gather);
+      const std::string gather_name = gather;  // clang 14: no structured binding in CAPTURE
+      CAPTURE(gather_name);
       auto opt = make_loco({{"gather", gather}});
       Communicator comm(n);
       run(*opt, problem, n, 2, random_grads(), &comm);

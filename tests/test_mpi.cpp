@@ -247,7 +247,8 @@ TEST_SUITE("mpi") {
         {"binsgdm", R"({"name": "binsgdm", "lr": 0.01})"},
     };
     for (const auto& [label, optimizer] : optimizers) {
-      CAPTURE(label);
+      const std::string case_label = label;  // clang 14: no structured binding in CAPTURE
+      CAPTURE(case_label);
       TempDir dir;
       const std::string file = dir.file("e.json", experiment(optimizer));
       const fs::path sim = run_sim(dir, file);
@@ -305,7 +306,8 @@ TEST_SUITE("mpi") {
              "test_samples": 300, "train_eval_samples": 200})"},
     };
     for (const auto& [label, problem] : problems) {
-      CAPTURE(label);
+      const std::string case_label = label;  // clang 14: no structured binding in CAPTURE
+      CAPTURE(case_label);
       TempDir dir;
       const std::string file = dir.file("e.json", R"({"name": "mpi-real", "seed": 5, "steps": 12,
           "eval_every": 6, "problem": )" + problem + R"(,
@@ -469,7 +471,8 @@ TEST_SUITE("mpi") {
         {R"({"name": "loco", "lr": 0.01, "node_size": 2})", 3 * (224 + 212 + 224) * 4},
     };
     for (const auto& [optimizer, state_bytes] : cases) {
-      CAPTURE(optimizer);
+      const std::string case_optimizer = optimizer;  // clang 14: no structured binding in CAPTURE
+      CAPTURE(case_optimizer);
       TempDir dir;
       std::string json = experiment(optimizer);
       const std::string eight = "\"workers\": 8";
