@@ -797,14 +797,26 @@ void report(const RunContext& run, const RunTally& tally) {
   std::fprintf(stderr, "  results: %s\n", run.dir.c_str());
 }
 
-// The exit status of a run that ended as `summary` says.
+// 0 completed, 3 diverged, 128 + the signal when interrupted (130 for Ctrl-C,
+// 143 for SIGTERM, 129 for SIGHUP), as a shell reports a process the signal
+// ended.
+int exit_status_of(const RunTally& tally) {
+  return tally.status == "diverged"      ? 3
+         : tally.status == "failed"      ? kExitIoError
+         : tally.status == "interrupted" ? 128 + tally.signal
+                                         : 0;
+}
+
+// The exit status of a run that ended as `summary` says (exit_status_of's
+// mapping, the signal read back from its name).
 int exit_status_of_summary(const Json& summary) {
-  const std::string status = summary.value("status", "");
-  const std::string sig = summary.value("signal", "");
-  if (status == "interrupted") {
-    return 128 + (sig == "SIGTERM" ? SIGTERM : sig == "SIGHUP" ? SIGHUP : SIGINT);
+  RunTally ended;
+  ended.status = summary.value("status", "");
+  const std::string name = summary.value("signal", "");
+  for (const int sig : kStopSignals) {
+    if (name == signal_name(sig)) ended.signal = sig;
   }
-  return status == "diverged" ? 3 : status == "completed" ? 0 : kExitIoError;
+  return exit_status_of(ended);
 }
 
 // ---------------------------------------------------------------------------
@@ -866,16 +878,6 @@ Json twin_comparison(const Json& summary, const Json& twin) {
                                                       twin["totals"]["bytes_sent_per_worker"]))},
           {"sim_time_ratio", finite_or_null(time_ratio)},
           {"speedup", finite_or_null(1.0 / time_ratio)}};
-}
-
-// 0 completed, 3 diverged, 128 + the signal when interrupted (130 for Ctrl-C,
-// 143 for SIGTERM, 129 for SIGHUP), as a shell reports a process the signal
-// ended.
-int exit_status_of(const RunTally& tally) {
-  return tally.status == "diverged"      ? 3
-         : tally.status == "failed"      ? kExitIoError
-         : tally.status == "interrupted" ? 128 + tally.signal
-                                         : 0;
 }
 
 // Rank 0: summary.json, the report on stderr and the folder on stdout. The
