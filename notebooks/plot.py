@@ -555,7 +555,8 @@ def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix):
                          "axes.labelsize": FONT_PT, "xtick.labelsize": FONT_PT - 1,
                          "ytick.labelsize": FONT_PT - 1, "legend.fontsize": FONT_PT - 1,
                          "figure.titlesize": FONT_PT + 1, "svg.fonttype": "none",
-                         "pdf.fonttype": 42})
+                         # Same runs => same SVG/PDF bytes: fixed clip-path ids, no date.
+                         "svg.hashsalt": "bitlab", "pdf.fonttype": 42})
     fig, panels = plt.subplots(1, len(axes), figsize=(PANEL_IN[0] * len(axes), PANEL_IN[1]),
                                sharey=True, squeeze=False)
     panels = panels[0]
@@ -642,7 +643,8 @@ def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix):
     out = []
     for ext in ("png", "svg", "pdf"):
         path = prefix + "." + ext
-        fig.savefig(path, dpi=200, bbox_inches="tight")
+        metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}.get(ext)
+        fig.savefig(path, dpi=200, bbox_inches="tight", metadata=metadata)
         out.append(path)
     plt.close(fig)
     return out

@@ -49,6 +49,28 @@ std::string make_run(const TempDir& d, const std::string& name, double lr, int s
   return out;
 }
 
+// The text a reader sees in an SVG drawn by plot.py (svg.fonttype "none" writes each label
+// as a <text> element), one element per line. Searching the whole file instead would also
+// match path coordinates and clip-path ids, which are arbitrary numbers and hashes (a clip
+// id once contained "1e6").
+std::string svg_text(const std::string& svg) {
+  std::string text;
+  for (size_t at = svg.find("<text"); at != std::string::npos; at = svg.find("<text", at)) {
+    const size_t open_end = svg.find('>', at);
+    const size_t close = svg.find("</text>", open_end);
+    if (open_end == std::string::npos || close == std::string::npos) break;
+    bool in_tag = false;  // drop nested <tspan ...> tags, keep their text
+    for (size_t k = open_end + 1; k < close; ++k) {
+      if (svg[k] == '<') in_tag = true;
+      if (!in_tag) text += svg[k];
+      if (svg[k] == '>') in_tag = false;
+    }
+    text += '\n';
+    at = close;
+  }
+  return text;
+}
+
 }  // namespace
 
 TEST_SUITE("plot") {
@@ -129,11 +151,12 @@ TEST_SUITE("plot") {
     CHECK(r.out == prefix + ".png\n" + prefix + ".svg\n" + prefix + ".pdf\n");
     CHECK(r.err.find("4 runs in 2 curves") != std::string::npos);
     const std::string png = slurp(prefix + ".png");
-    const std::string svg = slurp(prefix + ".svg");
+    const std::string svg_file = slurp(prefix + ".svg");
+    const std::string svg = svg_text(svg_file);
     REQUIRE(png.size() > 1000);
     CHECK(png.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
     CHECK(slurp(prefix + ".pdf").rfind("%PDF", 0) == 0);
-    CHECK(svg.find("<svg") != std::string::npos);
+    CHECK(svg_file.find("<svg") != std::string::npos);
     // The legend: the swept path as a header, its values in order; the seeds note.
     CHECK(svg.find("lr") != std::string::npos);
     CHECK(svg.find("0.01") < svg.find("0.05"));
@@ -144,7 +167,7 @@ TEST_SUITE("plot") {
     r = run_bitlab(d, "plot " + runs + " --out " + prefix + " --where lr=0.05 --smooth 3");
     REQUIRE(r.status == 0);
     CHECK(r.err.find("2 runs in 1 curves") != std::string::npos);
-    CHECK(slurp(prefix + ".svg").find("EMA over 3 points") != std::string::npos);
+    CHECK(svg_text(slurp(prefix + ".svg")).find("EMA over 3 points") != std::string::npos);
     r = run_bitlab(d, "plot " + runs + " --out " + prefix + " --where lr=0.3");
     CHECK(r.status == 2);
     CHECK(r.err.find("--where leaves no runs") != std::string::npos);
@@ -203,7 +226,7 @@ TEST_SUITE("plot") {
     Result r = run_bitlab(d, "plot " + (d.path / "runs").string() + " --out " + prefix);
     REQUIRE(r.status == 0);
     CHECK(r.err.find("3 runs in 3 curves") != std::string::npos);
-    const std::string svg = slurp(prefix + ".svg");
+    const std::string svg = svg_text(slurp(prefix + ".svg"));
     CHECK(svg.find("diverged / blew up") != std::string::npos);
     // The y axis keeps the scale of the runs that trained: no tick label or offset in the
     // millions (matplotlib would write the offset as "1e7").
@@ -239,6 +262,6 @@ TEST_SUITE("plot") {
     CHECK(r.err.find("metrics.csv ends in a torn row: left out") != std::string::npos);
     CHECK(r.err.find("unfinished: drawn up to its last step and marked as unfinished") !=
           std::string::npos);
-    CHECK(slurp(prefix + ".svg").find("unfinished (interrupted,") != std::string::npos);
+    CHECK(svg_text(slurp(prefix + ".svg")).find("unfinished (interrupted,") != std::string::npos);
   }
 }
