@@ -11,6 +11,7 @@
 #include "sim/collectives/onebit_allreduce.hpp"
 #include "sim/core/float16.hpp"
 #include "sim/core/schema.hpp"
+#include "sim/core/tensor_layout.hpp"
 
 namespace bitlab {
 
@@ -43,6 +44,50 @@ inline CommPlan full_allreduce_plan(const PlanShape& shape, WireDtype wire) {
   CommPlan plan;
   plan.phases.push_back({"full", shape.steps, {gradient_allreduce_record(shape, wire)}});
   return plan;
+}
+
+// The 1-bit family's `granularity` (docs/algorithms.md §1, "Granularity"):
+// how the compressed allreduce splits the buffer. bitlab's problems declare
+// tensors but no parameter groups, so their one group is the whole model and
+// "group" is "flat", bit for bit.
+inline constexpr const char* kGranularityDoc =
+    "how the 1-bit allreduce splits the buffer: flat (the whole model as one buffer), group "
+    "(one buffer per parameter group, the reference's fp16 path, where DeepSpeed's "
+    "FP16_Optimizer hands the optimizer one flat master tensor per group; bitlab's problems have "
+    "one group, the whole model, so group = flat) or tensor (one per tensor of the problem, the "
+    "reference's fp32 path: each its own padding, worker/server errors, scales and four "
+    "collectives)";
+
+template <class Options>
+void add_granularity_field(Schema<Options>& s, const std::string& default_note) {
+  s.field("granularity", &Options::granularity, std::string(kGranularityDoc) + ". " + default_note,
+          {rules::one_of({"flat", "group", "tensor"})});
+}
+
+// The slices of one compressed call: the whole buffer, or one per tensor.
+inline std::vector<OneBitSlice> onebit_slices(const std::string& granularity,
+                                              const std::vector<TensorInfo>& tensors, size_t dim) {
+  if (granularity != "tensor") return {{0, dim}};
+  if (tensors.empty()) {
+    config_fail("optimizer.granularity", Json(granularity),
+                "needs the problem's tensor layout, and this problem declares no tensors; use "
+                "\"group\" (one buffer for the whole model)");
+  }
+  std::vector<OneBitSlice> out;
+  for (const TensorInfo& t : tensors) out.push_back({t.offset, t.size});
+  return out;
+}
+
+// The slice sizes a plan prices (onebit_slices' sizes, from the shape).
+inline std::vector<int64_t> onebit_slice_sizes(const std::string& granularity,
+                                               const PlanShape& shape) {
+  if (granularity != "tensor") return {shape.params};
+  if (shape.tensor_sizes.empty()) {
+    config_fail("optimizer.granularity", Json(granularity),
+                "needs the tensor sizes, and a cost spec gives only params: add \"tensor_sizes\" "
+                "(the tensors' sizes, summing to params) or use \"group\"");
+  }
+  return shape.tensor_sizes;
 }
 
 // The 1-bit allreduce's padding multiple must make every chunk whole bytes (a

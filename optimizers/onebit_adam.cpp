@@ -66,6 +66,11 @@ Schema<O> make_onebit_adam_schema() {
                             "reference's n·lcm(n, 8); otherwise a multiple of 8·n (whole bytes "
                             "per chunk), checked when the cluster is known",
                             {rules::at_least<int64_t>(0)});
+  s.template field<std::string>(
+      "granularity", &O::granularity,
+      std::string(kGranularityDoc) +
+          ". Default group: the reference's fp16 (mixed-precision) path, here one buffer",
+      {rules::one_of({"flat", "group", "tensor"})});
   s.template field<std::vector<double>>(
       "momentum_mask", &O::momentum_mask,
       "optional 0/1 vector (one value per parameter) multiplied into the synchronised "
@@ -115,9 +120,10 @@ CommPlan OneBitAdam::comm_plan(const PlanShape& shape) const {
   plan.phases.push_back({"warmup", warmup, {gradient_allreduce_record(shape, wire_)}});
   plan.phases.push_back(
       {"compressed", shape.steps - warmup,
-       compress_ ? OneBitAllreduce::plan(shape.workers, static_cast<size_t>(shape.params),
-                                         static_cast<size_t>(opts_.pad_multiple))
-                 : std::vector<CommRecord>{gradient_allreduce_record(shape, WireDtype::kFp32)}});
+       compress_
+           ? OneBitAllreduceSet::plan(shape.workers, onebit_slice_sizes(opts_.granularity, shape),
+                                      static_cast<size_t>(opts_.pad_multiple))
+           : std::vector<CommRecord>{gradient_allreduce_record(shape, WireDtype::kFp32)}});
   if (variance_stable_ && warmup > 0) {
     plan.notes.push_back(
         "switch variance_stable: the warm-up ends once the variance is stable, which only "
@@ -166,8 +172,9 @@ void OneBitAdam::setup(Cluster& cluster) {
   local_ = cluster.local_workers();
   m_workers_.assign(static_cast<size_t>(local_.size()) * stride_, 0.0f);
   if (compress_) {
-    onebit_ = std::make_unique<OneBitAllreduce>(
-        workers_, dim_, static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
+    onebit_ = std::make_unique<OneBitAllreduceSet>(
+        workers_, onebit_slices(opts_.granularity, cluster.tensors(), dim_),
+        static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
     onebit_->set_error_feedback(opts_.error_feedback);
   } else {
     onebit_.reset();
@@ -293,7 +300,7 @@ void OneBitAdam::state(StateArchive& io) {
   io.field("onebit_adam.v", v_);
   io.field("onebit_adam.v_prev", v_prev_);
   io.field("onebit_adam.m_workers", m_workers_);
-  onebit_->state(io);
+  if (onebit_) onebit_->state(io);
 }
 
 }  // namespace bitlab

@@ -34,6 +34,7 @@ struct OneBitAdamOptions {
   int64_t min_warmup = 10;
   bool error_feedback = true;
   int64_t pad_multiple = 0;
+  std::string granularity = "group";   // "flat" | "group" | "tensor"
   std::vector<double> momentum_mask;   // empty: none; else dim values, each 0 or 1
   std::string compression = "onebit";  // "onebit" | "none"
   std::string wire = "fp32";
@@ -94,11 +95,31 @@ struct ApmSqueezeOptions : OneBitAdamOptions {
 // compressed allreduce starts from zero errors: plain scaled sign at both
 // stages); `compression` "none" replaces the compressed allreduce by the exact
 // fp32 ring allreduce of the momenta (a test/ablation switch: it isolates the
-// frozen-variance effect from the compression's). DeepSpeed skips the
-// compressed allreduce when there is one process; we compress for any n (the
-// paper's algorithm); `compression: "none"` gives the reference's n = 1
-// behaviour. The parameters are the cluster's shared ones: every worker holds
-// the same x in this algorithm (the synchronised m is identical on all).
+// frozen-variance effect from the compression's). The parameters are the
+// cluster's shared ones: every worker holds the same x in this algorithm (the
+// synchronised m is identical on all).
+//
+// Granularity (docs/algorithms.md §1, "Granularity"): DeepSpeed calls
+// compressed_allreduce once per parameter it sees: in its fp16 path
+// (FP16_Optimizer) one flat master tensor per parameter group, in its fp32
+// path one per model tensor, each with its own padding (to n·lcm(n, 8)),
+// worker/server errors, scales and four collectives. `granularity` selects
+// it: "group" (the default, the fp16 path), "tensor" (the fp32 path: one
+// OneBitAllreduce per tensor of the problem, run in tensor order) or "flat"
+// (one buffer for the whole model). bitlab's problems have no parameter
+// groups: the whole model is one group, so "group" is "flat" bit for bit.
+// The padding is fresh zeros on every call, as in the reference.
+//
+// Departures (docs/algorithms.md §3): D8 no initialization call (above);
+// D9 bias_correction default off, warm-up only when on; D10 freeze_step
+// default 100; D11 no `non_freeze` groups and no error reset on checkpoint
+// load (bitlab's checkpoints keep the errors); D3 n = 1 (below).
+//
+// One worker (n = 1): DeepSpeed skips the compressed allreduce
+// (`if self.size > 1`), so its momentum is the local one, uncompressed. We
+// compress for any n (the paper's algorithm: both stages, D padded to 8);
+// `compression: "none"` gives the reference's n = 1 behaviour exactly (the
+// fp32 "allreduce" of one worker is the identity).
 class OneBitAdam : public Optimizer {
  public:
   explicit OneBitAdam(const OneBitAdamOptions& opts);
@@ -128,8 +149,9 @@ class OneBitAdam : public Optimizer {
   int64_t switch_step() const { return switch_step_; }
   // ρ_t of the last warm-up step (variance_stable only; NaN otherwise).
   double last_var_change() const { return last_var_change_; }
-  // The compressed allreduce (null with compression "none").
-  const OneBitAllreduce* allreduce() const { return onebit_.get(); }
+  // The compressed allreduce, one part per slice of `granularity` (null with
+  // compression "none").
+  const OneBitAllreduceSet* allreduce() const { return onebit_.get(); }
 
  private:
   void warmup_step(StepContext& ctx);
@@ -154,7 +176,7 @@ class OneBitAdam : public Optimizer {
   WorkerRange local_;             // the workers this process computes
   std::vector<float> m_workers_;  // local workers × stride: the m_i sent by each
   std::vector<float> mask_;       // dim 0/1 values, or empty
-  std::unique_ptr<OneBitAllreduce> onebit_;
+  std::unique_ptr<OneBitAllreduceSet> onebit_;
   std::vector<std::string> run_warnings_;
 };
 

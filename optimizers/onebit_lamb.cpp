@@ -51,6 +51,15 @@ Schema<OneBitLambOptions> OneBitLambOptions::schema() {
       "0 = the reference's workers·lcm(workers, 8)",
       {rules::at_least<int64_t>(0), Rule<int64_t>{[](const int64_t& v) { return v % 8 == 0; },
                                                   "must be a multiple of 8 (and of 8·workers)"}});
+  add_granularity_field(s,
+                        "Default flat: the reference (OnebitLamb fuses every momentum into one "
+                        "buffer in both its paths); tensor is a bitlab ablation");
+  s.field("padding", &O::padding,
+          "what pads the compressed buffer: reuse (the reference: the padding lives in its "
+          "persistent fused momentum buffer, so from the second compression step on it holds "
+          "the previous call's output) or zeros (fresh zeros every call, as 1-bit Adam and 0/1 "
+          "Adam pad)",
+          {rules::one_of({"reuse", "zeros"})});
   s.field("error_feedback", &O::error_feedback,
           "keep the compressed allreduce's worker and server errors (false: plain scaled-sign "
           "compression, the ablation)");
@@ -90,9 +99,10 @@ CommPlan OneBitLamb::comm_plan(const PlanShape& shape) const {
   const int64_t warmup = std::min(opts_.freeze_step, shape.steps);
   CommPlan plan;
   plan.phases.push_back({"warmup", warmup, warmup_.comm_plan(shape).phases.at(0).records});
-  plan.phases.push_back({"compressed", shape.steps - warmup,
-                         OneBitAllreduce::plan(shape.workers, static_cast<size_t>(shape.params),
-                                               static_cast<size_t>(opts_.pad_multiple))});
+  plan.phases.push_back(
+      {"compressed", shape.steps - warmup,
+       OneBitAllreduceSet::plan(shape.workers, onebit_slice_sizes(opts_.granularity, shape),
+                                static_cast<size_t>(opts_.pad_multiple))});
   return plan;
 }
 
@@ -105,9 +115,11 @@ void OneBitLamb::setup(Cluster& cluster) {
   if (tensors_.empty()) tensors_.push_back({"all", 0, dim_});
 
   check_pad_multiple(opts_.pad_multiple, workers_);
-  onebit_ = std::make_unique<OneBitAllreduce>(
-      workers_, dim_, static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
+  onebit_ = std::make_unique<OneBitAllreduceSet>(
+      workers_, onebit_slices(opts_.granularity, cluster.tensors(), dim_),
+      static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
   onebit_->set_error_feedback(opts_.error_feedback);
+  onebit_->set_pad_reuse(opts_.padding == "reuse");
 
   m_.assign(dim_, 0.0f);
   m_prev_.assign(dim_, 0.0f);

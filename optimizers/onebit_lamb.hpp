@@ -34,7 +34,9 @@ struct OneBitLambOptions {
   // training); 100 suits bitlab's small problems.
   int64_t freeze_step = 100;
   bool bias_correction = false;
-  int64_t pad_multiple = 0;  // 0: the reference's n·lcm(n, 8)
+  int64_t pad_multiple = 0;          // 0: the reference's n·lcm(n, 8)
+  std::string granularity = "flat";  // "flat" | "group" | "tensor"
+  std::string padding = "reuse";     // "reuse" | "zeros"
   bool error_feedback = true;
   std::string wire = "fp32";  // warm-up gradient allreduce
   static Schema<OneBitLambOptions> schema();
@@ -53,7 +55,8 @@ struct OneBitLambOptions {
 //   compression, t > T_w (phase "compressed"), per tensor p:
 //     first compression step only: k_p = mean_q rms(m_q) / rms(m_p)
 //     m_prev = m ; worker i: m_i,p = (β1 m_p + (1−β1) g_i,p)·k_p
-//     m = compressed_allreduce(m_i over ALL tensors as one flat buffer) (§1)
+//     m = compressed_allreduce(m_i over ALL tensors as one flat buffer) (§1;
+//         the padding keeps the previous call's output, see below)
 //     m_p = m_p / k_p ; ĝ_p = (m_p − β1 m_prev_p)/(1−β1)
 //     v_fresh_p = β2 v_fresh_p + (1−β2) ĝ_p²          (v stays frozen)
 //     u_p = m_p ⊘ (sqrt(v_p)+ε) + wd·x_p
@@ -85,6 +88,23 @@ struct OneBitLambOptions {
 // - The reference's momentum mask (exp_avg_mask) is not offered, nor its
 //   "initialization call" that consumes the first step without updating (an
 //   artefact of its engine), nor its reset of the errors on checkpoint load.
+// - Granularity: the reference fuses every momentum of every group into one
+//   flat buffer (exp_avg_flat) in both its fp16 and fp32 paths, so the
+//   default "flat" (= "group" here) is the reference; "tensor" (one
+//   compressed allreduce per tensor, each its own padding, errors and
+//   scales) is a bitlab ablation, not the reference's.
+// - Padding: the reference's padding (dummy_exp_avg) lives inside its
+//   persistent fused buffer, which compressed_allreduce overwrites with its
+//   output; the momentum update and the k_p scaling touch only the tensors'
+//   parts. So the padding is zero at the first compression step and, from the
+//   second on, holds what the previous call decoded there (1-bit Adam and 0/1
+//   Adam pad with fresh zeros). `padding: "reuse"` (default) does this;
+//   "zeros" (bitlab's behaviour before, fresh zeros each call) is the
+//   ablation. With "tensor", each tensor's padding is reused on its own.
+// - One worker (n = 1): the reference skips the compressed allreduce
+//   (`if self.size > 1`), so its m is the local momentum (times k_p, divided
+//   by k_p); we compress for any n (departure D3), and there is no option
+//   for the reference's n = 1 behaviour.
 // - The switch happens after step T_w (reference: `step >= freeze_step`
 //   flips the mode at the end of the step), so steps 1..T_w are LAMB. The
 //   compression errors are zero at the first compression step.
@@ -127,8 +147,9 @@ class OneBitLamb : public Optimizer {
   std::span<const double> factors() const { return last_factor_; }
   // The warm-up optimizer (its trust ratios, moments).
   const Lamb& warmup() const { return warmup_; }
-  // The compressed allreduce (its errors, scales); null before setup().
-  const OneBitAllreduce* onebit() const { return onebit_.get(); }
+  // The compressed allreduce (its errors, scales), one part per slice of
+  // `granularity`; null before setup().
+  const OneBitAllreduceSet* onebit() const { return onebit_.get(); }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
 
  private:
@@ -154,7 +175,7 @@ class OneBitLamb : public Optimizer {
   WorkerRange local_;            // the workers this process computes
   std::vector<float> worker_m_;  // local workers × stride_: each one's scaled momentum
   std::vector<float> k_elem_;    // float(k_p) of each element's tensor
-  std::unique_ptr<OneBitAllreduce> onebit_;
+  std::unique_ptr<OneBitAllreduceSet> onebit_;
   std::vector<double> coeff_frozen_;  // C_p at the switch
   std::vector<double> scaling_;       // k_p
   std::vector<float> scaling_f_;      // float(k_p)

@@ -43,6 +43,8 @@ Schema<ZeroOneAdamOptions> ZeroOneAdamOptions::schema() {
           "1-bit allreduce: pad the buffer to a multiple of this (a multiple of 8n; 0 = the "
           "reference's n·lcm(n, 8))",
           {rules::at_least<int64_t>(0)});
+  add_granularity_field(
+      s, "Default group: the reference's fp16 (mixed-precision) path, here one buffer");
   add_wire_field(s);
   return s;
 }
@@ -112,8 +114,9 @@ CommPlan ZeroOneAdam::comm_plan(const PlanShape& shape) const {
   ZeroOneSchedule schedule(opts_);
   for (int64_t t = 0; t < shape.steps; ++t) ++count[static_cast<int>(schedule.next())];
   const auto steps = [&](ZeroOnePhase p) { return count[static_cast<int>(p)]; };
-  const auto onebit = OneBitAllreduce::plan(shape.workers, static_cast<size_t>(shape.params),
-                                            static_cast<size_t>(opts_.pad_multiple));
+  const auto onebit =
+      OneBitAllreduceSet::plan(shape.workers, onebit_slice_sizes(opts_.granularity, shape),
+                               static_cast<size_t>(opts_.pad_multiple));
   CommPlan plan;
   plan.phases.push_back(
       {"full", steps(ZeroOnePhase::kFull), {gradient_allreduce_record(shape, wire_)}});
@@ -128,8 +131,9 @@ void ZeroOneAdam::setup(Cluster& cluster) {
   local_ = cluster.local_workers();  // all workers in the simulator
   dim_ = cluster.dim();
   check_pad_multiple(opts_.pad_multiple, workers_);
-  onebit_ = std::make_unique<OneBitAllreduce>(
-      workers_, dim_, static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
+  onebit_ = std::make_unique<OneBitAllreduceSet>(
+      workers_, onebit_slices(opts_.granularity, cluster.tensors(), dim_),
+      static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
   // Per-worker parameters from the start: step() must not allocate.
   cluster.enable_local_params();
   stride_ = cluster.local_params().stride;

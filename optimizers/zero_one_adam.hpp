@@ -71,9 +71,19 @@
 //    stage A). Likewise the default local_step_scaler keeps local_interval at
 //    1 (a sync every step) for the first 32768 stage-B steps: scale it down
 //    for short runs.
-//  - With one worker the reference skips every compressed allreduce, and with
-//    it (a bug) the momentum update of its stage-A 1-bit steps; we always run
-//    the 1-bit allreduce (one worker still compresses, at both stages).
+//  - One worker (n = 1): the reference skips every compressed allreduce
+//    (`if self.size > 1`), and with it (a bug) the momentum update of its
+//    stage-A 1-bit steps, while its syncs then use the local u uncompressed;
+//    we always run the 1-bit allreduce (one worker still compresses, at both
+//    stages, D padded to 8). There is no option for the reference's n = 1
+//    behaviour.
+//  - Granularity (docs/algorithms.md §1, "Granularity"): the reference calls
+//    compressed_allreduce once per parameter it sees, on the gradient (stage
+//    A) and on u (syncs): in its fp16 path one flat tensor per parameter
+//    group, in its fp32 path one per model tensor, each with its own padding
+//    (fresh zeros), errors, scales and four collectives. `granularity`:
+//    "group" (default, the fp16 path; bitlab's problems are one group, so it
+//    is "flat" bit for bit), "tensor" (the fp32 path) or "flat".
 //  - The reference divides by lrs at a sync unguarded. Here lr > 0 is
 //    enforced and a sync always follows a local step of the same t, so
 //    lrs >= lr > 0 and the guard (zero_one_check_lrs) cannot fire
@@ -109,6 +119,7 @@ struct ZeroOneAdamOptions {
   int64_t local_step_scaler = 32768;  // reference: 32678 (typo)
   int64_t local_step_clipper = 16;    // H
   int64_t pad_multiple = 0;           // 0: the reference's n·lcm(n, 8)
+  std::string granularity = "group";  // "flat" | "group" | "tensor"
   std::string wire = "fp32";
   static Schema<ZeroOneAdamOptions> schema();
 };
@@ -171,8 +182,9 @@ class ZeroOneAdam : public Optimizer {
   const ZeroOneAdamOptions& options() const { return opts_; }
   ZeroOnePhase last_phase() const { return phase_; }
   const ZeroOneSchedule& schedule() const { return schedule_; }
-  // The compressor (its worker/server errors and scales).
-  const OneBitAllreduce& allreduce() const { return *onebit_; }
+  // The compressor (its worker/server errors and scales), one part per slice
+  // of `granularity`.
+  const OneBitAllreduceSet& allreduce() const { return *onebit_; }
   // Stage A's shared momentum (stage B: the value at the transition).
   std::span<const float> m() const { return m_; }
   // Worker i's momentum m_i (stage B; set to m() at the transition), for a
@@ -209,7 +221,7 @@ class ZeroOneAdam : public Optimizer {
   size_t stride_ = 0;
   bool frozen_ = false;
   double lrs_ = 0.0;
-  std::unique_ptr<OneBitAllreduce> onebit_;
+  std::unique_ptr<OneBitAllreduceSet> onebit_;
   std::vector<float> g_;        // ḡ or ĝ (stage A)
   std::vector<float> m_;        // stage A momentum
   std::vector<float> v_;        // second moment (frozen in stage B)

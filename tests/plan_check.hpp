@@ -34,14 +34,20 @@ inline bool same_record(const CommRecord& a, const CommRecord& b) {
 // Runs `steps` steps of the optimizer on a small quadratic and checks that
 // every step logs exactly the plan's records of its phase, and that each
 // phase holds the plan's number of steps (`exact_counts`), or at most it.
+// `tensors` > 1 splits the quadratic into that many tensors, whose sizes the
+// plan is given (the 1-bit family's granularity "tensor").
 inline void check_plan_matches_run(const Json& optimizer, int workers, int64_t dim, int64_t steps,
-                                   bool exact_counts = true) {
+                                   bool exact_counts = true, int64_t tensors = 1) {
+  Json problem = {{"name", "quadratic"}, {"dim", dim}};
+  if (tensors > 1) problem["tensors"] = tensors;
   const Json raw = {{"steps", steps},
-                    {"problem", {{"name", "quadratic"}, {"dim", dim}}},
+                    {"problem", problem},
                     {"cluster", {{"workers", workers}}},
                     {"optimizer", optimizer}};
   const Experiment e = resolve_experiment(raw, "t");
   Simulation sim(e);
+  std::vector<int64_t> sizes;
+  for (const TensorInfo& t : sim.cluster().tensors()) sizes.push_back(static_cast<int64_t>(t.size));
   std::map<std::string, int64_t> counts;
   for (int64_t t = 1; t <= steps; ++t) {
     const size_t before = sim.comm().log().size();
@@ -50,7 +56,7 @@ inline void check_plan_matches_run(const Json& optimizer, int workers, int64_t d
     ++counts[phase];
     const auto& recs = sim.comm().log().records();
     const std::vector<CommRecord> logged(recs.begin() + static_cast<ptrdiff_t>(before), recs.end());
-    const CommPlan plan = plan_communication(e.optimizer, dim, workers, steps);
+    const CommPlan plan = plan_communication(e.optimizer, dim, workers, steps, sizes);
     const PhasePlan* p = nullptr;
     for (const auto& q : plan.phases) {
       if (q.name == phase) p = &q;
@@ -64,7 +70,7 @@ inline void check_plan_matches_run(const Json& optimizer, int workers, int64_t d
       CHECK(same_record(logged[k], p->records[k]));
     }
   }
-  const CommPlan plan = plan_communication(e.optimizer, dim, workers, steps);
+  const CommPlan plan = plan_communication(e.optimizer, dim, workers, steps, sizes);
   int64_t total = 0;
   for (const auto& q : plan.phases) {
     INFO("optimizer ", optimizer.dump(), ", phase ", q.name);

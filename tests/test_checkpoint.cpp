@@ -50,6 +50,13 @@ std::vector<Case> cases() {
       {"mlp_onebit_lamb.json", with({"optimizer.freeze_step=20"})},
       {"mlp_zero_one_adam.json",
        with({"optimizer.var_freeze_step=20", "optimizer.local_step_scaler=8"})},
+      // One 1-bit allreduce per tensor: every tensor's errors (and LAMB's
+      // reused padding) are state.
+      {"mlp_onebit_adam.json", with({"optimizer.freeze_step=20", "optimizer.granularity=tensor"})},
+      {"mlp_onebit_lamb.json", with({"optimizer.freeze_step=20", "optimizer.granularity=tensor"})},
+      {"mlp_zero_one_adam.json",
+       with({"optimizer.var_freeze_step=20", "optimizer.local_step_scaler=8",
+             "optimizer.granularity=tensor"})},
       {"mlp_loco.json", small},
       {"mlp_binsgdm.json", small},
   };

@@ -62,8 +62,9 @@ TEST_SUITE("cost") {
 
   TEST_CASE("the plan equals what a real run logs: options that change the exchange") {
     const int64_t d = 203;  // not a multiple of any padding
-    auto check = [&](const char* text, bool exact = true, int64_t steps = 24, int workers = 4) {
-      check_plan_matches_run(Json::parse(text), workers, d, steps, exact);
+    auto check = [&](const char* text, bool exact = true, int64_t steps = 24, int workers = 4,
+                     int64_t tensors = 1) {
+      check_plan_matches_run(Json::parse(text), workers, d, steps, exact, tensors);
     };
     check(R"({"name": "momentum_sgd", "wire": "bf16"})");
     check(R"({"name": "adam", "wire": "fp16"})");
@@ -88,6 +89,44 @@ TEST_SUITE("cost") {
     check(R"({"name": "binsgdm", "node_size": 2})");
     check(R"({"name": "binsgdm", "node_size": 2})", true, 10, 6);        // 3 nodes
     check(R"({"name": "onebit_adam", "freeze_step": 3})", true, 10, 3);  // n not a power of two
+    // Granularity tensor: one 1-bit allreduce per tensor (quadratic split in 3).
+    check(R"({"name": "onebit_adam", "freeze_step": 5, "granularity": "tensor"})", true, 12, 4, 3);
+    check(R"({"name": "onebit_adam", "freeze_step": 5, "granularity": "group"})", true, 12, 4, 3);
+    check(R"({"name": "onebit_lamb", "freeze_step": 6, "granularity": "tensor"})", true, 12, 3, 3);
+    check(R"({"name": "zero_one_adam", "var_freeze_step": 6, "var_update_scaler": 2,
+              "granularity": "tensor"})",
+          true, 16, 4, 5);
+  }
+
+  TEST_CASE("granularity tensor: the plan needs tensor sizes; per-tensor padding by hand") {
+    // n = 4, M = 32: tensors 100, 3, 100 pad to 128, 32, 128; per tensor the
+    // alltoall sends 3/4 of D_p/8 bytes: 12, 3, 12.
+    const Json opt = find_entry(optimizer_registry(), "onebit_adam")
+                         ->resolve(Json::parse(R"({"name": "onebit_adam", "freeze_step": 1,
+                                                   "granularity": "tensor"})"),
+                                   "optimizer");
+    const CommPlan plan = plan_communication(opt, 203, 4, 2, {100, 3, 100});
+    const auto& rec = plan.phases.at(1).records;
+    REQUIRE(rec.size() == 12);
+    CHECK(record_text(rec[0]) == "alltoall pairwise bits all p4 g1 S16 sent12.000000 m3");
+    CHECK(record_text(rec[4]) == "alltoall pairwise bits all p4 g1 S4 sent3.000000 m3");
+    CHECK(record_text(rec[8]) == "alltoall pairwise bits all p4 g1 S16 sent12.000000 m3");
+    // Without sizes (a cost spec gives only params): exit 2 naming the field.
+    std::string message;
+    try {
+      plan_communication(opt, 203, 4, 2);
+    } catch (const ConfigError& e) {
+      message = e.what();
+      CHECK(e.path() == "optimizer.granularity");
+    }
+    CHECK(message.find("tensor_sizes") != std::string::npos);
+    // The cost spec's tensor_sizes must sum to params.
+    Json raw = base_spec();
+    raw["optimizer"] = Json::parse(R"({"name": "onebit_adam", "granularity": "tensor"})");
+    CHECK(error_path(raw) == "optimizer.granularity");
+    raw["tensor_sizes"] = Json::parse("[1, 2]");
+    CHECK(error_path(raw, {}, &message) == "tensor_sizes");
+    CHECK(message.find("must sum to params") != std::string::npos);
   }
 
   TEST_CASE("the collectives' closed forms, by hand (plan and run share them)") {

@@ -229,6 +229,11 @@ TEST_SUITE("mpi") {
         {"adam (fp16 wire)", R"({"name": "adam", "lr": 0.01, "wire": "fp16"})"},
         {"onebit_adam", R"({"name": "onebit_adam", "lr": 0.01, "freeze_step": 8})"},
         {"onebit_lamb", R"({"name": "onebit_lamb", "lr": 0.01, "freeze_step": 8})"},
+        // One 1-bit allreduce per tensor, each split over the ranks on its own.
+        {"onebit_adam (granularity tensor)",
+         R"({"name": "onebit_adam", "lr": 0.01, "freeze_step": 8, "granularity": "tensor"})"},
+        {"onebit_lamb (granularity tensor)",
+         R"({"name": "onebit_lamb", "lr": 0.01, "freeze_step": 8, "granularity": "tensor"})"},
         {"zero_one_adam (local steps)",
          R"({"name": "zero_one_adam", "lr": 0.01, "var_freeze_step": 8, "var_update_scaler": 2,
              "local_step_scaler": 2, "local_step_clipper": 4})"},

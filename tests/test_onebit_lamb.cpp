@@ -166,14 +166,17 @@ TEST_SUITE("onebit_lamb") {
       "after the switch: frozen C_p and v, fresh v_fresh, k_p once, clamped f_p, one "
       "flat compressed allreduce reproduced independently") {
     const int64_t freeze = 10, steps = 24;
-    for (double wd : {0.0, 0.01}) {
+    // padding reuse (the reference's persistent fused buffer) and zeros; the
+    // mirror follows the same rule.
+    for (const auto& [wd, padding] :
+         {std::pair<double, std::string>{0.0, "reuse"}, {0.01, "reuse"}, {0.01, "zeros"}}) {
       CAPTURE(wd);
+      const std::string padding_label = padding;  // clang 14: no structured binding in CAPTURE
+      CAPTURE(padding_label);
       Json j = Json::parse(kMlp4);
-      j["optimizer"] = {{"name", "onebit_lamb"},
-                        {"lr", 0.01},
-                        {"weight_decay", wd},
-                        {"freeze_step", freeze},
-                        {"factor_threshold", 0.1}};
+      j["optimizer"] = {{"name", "onebit_lamb"},   {"lr", 0.01},
+                        {"weight_decay", wd},      {"freeze_step", freeze},
+                        {"factor_threshold", 0.1}, {"padding", padding}};
       Simulation sim(resolve_experiment(j, "t"));
       OneBitLamb& opt = as_onebit_lamb(sim);
       const OneBitLambOptions& o = opt.options();
@@ -197,6 +200,7 @@ TEST_SUITE("onebit_lamb") {
 
       // The test's own compressed allreduce, fed the same worker momenta.
       OneBitAllreduce mirror(n, d);
+      mirror.set_pad_reuse(padding == "reuse");
       Communicator scratch(n);
       const size_t D = onebit_padded_dim(d, n);
       REQUIRE(mirror.padded_dim() == D);
@@ -428,7 +432,12 @@ TEST_SUITE("onebit_lamb") {
     CHECK(d.pad_multiple == 0);
     CHECK(d.error_feedback);
     CHECK(d.wire == "fp32");
+    CHECK(d.granularity == "flat");  // the reference fuses all momenta in one buffer
+    CHECK(d.padding == "reuse");     // the reference's persistent fused buffer
     auto read = [](Json j) { return [j] { OneBitLambOptions::schema().read(j, "optimizer"); }; };
+    CHECK(config_error_of(read({{"padding", "ones"}})).find("optimizer.padding = \"ones\"") == 0);
+    CHECK(config_error_of(read({{"granularity", "layer"}}))
+              .find("optimizer.granularity = \"layer\"") == 0);
     CHECK(config_error_of(read({{"min_coeff", 20}, {"max_coeff", 10}})) ==
           "optimizer.min_coeff = 20.0: must be <= max_coeff (10)");
     CHECK(config_error_of(read({{"factor_min", 5}})) ==
@@ -449,7 +458,8 @@ TEST_SUITE("onebit_lamb") {
       Simulation sim(make(R"({"steps": 1, "problem": {"name": "mlp"}, "cluster": {"workers": 4},
           "optimizer": {"name": "onebit_lamb", "pad_multiple": 40}})"));
     });
-    CHECK(msg.find("optimizer.pad_multiple = 40: must be 0 (the reference's n·lcm(n, 8) = 32) or a multiple of 8·workers = 32") == 0);
+    CHECK(msg.find("optimizer.pad_multiple = 40: must be 0 (the reference's n·lcm(n, 8) = 32) or a "
+                   "multiple of 8·workers = 32") == 0);
     // Through the registry, by name.
     CHECK(config_error_of([] {
             make(R"({"problem": {"name": "mlp"},

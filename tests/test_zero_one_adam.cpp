@@ -352,8 +352,8 @@ TEST_SUITE("zero_one_adam") {
     auto errors_zero = [&] {
       bool zero = true;
       for (int i = 0; i < n; ++i) {
-        for (float v : opt.allreduce().worker_error(i)) zero = zero && v == 0.0f;
-        for (float v : opt.allreduce().server_error(i)) zero = zero && v == 0.0f;
+        for (float v : opt.allreduce().part(0).worker_error(i)) zero = zero && v == 0.0f;
+        for (float v : opt.allreduce().part(0).server_error(i)) zero = zero && v == 0.0f;
       }
       return zero;
     };
@@ -550,8 +550,9 @@ TEST_SUITE("zero_one_adam") {
     } catch (const ConfigError& e) {
       msg = e.what();
     }
-    CHECK(msg == "optimizer.pad_multiple = 24: must be 0 (the reference's n·lcm(n, 8) = 32) or a "
-                 "multiple of 8·workers = 32");
+    CHECK(msg ==
+          "optimizer.pad_multiple = 24: must be 0 (the reference's n·lcm(n, 8) = 32) or a "
+          "multiple of 8·workers = 32");
     o.pad_multiple = 64;
     ZeroOneAdam good(o);
     good.setup(drv.cluster);

@@ -54,9 +54,15 @@ OneBitAllreduce::OneBitAllreduce(int workers, size_t dim, size_t pad_multiple, W
   acc_.assign(D_ / n_ * resident, 0.0f);
 }
 
+void OneBitAllreduce::set_pad_reuse(bool on) {
+  pad_reuse_ = on;
+  pad_.assign(on ? D_ - d_ : 0, 0.0f);
+}
+
 void OneBitAllreduce::reset_errors() {
   std::fill(e_.begin(), e_.end(), 0.0f);
   std::fill(s_.begin(), s_.end(), 0.0f);
+  std::fill(pad_.begin(), pad_.end(), 0.0f);
 }
 
 int64_t OneBitAllreduce::sent_bytes_per_call() const {
@@ -67,7 +73,10 @@ int64_t OneBitAllreduce::sent_bytes_per_call() const {
 void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out) {
   const int n = n_;
   const size_t D = D_, d = d_, chunk = D_ / n_, chunk_bytes = chunk / 8;
-  if (!error_feedback_) reset_errors();
+  if (!error_feedback_) {  // the errors only: a reused padding is not an error
+    std::fill(e_.begin(), e_.end(), 0.0f);
+    std::fill(s_.begin(), s_.end(), 0.0f);
+  }
   // Workers and servers this rank owns (all of them in the simulator).
   const WorkerRange mine = comm.local_workers();
   if (mine.begin != local_.begin || mine.end != local_.end) {
@@ -76,6 +85,16 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
                            std::to_string(mine.begin) + ", " + std::to_string(mine.end) + ")");
   }
   const size_t first = static_cast<size_t>(mine.begin);
+
+  // A reused padding enters through the worker error: the kernel forms
+  // u = e + b with b = 0 past d, so u = (e + pad) there, the reference's
+  // pad + e (one IEEE addition, commutative).
+  if (pad_reuse_) {
+    for (int i = mine.begin; i < mine.end; ++i) {
+      float* e = e_.data() + (i - first) * D + d;
+      for (size_t k = 0; k < D - d; ++k) e[k] += pad_[k];
+    }
+  }
 
   // ---- worker side: u = pad(b_i) + e_i ; a_i = ‖u‖/√D ; e_i = u − a_i sign(u)
 #pragma omp parallel for schedule(static)
@@ -112,6 +131,13 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
   comm.record(records_[3]);
 
   decode_for(0, out);
+  if (pad_reuse_) {
+    // What every worker decodes past d (onebit_decode's element rule).
+    for (size_t k = d; k < D; ++k) {
+      const float cr = c_[k / chunk];
+      pad_[k - d] = (server_bits_[k / 8] >> (7 - k % 8)) & 1u ? cr : -cr;
+    }
+  }
 }
 
 void OneBitAllreduce::decode_for(int /*worker*/, std::span<float> out) const {
@@ -120,12 +146,90 @@ void OneBitAllreduce::decode_for(int /*worker*/, std::span<float> out) const {
   cpu::onebit_decode(server_bits_.data(), c_.data(), n_, D_, d_, out.data());
 }
 
-void OneBitAllreduce::state(StateArchive& io) {
-  io.field("onebit.worker_errors", e_);
-  io.field("onebit.server_errors", s_);
-  io.field("onebit.worker_scales", a_);
-  io.field("onebit.server_scales", c_);
-  io.field("onebit.server_bits", server_bits_);
+void OneBitAllreduce::state(StateArchive& io, const std::string& prefix) {
+  io.field(prefix + ".worker_errors", e_);
+  io.field(prefix + ".server_errors", s_);
+  io.field(prefix + ".worker_scales", a_);
+  io.field(prefix + ".server_scales", c_);
+  io.field(prefix + ".server_bits", server_bits_);
+  // Only a reused padding is state (fresh zeros are not), so checkpoints of
+  // zero-padded runs keep their entries.
+  if (pad_reuse_) io.field(prefix + ".padding", pad_);
+}
+
+// ---------------------------------------------------------------------------
+// OneBitAllreduceSet
+
+OneBitAllreduceSet::OneBitAllreduceSet(int workers, const std::vector<OneBitSlice>& slices,
+                                       size_t pad_multiple, WorkerRange local)
+    : slices_(slices) {
+  if (slices_.empty()) throw std::invalid_argument("OneBitAllreduceSet: no slice");
+  parts_.reserve(slices_.size());
+  for (const OneBitSlice& s : slices_) {
+    if (s.offset != dim_) {
+      throw std::invalid_argument("OneBitAllreduceSet: slices must tile the buffer in order");
+    }
+    dim_ += s.size;
+    parts_.emplace_back(workers, s.size, pad_multiple, local);
+  }
+}
+
+size_t OneBitAllreduceSet::padded_dim() const {
+  size_t D = 0;
+  for (const auto& p : parts_) D += p.padded_dim();
+  return D;
+}
+
+void OneBitAllreduceSet::set_error_feedback(bool on) {
+  for (auto& p : parts_) p.set_error_feedback(on);
+}
+
+void OneBitAllreduceSet::set_pad_reuse(bool on) {
+  for (auto& p : parts_) p.set_pad_reuse(on);
+}
+
+void OneBitAllreduceSet::reset_errors() {
+  for (auto& p : parts_) p.reset_errors();
+}
+
+void OneBitAllreduceSet::state(StateArchive& io) {
+  if (parts_.size() == 1) {
+    parts_[0].state(io);
+    return;
+  }
+  for (size_t p = 0; p < parts_.size(); ++p) parts_[p].state(io, "onebit." + std::to_string(p));
+}
+
+void OneBitAllreduceSet::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out) {
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    const OneBitSlice& s = slices_[p];
+    WorkerBuffers slice = in;
+    slice.data = in.data + s.offset;
+    slice.len = s.size;
+    parts_[p].run(comm, slice, out.subspan(s.offset, s.size));
+  }
+}
+
+std::vector<CommRecord> OneBitAllreduceSet::plan(int workers, const std::vector<int64_t>& sizes,
+                                                 size_t pad_multiple) {
+  std::vector<CommRecord> out;
+  for (const int64_t size : sizes) {
+    const auto part = OneBitAllreduce::plan(workers, static_cast<size_t>(size), pad_multiple);
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
+}
+
+int64_t OneBitAllreduceSet::sent_bytes_per_call() const {
+  int64_t sum = 0;
+  for (const auto& p : parts_) sum += p.sent_bytes_per_call();
+  return sum;
+}
+
+size_t OneBitAllreduceSet::resident_bytes() const {
+  size_t sum = 0;
+  for (const auto& p : parts_) sum += p.resident_bytes();
+  return sum;
 }
 
 }  // namespace bitlab

@@ -9,8 +9,15 @@
 //   phase 2:   allgather of the server sign chunks and of the scales c_r
 //   output:    out[r·D/n + k] = c_r·sign_r[k], truncated to d (same on every worker)
 //
-// D is d padded with zeros to a multiple of `pad_multiple` (default: the
-// reference's n·lcm(n, 8); 8n is the least that makes every chunk whole bytes).
+// D is d padded to a multiple of `pad_multiple` (default: the reference's
+// n·lcm(n, 8); 8n is the least that makes every chunk whole bytes). The
+// padding is fresh zeros on every call (1-bit Adam, 0/1 Adam), or, with
+// set_pad_reuse(true), what the previous call decoded there (1-bit LAMB's
+// reference keeps its padding inside its persistent fused momentum buffer).
+//
+// OneBitAllreduceSet runs one such collective per slice of the buffer (per
+// tensor, or one for the whole buffer): the reference's per-parameter calls
+// (docs/algorithms.md §1, "Granularity").
 // Sums over workers on the server run in worker order 0..n−1 in fp32; norms
 // are accumulated in double over fixed blocks, so results do not depend on the
 // thread count.
@@ -18,6 +25,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "sim/comm/comm.hpp"
@@ -51,12 +59,21 @@ class OneBitAllreduce {
   void set_error_feedback(bool on) { error_feedback_ = on; }
   bool error_feedback() const { return error_feedback_; }
 
-  // Zeroes every worker and server error (done at the switch to compression
-  // and, in 0/1 Adam, at the transition to local steps).
+  // Padding of each call: fresh zeros (false, the default) or the D − d
+  // values the previous call decoded there (true; zeros before the first call
+  // and after reset_errors()).
+  void set_pad_reuse(bool on);
+  bool pad_reuse() const { return pad_reuse_; }
+  // The padding the next call starts from (D − d values; empty unless reused).
+  std::span<const float> padding() const { return pad_; }
+
+  // Zeroes every worker and server error and a reused padding (done at the
+  // switch to compression and, in 0/1 Adam, at the transition to local steps).
   void reset_errors();
-  // Saves or loads the worker and server errors and the last scales (a
-  // checkpoint: sim/core/state_archive.hpp).
-  void state(StateArchive& io);
+  // Saves or loads the worker and server errors, the last scales and a reused
+  // padding (a checkpoint: sim/core/state_archive.hpp); entries are named
+  // `prefix`.worker_errors etc.
+  void state(StateArchive& io, const std::string& prefix = "onebit");
 
   // One call of §1 on the workers' buffers (each dim() floats). Writes the
   // result, identical on every worker, to `out` (dim() floats; may alias no
@@ -109,6 +126,55 @@ class OneBitAllreduce {
   std::vector<uint8_t> server_bits_;  // D/8: chunk r at r·D/(8n)
   std::vector<float> a_, c_;          // worker and server scales
   std::vector<float> acc_;            // local × D/n: the servers' sums over workers
+  bool pad_reuse_ = false;
+  std::vector<float> pad_;  // D − d: the reused padding (empty when not reused)
+};
+
+// One slice [offset, offset + size) of the buffer, compressed on its own.
+struct OneBitSlice {
+  size_t offset = 0;
+  size_t size = 0;
+};
+
+// One OneBitAllreduce per slice, run one after another in slice order (each
+// its own padding, errors, scales and four collectives). The slices tile
+// [0, dim) in order. One slice covering everything is the plain collective,
+// bit for bit, with the same checkpoint entries.
+class OneBitAllreduceSet {
+ public:
+  OneBitAllreduceSet(int workers, const std::vector<OneBitSlice>& slices, size_t pad_multiple = 0,
+                     WorkerRange local = {});
+
+  size_t size() const { return parts_.size(); }
+  const OneBitAllreduce& part(size_t p) const { return parts_[p]; }
+  const OneBitSlice& slice(size_t p) const { return slices_[p]; }
+  size_t dim() const { return dim_; }
+  // Σ of the parts' padded dims.
+  size_t padded_dim() const;
+
+  void set_error_feedback(bool on);
+  void set_pad_reuse(bool on);
+  void reset_errors();
+  // One slice: the entries of OneBitAllreduce::state ("onebit.*"); several:
+  // "onebit.<p>.*" for slice p.
+  void state(StateArchive& io);
+
+  // Each slice's OneBitAllreduce::run on that slice of `in` and `out`, in
+  // slice order: 4 records per slice in comm's log.
+  void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out);
+
+  // The records of one run(): OneBitAllreduce::plan of each slice size, in
+  // slice order.
+  static std::vector<CommRecord> plan(int workers, const std::vector<int64_t>& sizes,
+                                      size_t pad_multiple = 0);
+
+  int64_t sent_bytes_per_call() const;
+  size_t resident_bytes() const;
+
+ private:
+  std::vector<OneBitSlice> slices_;
+  std::vector<OneBitAllreduce> parts_;
+  size_t dim_ = 0;
 };
 
 }  // namespace bitlab

@@ -20,6 +20,10 @@ struct PlanShape {
   int64_t params = 0;
   int workers = 1;
   int64_t steps = 0;
+  // The tensors' sizes in parameter order (they sum to params); empty when
+  // unknown (a `bitlab cost` spec without tensor_sizes). Only plans that
+  // depend on the layout read it (the 1-bit family's granularity "tensor").
+  std::vector<int64_t> tensor_sizes = {};
 };
 
 // One phase: the records of ONE of its steps (step field 0), in log order.

@@ -35,6 +35,26 @@ Schema<CostSettings> CostSettings::schema() {
           "samples per worker per step; only used when compute.step_ms is 0 and the compute "
           "time is derived as flops_per_param_sample · params · samples / device_tflops",
           {rules::greater(0.0)});
+  s.field("tensor_sizes", &O::tensor_sizes,
+          "optional: the sizes of the model's tensors in order (they must sum to params); only "
+          "a 1-bit optimizer with granularity tensor needs them (one compressed allreduce per "
+          "tensor, each padded on its own)",
+          {Rule<std::vector<int64_t>>{[](const std::vector<int64_t>& v) {
+                                        for (const int64_t x : v) {
+                                          if (x < 1) return false;
+                                        }
+                                        return true;
+                                      },
+                                      "every size must be >= 1"}});
+  s.check([](const O& o, const std::string& path) {
+    int64_t sum = 0;
+    for (const int64_t x : o.tensor_sizes) sum += x;
+    if (!o.tensor_sizes.empty() && sum != o.params) {
+      config_fail(join_path(path, "tensor_sizes"), Json(o.tensor_sizes),
+                  "must sum to params = " + std::to_string(o.params) + " (they sum to " +
+                      std::to_string(sum) + ")");
+    }
+  });
   s.allow_key("network").allow_key("compute").allow_key("optimizer");
   return s;
 }
@@ -99,7 +119,7 @@ CostSpec resolve_inner(const Json& raw) {
       entry->resolve(resolve_step_shares(opt, spec.settings.steps, "optimizer"), "optimizer");
   // Values only the cluster size can reject (the optimizers check them in setup()).
   plan_communication(spec.optimizer, spec.settings.params, static_cast<int>(spec.settings.workers),
-                     1);
+                     1, spec.settings.tensor_sizes);
 
   Json& r = spec.resolved = settings_schema.write(spec.settings);
   r["network"] = network_schema.write(spec.network);
@@ -130,12 +150,13 @@ CostSpec resolve_cost_spec(const Json& raw,
 // ---------------------------------------------------------------------------
 // The plan
 
-CommPlan plan_communication(const Json& opt, int64_t params, int n, int64_t steps) {
+CommPlan plan_communication(const Json& opt, int64_t params, int n, int64_t steps,
+                            const std::vector<int64_t>& tensor_sizes) {
   const std::string name = opt.at("name").get<std::string>();
   const auto* entry = find_entry(optimizer_registry(), name);
   if (!entry) config_fail("optimizer.name", Json(name), "not a registered optimizer");
   // Constructing an optimizer only reads its options; setup() would allocate.
-  CommPlan plan = entry->make(opt)->comm_plan({params, n, steps});
+  CommPlan plan = entry->make(opt)->comm_plan({params, n, steps, tensor_sizes});
   plan.optimizer = name;
   return plan;
 }
@@ -187,15 +208,17 @@ CostReport estimate_cost(const CostSpec& spec) {
         "communication only");
   }
 
-  rep.job = price_plan(plan_communication(spec.optimizer, s.params, n, s.steps), rep.topology,
-                       spec.compute, worker_s, spec.optimizer.at("name").get<std::string>());
+  rep.job = price_plan(plan_communication(spec.optimizer, s.params, n, s.steps, s.tensor_sizes),
+                       rep.topology, spec.compute, worker_s,
+                       spec.optimizer.at("name").get<std::string>());
   const auto& baseline = baseline_optimizer();
   rep.baseline = baseline.name;
   for (const char* wire : {"fp16", "fp32"}) {
     const Json resolved =
         baseline.resolve(Json{{"name", baseline.name}, {"wire", wire}}, "optimizer");
-    JobCost j = price_plan(plan_communication(resolved, s.params, n, s.steps), rep.topology,
-                           spec.compute, worker_s, baseline.name + ", " + wire + " allreduce");
+    JobCost j =
+        price_plan(plan_communication(resolved, s.params, n, s.steps, s.tensor_sizes), rep.topology,
+                   spec.compute, worker_s, baseline.name + ", " + wire + " allreduce");
     (std::string_view(wire) == "fp16" ? rep.baseline_fp16 : rep.baseline_fp32) = std::move(j);
   }
   for (const auto& note : rep.job.notes) rep.notes.push_back(note);

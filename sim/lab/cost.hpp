@@ -31,11 +31,12 @@ namespace bitlab {
 
 // The top level of a cost spec (besides "network", "compute", "optimizer").
 struct CostSettings {
-  std::string description;          // free text
-  int64_t params = 0;               // d; required
-  int64_t workers = 0;              // n; required
-  int64_t steps = 0;                // required
-  double samples_per_worker = 1.0;  // per step; only for a compute time derived from FLOPs
+  std::string description;            // free text
+  int64_t params = 0;                 // d; required
+  int64_t workers = 0;                // n; required
+  int64_t steps = 0;                  // required
+  double samples_per_worker = 1.0;    // per step; only for a compute time derived from FLOPs
+  std::vector<int64_t> tensor_sizes;  // the model's tensors (sum = params); empty = unknown
   static Schema<CostSettings> schema();
 };
 
@@ -63,7 +64,9 @@ CostSpec resolve_cost_spec(const Json& raw,
 // The plan of a resolved optimizer (registry `resolve` output) for d params,
 // n workers, `steps` steps: the optimizer's own comm_plan. Throws ConfigError
 // naming optimizer.<field> for a value that only the cluster size can reject.
-CommPlan plan_communication(const Json& optimizer, int64_t params, int workers, int64_t steps);
+// `tensor_sizes`: the tensors' sizes (PlanShape::tensor_sizes; empty = unknown).
+CommPlan plan_communication(const Json& optimizer, int64_t params, int workers, int64_t steps,
+                            const std::vector<int64_t>& tensor_sizes = {});
 
 struct PhaseCost {
   PhasePlan plan;
