@@ -47,11 +47,13 @@ class Quadratic final : public Problem {
     h_ = std::move(data.curvature);
     x_star_ = std::move(data.optimum);
     const size_t d = h_.size(), t = static_cast<size_t>(o.tensors);
-    std::vector<std::pair<std::string, size_t>> parts;
+    // Each block is described as its most square matrix (square_tensor).
+    size_t offset = 0;
     for (size_t i = 0; i < t; ++i) {
-      parts.emplace_back("block" + std::to_string(i), d / t + (i < d % t ? 1 : 0));
+      const size_t size = d / t + (i < d % t ? 1 : 0);
+      tensors_.push_back(square_tensor("block" + std::to_string(i), offset, size));
+      offset += size;
     }
-    tensors_ = make_tensors(parts);
   }
 
   size_t dim() const override { return h_.size(); }

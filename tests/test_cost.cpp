@@ -81,10 +81,17 @@ TEST_SUITE("cost") {
           true, 40);
     check(R"({"name": "zero_one_adam", "var_freeze_step": 6, "pad_multiple": 96,
               "wire": "fp16"})");
-    check(R"({"name": "loco", "gather": "quantized", "bits": 2, "group_size": 64})");
+    check(
+        R"({"name": "loco", "exchange": "flat", "gather": "quantized", "bits": 2, "group_size": 64})");
+    check(R"({"name": "loco", "node_size": 2})");  // two_stage, 2 nodes: 203 falls back
+    // two_stage compressing: 256 = 16 × 16, divisible by 2·workers (8 and 16).
+    check_plan_matches_run(Json::parse(R"({"name": "loco", "node_size": 2})"), 4, 256, 6);
+    check_plan_matches_run(
+        Json::parse(R"({"name": "loco", "node_size": 2, "node_reduce": "sum", "gather": "fp32"})"),
+        8, 256, 6);
     check(R"({"name": "loco", "gather": "fp32"})");
-    check(R"({"name": "loco", "node_size": 2})");
-    check(R"({"name": "loco", "node_size": 1})");
+    check(R"({"name": "loco", "exchange": "allgather", "node_size": 2})");
+    check(R"({"name": "loco", "exchange": "allgather", "node_size": 1})");
     check(R"({"name": "binsgdm", "node_size": 2})");
     check(R"({"name": "binsgdm", "node_size": 2})", true, 10, 6);        // 3 nodes
     check(R"({"name": "onebit_adam", "freeze_step": 3})", true, 10, 3);  // n not a power of two

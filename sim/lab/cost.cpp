@@ -130,12 +130,28 @@ CostSpec resolve_cost_spec(const Json& raw,
 // ---------------------------------------------------------------------------
 // The plan
 
-CommPlan plan_communication(const Json& opt, int64_t params, int n, int64_t steps) {
+std::vector<TensorInfo> cost_tensor_layout(int64_t params, int workers) {
+  const size_t d = static_cast<size_t>(params), unit = 2 * static_cast<size_t>(workers);
+  const size_t matrix = d / unit * unit;
+  std::vector<TensorInfo> out;
+  if (matrix > 0) out.push_back(square_tensor("weights", 0, matrix));
+  if (d > matrix) out.push_back({"remainder", matrix, d - matrix});
+  return out;
+}
+
+CommPlan plan_communication(const Json& opt, int64_t params, int n, int64_t steps,
+                            int gpus_per_node, std::vector<TensorInfo> tensors) {
   const std::string name = opt.at("name").get<std::string>();
   const auto* entry = find_entry(optimizer_registry(), name);
   if (!entry) config_fail("optimizer.name", Json(name), "not a registered optimizer");
   // Constructing an optimizer only reads its options; setup() would allocate.
-  CommPlan plan = entry->make(opt)->comm_plan({params, n, steps});
+  PlanShape shape;
+  shape.params = params;
+  shape.workers = n;
+  shape.steps = steps;
+  shape.gpus_per_node = gpus_per_node;
+  shape.tensors = std::move(tensors);
+  CommPlan plan = entry->make(opt)->comm_plan(shape);
   plan.optimizer = name;
   return plan;
 }
@@ -187,14 +203,17 @@ CostReport estimate_cost(const CostSpec& spec) {
         "communication only");
   }
 
-  rep.job = price_plan(plan_communication(spec.optimizer, s.params, n, s.steps), rep.topology,
-                       spec.compute, worker_s, spec.optimizer.at("name").get<std::string>());
+  const int node = n / rep.topology.nodes;  // workers per node
+  rep.job = price_plan(plan_communication(spec.optimizer, s.params, n, s.steps, node,
+                                          cost_tensor_layout(s.params, n)),
+                       rep.topology, spec.compute, worker_s,
+                       spec.optimizer.at("name").get<std::string>());
   const auto& baseline = baseline_optimizer();
   rep.baseline = baseline.name;
   for (const char* wire : {"fp16", "fp32"}) {
     const Json resolved =
         baseline.resolve(Json{{"name", baseline.name}, {"wire", wire}}, "optimizer");
-    JobCost j = price_plan(plan_communication(resolved, s.params, n, s.steps), rep.topology,
+    JobCost j = price_plan(plan_communication(resolved, s.params, n, s.steps, node), rep.topology,
                            spec.compute, worker_s, baseline.name + ", " + wire + " allreduce");
     (std::string_view(wire) == "fp16" ? rep.baseline_fp16 : rep.baseline_fp32) = std::move(j);
   }

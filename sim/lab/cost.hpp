@@ -63,7 +63,17 @@ CostSpec resolve_cost_spec(const Json& raw,
 // The plan of a resolved optimizer (registry `resolve` output) for d params,
 // n workers, `steps` steps: the optimizer's own comm_plan. Throws ConfigError
 // naming optimizer.<field> for a value that only the cluster size can reject.
-CommPlan plan_communication(const Json& optimizer, int64_t params, int workers, int64_t steps);
+// `gpus_per_node` (the workers of one node; 0: all on one node) and `tensors`
+// (the model's layout; empty: one square tensor) are for exchanges that run
+// by node or by tensor (PlanShape).
+CommPlan plan_communication(const Json& optimizer, int64_t params, int workers, int64_t steps,
+                            int gpus_per_node = 0, std::vector<TensorInfo> tensors = {});
+
+// The layout `bitlab cost` prices a model of `params` parameters with: one
+// 2-D tensor of the largest multiple of 2·workers (a model's weight matrices,
+// which LoCo's reference exchange compresses) and a 1-D remainder (biases and
+// norms, which it does not), most square.
+std::vector<TensorInfo> cost_tensor_layout(int64_t params, int workers);
 
 struct PhaseCost {
   PhasePlan plan;
