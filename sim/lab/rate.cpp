@@ -1,6 +1,8 @@
 // The theory lab (sim/lab/rate.hpp): the grid as one sweep, each run's error
 // read back from its metrics.csv, the fit (rate_fit.cpp), rate.json and
 // rate.csv, and the table on stdout. docs/rate.md is the user's page.
+#include "sim/lab/rate.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -14,7 +16,6 @@
 #include "problems/problem.hpp"
 #include "sim/core/files.hpp"
 #include "sim/engine/config.hpp"
-#include "sim/lab/rate.hpp"
 #include "sim/lab/sweep.hpp"
 #include "sim/lab/sweep_csv.hpp"
 
@@ -47,7 +48,8 @@ Json vary_number(const std::string& text, const std::string& flag) {
     v = Json();
   }
   if (!v.is_number()) {
-    throw ConfigError(flag + ": \"" + text + "\" is not a number (give numbers: steps=100,200,400)");
+    throw ConfigError(flag + ": \"" + text +
+                      "\" is not a number (give numbers: steps=100,200,400)");
   }
   if (!(v.get<double>() > 0) || !std::isfinite(v.get<double>())) {
     throw ConfigError(flag + ": " + text +
@@ -127,7 +129,8 @@ std::string choose_metric(const Experiment& base, const std::string& asked) {
       std::find(columns.begin(), columns.end(), "suboptimality") != columns.end();
   if (asked == "auto") return has_subopt ? "suboptimality" : "grad_norm2";
   if (asked == "suboptimality" && !has_subopt) {
-    throw ConfigError("--metric suboptimality: problem " + base.problem.at("name").get<std::string>() +
+    throw ConfigError("--metric suboptimality: problem " +
+                      base.problem.at("name").get<std::string>() +
                       " does not know its optimum (it logs no suboptimality); use grad_norm2");
   }
   return asked;
@@ -275,9 +278,9 @@ void print_fit(const RateFit& fit, const Json& j, const fs::path& dir) {
               ("95% CI (t, " + std::to_string(fit.seeds) + " seeds)").c_str(), "of the mean",
               "theorem");
   for (const auto& e : fit.exponents) {
-    const std::string ci = fit.seeds < 2 ? "(one seed: none)"
-                                         : "[" + fmt(e.ci_low, "%.3f") + ", " +
-                                               fmt(e.ci_high, "%.3f") + "]";
+    const std::string ci = fit.seeds < 2
+                               ? "(one seed: none)"
+                               : "[" + fmt(e.ci_low, "%.3f") + ", " + fmt(e.ci_high, "%.3f") + "]";
     std::printf("  %-18s %9s  %-22s %12s  %s\n", e.path.c_str(), fmt(e.exponent, "%.3f").c_str(),
                 ci.c_str(), fmt(e.exponent_of_mean, "%.3f").c_str(),
                 e.expected ? fmt(*e.expected, "%.1f").c_str() : "-");
@@ -341,7 +344,8 @@ int run_rate(const std::string& file, const RateOptions& o) {
   so.quiet = o.quiet;
   so.binary = o.binary;
   if (!o.quiet) {
-    for (const auto& w : spec.warnings) std::fprintf(stderr, "bitlab rate: warning: %s\n", w.c_str());
+    for (const auto& w : spec.warnings)
+      std::fprintf(stderr, "bitlab rate: warning: %s\n", w.c_str());
   }
   const int status = run_sweep(spec, so);
   if (status != 0 && status != 3) return status;  // interrupted: nothing to fit

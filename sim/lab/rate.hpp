@@ -30,11 +30,11 @@ struct RateSample {
 };
 
 struct ExponentFit {
-  std::string path;                 // "steps", "cluster.workers", ...
-  double exponent = 0.0;            // mean over seeds of the per-seed slopes
+  std::string path;                    // "steps", "cluster.workers", ...
+  double exponent = 0.0;               // mean over seeds of the per-seed slopes
   double ci_low = 0.0, ci_high = 0.0;  // 95 % Student t-interval (NaN with one seed)
-  double exponent_of_mean = 0.0;    // slope of log(mean over seeds of the error)
-  std::optional<double> expected;   // the theorem's exponent, when one is known
+  double exponent_of_mean = 0.0;       // slope of log(mean over seeds of the error)
+  std::optional<double> expected;      // the theorem's exponent, when one is known
 };
 
 struct RateFit {
@@ -76,7 +76,7 @@ RateAxis parse_vary(const std::string& text);
 
 struct RateOptions {
   std::vector<RateAxis> axes;
-  int seeds = 3;  // seeds 1..K
+  int seeds = 3;        // seeds 1..K
   std::string out_dir;  // "" : results/<stem>-rate
   int jobs = 0;
   bool resume = false;

@@ -109,9 +109,9 @@ RateFit fit_rate(const std::vector<std::string>& paths, const std::vector<RateSa
     const double k = static_cast<double>(slopes.size());
     e.exponent = slopes.empty() ? nan : sum / k;
     for (const auto& s : slopes) sq += (s[j] - e.exponent) * (s[j] - e.exponent);
-    const double half = slopes.size() < 2 ? nan
-                                          : t_quantile_975(fit.seeds - 1) * std::sqrt(sq / (k - 1)) /
-                                                std::sqrt(k);
+    const double half =
+        slopes.size() < 2 ? nan
+                          : t_quantile_975(fit.seeds - 1) * std::sqrt(sq / (k - 1)) / std::sqrt(k);
     e.ci_low = e.exponent - half;
     e.ci_high = e.exponent + half;
     fit.exponents.push_back(e);
