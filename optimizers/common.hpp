@@ -78,16 +78,14 @@ inline std::vector<OneBitSlice> onebit_slices(const std::string& granularity,
   return out;
 }
 
-// The slice sizes a plan prices (onebit_slices' sizes, from the shape).
+// The slice sizes a plan prices (onebit_slices' sizes): shape.tensors, or one
+// tensor of params when it is empty (PlanShape's convention).
 inline std::vector<int64_t> onebit_slice_sizes(const std::string& granularity,
                                                const PlanShape& shape) {
-  if (granularity != "tensor") return {shape.params};
-  if (shape.tensor_sizes.empty()) {
-    config_fail("optimizer.granularity", Json(granularity),
-                "needs the tensor sizes, and a cost spec gives only params: add \"tensor_sizes\" "
-                "(the tensors' sizes, summing to params) or use \"group\"");
-  }
-  return shape.tensor_sizes;
+  if (granularity != "tensor" || shape.tensors.empty()) return {shape.params};
+  std::vector<int64_t> out;
+  for (const TensorInfo& t : shape.tensors) out.push_back(static_cast<int64_t>(t.size));
+  return out;
 }
 
 // The 1-bit allreduce's padding multiple must make every chunk whole bytes (a

@@ -34,9 +34,9 @@ Schema<LocoOptions> LocoOptions::schema() {
           "bits b per element of the symmetric per-group quantizer Q_b (LoCo and ZeRO++: 4)",
           {rules::in_closed<int64_t>(1, 8)});
   s.field("group_size", &O::group_size,
-          "elements per quantization scale (fp32); also the group of the 8-bit error storage. "
-          "The reference uses max(rows, cols, world) groups per tensor (≈ min(rows, cols) "
-          "elements each)",
+          "flat and allgather exchanges: elements per quantization scale (fp32), also the group "
+          "of the 8-bit error storage. two_stage uses the reference's max(rows, cols, world) "
+          "groups per tensor instead",
           {rules::at_least<int64_t>(1)});
   s.field("rounding", &O::rounding, "rounding of Q_b: nearest (LoCo) or stochastic",
           {rules::one_of({"nearest", "stochastic"})});
@@ -45,22 +45,35 @@ Schema<LocoOptions> LocoOptions::schema() {
           "error feedback)",
           {rules::in_closed_open(0.0, 1.0)});
   s.field("reset_T", &O::reset_T,
-          "zero the errors after every reset_T steps (LoCo: 1024, counted per tensor call in "
-          "the reference, per step here); 0 = never",
+          "error reset period (LoCo: 1024; 0 = never). two_stage: the reference's counter over "
+          "compressed-tensor calls, a reset every reset_T + 1 calls zeroing the tensor being "
+          "processed; flat and allgather: every worker's whole error after every reset_T steps",
           {rules::at_least<int64_t>(0)});
   s.field("error_storage_bits", &O::error_storage_bits,
           "8: the error buffer is stored 8-bit quantized per group, as LoCo does; 32: exact fp32",
           {Rule<int64_t>{[](const int64_t& v) { return v == 8 || v == 32; }, "must be 8 or 32"}});
+  s.field("exchange", &O::exchange,
+          "two_stage (default, the reference's: per tensor, intra-node then inter-node quantized "
+          "all-to-all with an error buffer at each stage, uncompressed on one node and for 1-D "
+          "or indivisible tensors, then bitlab's allgather of the result); flat (one quantized "
+          "all-to-all over all workers + allgather, bitlab's earlier default); allgather "
+          "(allgather of b-bit images, by node when node_size > 0)",
+          {rules::one_of({"two_stage", "flat", "allgather"})});
   s.field("gather", &O::gather,
-          "precision of the allgather of the averaged chunks after the quantized alltoall: "
-          "fp16 (default: ZeRO++ quantizes only the reduce-scatter and allgathers fp16), "
-          "quantized (re-quantized with b bits, no error buffer) or fp32; node_size = 0 only",
+          "precision of what returns to every worker: fp16 (default: ZeRO-3 allgathers fp16), "
+          "fp32, or (flat only) quantized (re-quantized with b bits, no error buffer); "
+          "two_stage also sends its uncompressed tensors in it",
           {rules::one_of({"quantized", "fp16", "fp32"})});
   s.field("node_size", &O::node_size,
-          "0: flat quantized alltoall + allgather; > 0: workers per node of a hierarchical "
-          "allgather of b-bit images (node means re-quantized without an error buffer, a "
-          "departure from the reference); must divide the number of workers",
+          "workers per node; must divide the workers. two_stage: 0 = the network's GPUs per node "
+          "(one node without a network model, where nothing is compressed); allgather: 0 = flat, "
+          "> 0 = by node (node means re-quantized without an error buffer); flat: unused",
           {rules::at_least<int64_t>(0)});
+  s.field("node_reduce", &O::node_reduce,
+          "two_stage: mean (default) divides the node reduction by the node size; sum keeps the "
+          "reference's scale, whose node reduction sums, so compressed tensors come out node "
+          "size × the mean",
+          {rules::one_of({"mean", "sum"})});
   s.field("compress_seed", &O::compress_seed,
           "extra seed of the compressors' random streams (stochastic rounding), mixed with the run "
           "seed, the step and the worker");
@@ -76,30 +89,84 @@ QuantizeSpec LocoOptions::spec() const {
   return q;
 }
 
+namespace {
+
+// Options that only make sense together (checked by comm_plan and setup).
+void check_exchange(const LocoOptions& o, int workers) {
+  check_node_size(o.node_size, workers);
+  if (o.exchange == "two_stage" && o.gather == "quantized") {
+    config_fail("optimizer.gather", Json(o.gather),
+                "quantized applies to exchange \"flat\" only (two_stage sends fp16 or fp32)");
+  }
+}
+
+// two_stage's workers per node: the option, else the network's, else one node.
+int two_stage_node_size(const LocoOptions& o, int workers, int network_gpus_per_node) {
+  if (o.node_size > 0) return static_cast<int>(o.node_size);
+  return network_gpus_per_node > 0 ? network_gpus_per_node : workers;
+}
+
+LocoExchangeOptions exchange_options(const LocoOptions& o) {
+  LocoExchangeOptions x;
+  x.bits = static_cast<int>(o.bits);
+  x.stochastic = o.rounding == "stochastic";
+  x.err_beta = static_cast<float>(o.err_beta);
+  x.reset_T = o.reset_T;
+  x.storage_bits = static_cast<int>(o.error_storage_bits);
+  x.wire = o.gather == "fp32" ? WireDtype::kFp32 : WireDtype::kFp16;
+  x.node_sum = o.node_reduce == "sum";
+  return x;
+}
+
+}  // namespace
+
 Loco::Loco(const LocoOptions& opts) : opts_(opts), spec_(opts.spec()), adam_(opts.base == "adam") {}
 
 CommPlan Loco::comm_plan(const PlanShape& shape) const {
-  check_node_size(opts_.node_size, shape.workers);
+  check_exchange(opts_, shape.workers);
   const size_t d = static_cast<size_t>(shape.params);
+  std::vector<CommRecord> records;
+  if (opts_.exchange == "two_stage") {
+    const int g = two_stage_node_size(opts_, shape.workers, shape.gpus_per_node);
+    records = LocoTwoStageExchange::plan(LocoTwoStageExchange::tensors_or_square(shape.tensors, d),
+                                         shape.workers, g, static_cast<int>(opts_.bits),
+                                         exchange_options(opts_).wire);
+  } else if (opts_.exchange == "flat") {
+    records = QuantizedReduceScatter::plan(shape.workers, d, spec_, opts_.gather);
+  } else {
+    records = CompressedAllgatherMean::plan(shape.workers, static_cast<int>(opts_.node_size), d,
+                                            NbitCompressor(spec_));
+  }
   CommPlan plan;
-  plan.phases.push_back(
-      {"compressed", shape.steps,
-       opts_.node_size == 0
-           ? QuantizedReduceScatter::plan(shape.workers, d, spec_, opts_.gather)
-           : CompressedAllgatherMean::plan(shape.workers, static_cast<int>(opts_.node_size), d,
-                                           NbitCompressor(spec_))});
+  plan.phases.push_back({"compressed", shape.steps, std::move(records)});
   return plan;
+}
+
+std::vector<std::string> Loco::warnings(int64_t steps) const {
+  std::vector<std::string> out = Optimizer::warnings(steps);
+  if (two_ && !two_->compresses()) {
+    out.push_back(
+        two_->nodes() > 1
+            ? "loco: no tensor is compressed (1-D, or size not divisible by 2 × workers): "
+              "every gradient goes by a full-precision reduce-scatter, as the "
+              "reference's"
+            : "loco: the workers form one node (optimizer.node_size, or the network's "
+              "GPUs per node; no network model means one node), where the reference "
+              "compresses nothing: every gradient goes by a full-precision "
+              "reduce-scatter. Set optimizer.node_size or a network preset for "
+              "several nodes, or exchange \"flat\" to quantize anyway");
+  }
+  return out;
 }
 
 void Loco::setup(Cluster& cluster) {
   workers_ = cluster.workers();
   dim_ = cluster.dim();
   stride_ = cluster.stride();
-  check_node_size(opts_.node_size, workers_);
+  check_exchange(opts_, workers_);
   // Rows for this process's workers only (all in the simulator): worker i at
   // row i − local.begin (the collectives read only local workers' inputs).
   const WorkerRange local = cluster.local_workers();
-  h_.assign(static_cast<size_t>(local.size()) * stride_, 0.0f);
   g_mean_.assign(dim_, 0.0f);
   m_.assign(dim_, 0.0f);
   if (adam_) {
@@ -107,6 +174,23 @@ void Loco::setup(Cluster& cluster) {
   } else {
     v_.clear();
   }
+  ef_.reset();
+  rs_.reset();
+  ag_.reset();
+  two_.reset();
+  if (opts_.exchange == "two_stage") {
+    if (local.size() < workers_) {
+      config_fail("optimizer.exchange", Json(opts_.exchange),
+                  "runs in the simulator only; under --backend mpi use \"flat\" or "
+                  "\"allgather\"");
+    }
+    h_.clear();
+    two_ = std::make_unique<LocoTwoStageExchange>(
+        workers_, dim_, cluster.tensors(),
+        two_stage_node_size(opts_, workers_, cluster.gpus_per_node()), exchange_options(opts_));
+    return;
+  }
+  h_.assign(static_cast<size_t>(local.size()) * stride_, 0.0f);
   ErrorFeedbackOptions ef;
   ef.kind = "ema";
   ef.beta = opts_.err_beta;
@@ -114,9 +198,7 @@ void Loco::setup(Cluster& cluster) {
   ef.storage_bits = opts_.error_storage_bits;
   ef.storage_group = opts_.group_size;
   ef_ = std::make_unique<ErrorFeedback>(ef, workers_, dim_, local);  // local rows only
-  rs_.reset();
-  ag_.reset();
-  if (opts_.node_size == 0) {
+  if (opts_.exchange == "flat") {
     rs_ = std::make_unique<QuantizedReduceScatter>(workers_, dim_, spec_, opts_.gather, local);
   } else {
     ag_ = std::make_unique<CompressedAllgatherMean>(workers_, dim_,
@@ -126,10 +208,22 @@ void Loco::setup(Cluster& cluster) {
 }
 
 std::span<const float> Loco::quantized(int worker) {
+  if (two_) return two_->stage1(worker);
   return rs_ ? rs_->quantized()[worker] : ag_->compressed()[worker];
 }
 
 void Loco::step(StepContext& ctx) {
+  const uint64_t seed = splitmix64(ctx.cluster.seed() ^ splitmix64(opts_.compress_seed));
+  if (two_) {
+    // ḡ = the reference's exchange, errors and compensation inside it.
+    two_->run(ctx.comm, ctx.cluster.grads(), g_mean_, seed, ctx.step);
+  } else {
+    exchange_compensated(ctx, seed);
+  }
+  base_step(ctx);
+}
+
+void Loco::exchange_compensated(StepContext& ctx, uint64_t seed) {
   const int n = workers_;
   ef_->begin_step(ctx.step);  // periodic reset (reset_T)
   const WorkerBuffers g = ctx.cluster.grads();
@@ -140,17 +234,17 @@ void Loco::step(StepContext& ctx) {
   for (int i = mine.begin; i < mine.end; ++i) ef_->compensate(i, g[i], h[i]);
   // ĥ_i = Q(h_i) inside the collective; ḡ = mean_i ĥ_i
   if (rs_) {
-    rs_->run(ctx.comm, h, g_mean_, splitmix64(ctx.cluster.seed() ^ splitmix64(opts_.compress_seed)),
-             ctx.step);
+    rs_->run(ctx.comm, h, g_mean_, seed, ctx.step);
   } else {
-    ag_->run(ctx.comm, h, g_mean_, splitmix64(ctx.cluster.seed() ^ splitmix64(opts_.compress_seed)),
-             ctx.step);
+    ag_->run(ctx.comm, h, g_mean_, seed, ctx.step);
   }
   // e_i = β e_i + (1−β)(h_i − ĥ_i) with the ĥ_i that were sent (then Q8 storage)
   const WorkerBuffers sent = rs_ ? rs_->quantized() : ag_->compressed();
 #pragma omp parallel for schedule(static) if (n > 1)
   for (int i = mine.begin; i < mine.end; ++i) ef_->update(i, h[i], sent[i]);
+}
 
+void Loco::base_step(StepContext& ctx) {
   // The base optimizer on ḡ, unchanged.
   if (adam_) {
     const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
@@ -183,6 +277,7 @@ void Loco::state(StateArchive& io) {
   if (ef_) ef_->state(io);
   if (rs_) rs_->state(io);
   if (ag_) ag_->state(io);
+  if (two_) two_->state(io);
 }
 
 }  // namespace bitlab

@@ -12,6 +12,7 @@
 
 #include "optimizers/optimizer.hpp"
 #include "sim/collectives/compressed_collectives.hpp"
+#include "sim/collectives/loco_exchange.hpp"
 #include "sim/compress/error_feedback.hpp"
 #include "sim/compress/quantize.hpp"
 #include "sim/core/schema.hpp"
@@ -37,8 +38,10 @@ struct LocoOptions {
   int64_t reset_T = 1024;  // NOLINT: the paper's name
   int64_t error_storage_bits = 8;
   // The exchange.
-  std::string gather = "fp16";  // quantized | fp16 | fp32
+  std::string exchange = "two_stage";  // two_stage (the reference's) | flat | allgather
+  std::string gather = "fp16";         // quantized | fp16 | fp32
   int64_t node_size = 0;
+  std::string node_reduce = "mean";  // two_stage: mean | sum (the reference's scale)
   uint64_t compress_seed = 0;
   static Schema<LocoOptions> schema();
   QuantizeSpec spec() const;
@@ -55,7 +58,24 @@ struct LocoOptions {
 // The error update uses exactly the ĥ_i that went on the wire: the collective
 // quantizes h_i itself and the error feedback reads its per-worker view.
 //
-// The exchange (node_size = 0): QuantizedReduceScatter — an alltoall of the
+// exchange = "two_stage" (default): the reference's exchange
+// (LocoTwoStageExchange, sim/collectives/loco_exchange.hpp; DeepSpeed's
+// all_to_all_loco_quant_reduce): per tensor, an intra-node all-to-all of the
+// 4-bit codes of g_i + e1_i, a node reduction plus the second-stage error e2,
+// re-quantized, an inter-node all-to-all; each stage with its own error
+// buffer, both stored 8-bit; 1-D tensors, tensors whose size 2n does not
+// divide, and every tensor on a single node go by a plain reduce-scatter;
+// groups max(rows, cols, n) per tensor; the reset counter over tensor calls.
+// node_size 0 takes the network's GPUs per node (one node without a network
+// model: nothing is compressed, and the run warns). bitlab completes the
+// exchange with an allgather of the reduced partitions in `gather` precision
+// (fp16 or fp32), logged last. The steps above (h_i, e_i, reset_T) describe
+// the two older exchanges; two_stage keeps its errors inside the exchange.
+// Departures that remain: fp32 arithmetic (the reference's is fp16), the
+// node reduction divides by g (node_reduce "sum" keeps the reference's g×
+// scale), groups where the reference's group count is not a multiple of n.
+//
+// exchange = "flat": QuantizedReduceScatter — an alltoall of the
 // codes (chunk r of every worker to worker r), worker r averages its chunk,
 // and an allgather returns the averaged chunks. `gather` picks the precision
 // of that allgather. Default "fp16", not "quantized" (docs/algorithms.md §6):
@@ -67,7 +87,7 @@ struct LocoOptions {
 // error. "quantized" re-quantizes the averaged chunk with the same b bits and
 // no error buffer (the most aggressive choice); "fp32" is exact.
 //
-// node_size > 0: CompressedAllgatherMean with the n-bit compressor: inside each
+// exchange = "allgather": CompressedAllgatherMean with the n-bit compressor: inside each
 // node the workers' b-bit images are allgathered and averaged, each node
 // leader re-quantizes the node mean (b bits, no error buffer), the leaders
 // allgather across nodes and broadcast inside the node. Departure from the
@@ -75,7 +95,8 @@ struct LocoOptions {
 // (inter_ef_buf); here stage 2 has none. node_size = 1 or n is a flat
 // allgather of every worker's b-bit image. `gather` does not apply.
 //
-// Other departures, flagged:
+// Departures of "flat" and "allgather" (kept so that earlier experiments can
+// be re-run), flagged:
 // * Quantization groups: fixed `group_size` (default 128) consecutive elements
 //   of the flat parameter vector, crossing tensor boundaries. The reference
 //   uses max(rows, cols, world size) groups per tensor, i.e. groups of about
@@ -97,9 +118,12 @@ class Loco : public Optimizer {
   explicit Loco(const LocoOptions& opts);
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
-  // One phase, "compressed": the quantized reduce-scatter (node_size 0) or the
-  // n-bit compressed allgather mean, flat or by node.
+  // One phase, "compressed": the exchange's records (two_stage: per tensor,
+  // from shape.tensors and shape.gpus_per_node; flat: the quantized
+  // reduce-scatter; allgather: the n-bit compressed allgather mean).
   CommPlan comm_plan(const PlanShape& shape) const override;
+  // two_stage on a single node (nothing compressed), said before the run.
+  std::vector<std::string> warnings(int64_t steps) const override;
   void state(StateArchive& io) override;
   const char* phase() const override { return "compressed"; }
   // Counted, for this process's workers (its rank's block under MPI): h_i,
@@ -109,17 +133,24 @@ class Loco : public Optimizer {
   // receive scratch (reduce-scatter: every worker's codes of this rank's
   // chunks, decoded; allgather: the gathered wire images and log2(n) partial
   // sums of the streamed tree mean).
+  // two_stage: the exchange's q1, e1, q2, e2 rows (every worker's: simulator only).
   size_t worker_state_bytes() const override {
+    if (two_) return two_->resident_bytes();
     return h_.size() * sizeof(float) + ef_->resident_bytes() +
            (rs_ ? rs_->resident_bytes() : ag_->resident_bytes());
   }
 
   const LocoOptions& options() const { return opts_; }
-  // e_i after the last step. Worker ids are global; only this process's
-  // workers (all in the simulator) are held.
-  std::span<const float> error(int worker) const { return ef_->error(worker); }
-  // ĥ_i = Q(h_i) of the last step, exactly what went on the wire.
+  // e_i after the last step (two_stage: the first-stage error e1_i). Worker
+  // ids are global; only this process's workers (all in the simulator) are held.
+  std::span<const float> error(int worker) const {
+    return two_ ? two_->error1(worker) : ef_->error(worker);
+  }
+  // ĥ_i = Q(h_i) of the last step, exactly what went on the wire (two_stage:
+  // the first stage's; fallback tensors' slices are 0).
   std::span<const float> quantized(int worker);
+  // The two-stage exchange (null for flat and allgather).
+  const LocoTwoStageExchange* two_stage() const { return two_.get(); }
   // ḡ of the last step.
   std::span<const float> mean_gradient() const { return g_mean_; }
   std::span<const float> m() const { return m_; }
@@ -129,6 +160,11 @@ class Loco : public Optimizer {
   double reduce_scatter_bytes_per_step() const { return rs_ ? rs_->sent_bytes_per_call() : 0.0; }
 
  private:
+  // flat / allgather: h_i = g_i + e_i, the exchange of Q(h_i), the error update.
+  void exchange_compensated(StepContext& ctx, uint64_t seed);
+  // The base optimizer on ḡ.
+  void base_step(StepContext& ctx);
+
   LocoOptions opts_;
   QuantizeSpec spec_;
   bool adam_;
@@ -142,6 +178,7 @@ class Loco : public Optimizer {
   std::unique_ptr<ErrorFeedback> ef_;
   std::unique_ptr<QuantizedReduceScatter> rs_;
   std::unique_ptr<CompressedAllgatherMean> ag_;
+  std::unique_ptr<LocoTwoStageExchange> two_;
 };
 
 }  // namespace bitlab

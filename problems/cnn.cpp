@@ -131,12 +131,14 @@ class Cnn final : public ClassifierProblem {
     h2_ = p1_ - kKernel + 1;  // 8
     p2_ = h2_ / 2;            // 4
     const auto k2 = size_t(kKernel * kKernel);
-    tensors_ = make_tensors({{"conv1.weight", size_t(c1_) * k2},
-                             {"conv1.bias", size_t(c1_)},
-                             {"conv2.weight", size_t(c2_ * c1_) * k2},
-                             {"conv2.bias", size_t(c2_)},
-                             {"fc.weight", size_t(data_.classes * flat())},
-                             {"fc.bias", size_t(data_.classes)}});
+    // Shapes as PyTorch's: conv weights [out, in, k, k], fc [classes, flat].
+    tensors_ = make_tensors(
+        {{"conv1.weight", size_t(c1_) * k2, size_t(c1_), 1},
+         {"conv1.bias", size_t(c1_)},
+         {"conv2.weight", size_t(c2_ * c1_) * k2, size_t(c2_), size_t(c1_)},
+         {"conv2.bias", size_t(c2_)},
+         {"fc.weight", size_t(data_.classes * flat()), size_t(data_.classes), size_t(flat())},
+         {"fc.bias", size_t(data_.classes)}});
   }
 
   size_t dim() const override { return tensors_.back().offset + tensors_.back().size; }

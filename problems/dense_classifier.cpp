@@ -65,10 +65,11 @@ class DenseClassifier final : public ClassifierProblem {
     sizes_.push_back(data_.train.x.cols());
     for (const int64_t w : widths) sizes_.push_back(w);
     sizes_.push_back(data_.classes);
-    std::vector<std::pair<std::string, size_t>> parts;
+    std::vector<TensorPart> parts;
     for (size_t l = 1; l < sizes_.size(); ++l) {
       const std::string name = "fc" + std::to_string(l);
-      parts.push_back({name + ".weight", size_t(sizes_[l] * sizes_[l - 1])});
+      parts.push_back({name + ".weight", size_t(sizes_[l] * sizes_[l - 1]), size_t(sizes_[l]),
+                       size_t(sizes_[l - 1])});
       parts.push_back({name + ".bias", size_t(sizes_[l])});
     }
     tensors_ = make_tensors(parts);

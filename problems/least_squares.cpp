@@ -34,7 +34,8 @@ class LeastSquares final : public Problem {
  public:
   LeastSquares(const LeastSquaresOptions& o, const DataScope& scope)
       : data_(make_least_squares_data(o, scope)) {
-    tensors_ = make_tensors({{"weight", static_cast<size_t>(o.dim)}});
+    tensors_ =
+        make_tensors({{"weight", static_cast<size_t>(o.dim), 1, static_cast<size_t>(o.dim)}});
     // O(m d² + d³) once; cheap at the sizes a simulation uses. Only the
     // process that evaluates (and so holds every row) needs it.
     if (scope.evaluates) {

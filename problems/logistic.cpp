@@ -41,7 +41,7 @@ class Logistic final : public Problem {
   Logistic(const LogisticOptions& o, const DataScope& scope)
       : l2_(o.l2), data_(make_logistic_data(o, scope)) {
     const auto d = static_cast<size_t>(o.dim);
-    tensors_ = make_tensors({{"weight", d}, {"bias", 1}});
+    tensors_ = make_tensors({{"weight", d, 1, d}, {"bias", 1}});  // nn.Linear(d, 1)
     // Only the process that evaluates (and so holds every row) needs it.
     if (!scope.evaluates) return;
     if (const auto p = logistic_solution(data_.train, l2_)) {

@@ -56,8 +56,10 @@ class Mlp final : public Problem {
         data_(make_mlp_data(o, scope)) {
     const auto in = static_cast<size_t>(in_), h = static_cast<size_t>(hidden_),
                c = static_cast<size_t>(classes_);
-    tensors_ = make_tensors(
-        {{"fc1.weight", h * in}, {"fc1.bias", h}, {"fc2.weight", c * h}, {"fc2.bias", c}});
+    tensors_ = make_tensors({{"fc1.weight", h * in, h, in},
+                             {"fc1.bias", h},
+                             {"fc2.weight", c * h, c, h},
+                             {"fc2.bias", c}});
   }
 
   size_t dim() const override {

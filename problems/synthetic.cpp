@@ -7,12 +7,12 @@
 
 namespace bitlab {
 
-std::vector<TensorInfo> make_tensors(const std::vector<std::pair<std::string, size_t>>& parts) {
+std::vector<TensorInfo> make_tensors(const std::vector<TensorPart>& parts) {
   std::vector<TensorInfo> out;
   size_t offset = 0;
-  for (const auto& [name, size] : parts) {
-    out.push_back({name, offset, size});
-    offset += size;
+  for (const TensorPart& p : parts) {
+    out.push_back({p.name, offset, p.size, p.rows, p.cols});
+    offset += p.size;
   }
   return out;
 }

@@ -27,8 +27,17 @@ namespace bitlab {
 
 using RowMatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-// Consecutive tensors of the given (name, size) pairs, tiling [0, sum of sizes).
-std::vector<TensorInfo> make_tensors(const std::vector<std::pair<std::string, size_t>>& parts);
+// One tensor of a layout: its name, size and 2-D shape (rows 0: 1-D; see
+// TensorInfo).
+struct TensorPart {
+  std::string name;
+  size_t size = 0;
+  size_t rows = 0;
+  size_t cols = 0;
+};
+
+// Consecutive tensors of the given parts, tiling [0, sum of sizes).
+std::vector<TensorInfo> make_tensors(const std::vector<TensorPart>& parts);
 
 // Samples of a data set: one row of `x` per sample held by this process
 // (every sample, unless a DataScope restricted it; then `row_of` maps samples

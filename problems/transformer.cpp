@@ -110,31 +110,32 @@ void layer_norm_backward(const typename TransformerNet<S>::Matrix& dout,
 std::vector<TensorInfo> transformer_tensors(const TransformerShape& s) {
   const auto v = static_cast<size_t>(s.vocab), t = static_cast<size_t>(s.context),
              d = static_cast<size_t>(s.d_model), f = static_cast<size_t>(s.mlp_ratio * s.d_model);
-  std::vector<std::pair<std::string, size_t>> parts = {{"tok_emb.weight", v * d},
-                                                       {"pos_emb.weight", t * d}};
+  // Shapes as PyTorch's [out, in] (embeddings [rows, d]); 1-D: rows 0.
+  std::vector<TensorPart> parts = {{"tok_emb.weight", v * d, v, d},
+                                   {"pos_emb.weight", t * d, t, d}};
   for (int64_t l = 0; l < s.layers; ++l) {
     std::string p = "h";
     p += std::to_string(l);
     p += ".";
-    for (const auto& [name, size] :
-         std::initializer_list<std::pair<const char*, size_t>>{{"ln1.gain", d},
-                                                               {"ln1.bias", d},
-                                                               {"attn.qkv.weight", 3 * d * d},
-                                                               {"attn.qkv.bias", 3 * d},
-                                                               {"attn.proj.weight", d * d},
-                                                               {"attn.proj.bias", d},
-                                                               {"ln2.gain", d},
-                                                               {"ln2.bias", d},
-                                                               {"mlp.fc.weight", f * d},
-                                                               {"mlp.fc.bias", f},
-                                                               {"mlp.proj.weight", d * f},
-                                                               {"mlp.proj.bias", d}}) {
-      parts.emplace_back(p + name, size);
+    for (const TensorPart& part :
+         std::initializer_list<TensorPart>{{"ln1.gain", d},
+                                           {"ln1.bias", d},
+                                           {"attn.qkv.weight", 3 * d * d, 3 * d, d},
+                                           {"attn.qkv.bias", 3 * d},
+                                           {"attn.proj.weight", d * d, d, d},
+                                           {"attn.proj.bias", d},
+                                           {"ln2.gain", d},
+                                           {"ln2.bias", d},
+                                           {"mlp.fc.weight", f * d, f, d},
+                                           {"mlp.fc.bias", f},
+                                           {"mlp.proj.weight", d * f, d, f},
+                                           {"mlp.proj.bias", d}}) {
+      parts.push_back({p + part.name, part.size, part.rows, part.cols});
     }
   }
-  parts.emplace_back("ln_f.gain", d);
-  parts.emplace_back("ln_f.bias", d);
-  parts.emplace_back("head.weight", v * d);
+  parts.push_back({"ln_f.gain", d});
+  parts.push_back({"ln_f.bias", d});
+  parts.push_back({"head.weight", v * d, v, d});
   return make_tensors(parts);
 }
 

@@ -46,8 +46,7 @@ inline void check_plan_matches_run(const Json& optimizer, int workers, int64_t d
                     {"optimizer", optimizer}};
   const Experiment e = resolve_experiment(raw, "t");
   Simulation sim(e);
-  std::vector<int64_t> sizes;
-  for (const TensorInfo& t : sim.cluster().tensors()) sizes.push_back(static_cast<int64_t>(t.size));
+  const std::vector<TensorInfo> sizes = sim.cluster().tensors();
   std::map<std::string, int64_t> counts;
   for (int64_t t = 1; t <= steps; ++t) {
     const size_t before = sim.comm().log().size();
@@ -56,7 +55,7 @@ inline void check_plan_matches_run(const Json& optimizer, int workers, int64_t d
     ++counts[phase];
     const auto& recs = sim.comm().log().records();
     const std::vector<CommRecord> logged(recs.begin() + static_cast<ptrdiff_t>(before), recs.end());
-    const CommPlan plan = plan_communication(e.optimizer, dim, workers, steps, sizes);
+    const CommPlan plan = plan_communication(e.optimizer, dim, workers, steps, 0, sizes);
     const PhasePlan* p = nullptr;
     for (const auto& q : plan.phases) {
       if (q.name == phase) p = &q;
@@ -70,7 +69,7 @@ inline void check_plan_matches_run(const Json& optimizer, int workers, int64_t d
       CHECK(same_record(logged[k], p->records[k]));
     }
   }
-  const CommPlan plan = plan_communication(e.optimizer, dim, workers, steps, sizes);
+  const CommPlan plan = plan_communication(e.optimizer, dim, workers, steps, 0, sizes);
   int64_t total = 0;
   for (const auto& q : plan.phases) {
     INFO("optimizer ", optimizer.dump(), ", phase ", q.name);

@@ -25,8 +25,9 @@ const char* const* steady_step_optimizers() {
       R"({"name": "zero_one_adam", "lr": 0.01, "var_freeze_step": 8, "var_update_scaler": 2,
           "local_step_scaler": 2, "local_step_clipper": 4})",
       R"({"name": "loco", "lr": 0.01})",
-      R"({"name": "loco", "lr": 0.01, "rounding": "stochastic", "gather": "quantized"})",
-      R"({"name": "loco", "lr": 0.01, "node_size": 4})",
+      R"({"name": "loco", "lr": 0.01, "node_size": 4})",  // two_stage, several nodes
+      R"({"name": "loco", "lr": 0.01, "exchange": "flat", "rounding": "stochastic", "gather": "quantized"})",
+      R"({"name": "loco", "lr": 0.01, "exchange": "allgather", "node_size": 4})",
       R"({"name": "binsgdm", "lr": 0.01})",
       R"({"name": "binsgdm", "lr": 0.01, "node_size": 4})",
       nullptr};

@@ -222,7 +222,7 @@ TEST_SUITE("checkpoint") {
     // take about a second: the run is killed soon after its first checkpoint
     // (step 50), long before its end.
     TempDir d;
-    size_t exercised = 0;
+    size_t exercised = 0, index = 0;
     for (const Case& c : cases()) {
       INFO(c.file);
       const auto file = (fs::path(BITLAB_SOURCE_DIR) / "experiments" / "convergence" / c.file);
@@ -234,8 +234,10 @@ TEST_SUITE("checkpoint") {
       }
       args.push_back("--set");
       args.push_back("steps=800");
-      const fs::path straight = d.path / (std::string(c.file) + ".straight");
-      const fs::path killed = d.path / (std::string(c.file) + ".killed");
+      // Named by position too: a file may appear with several option sets.
+      const std::string name = std::to_string(index++) + "." + c.file;
+      const fs::path straight = d.path / (name + ".straight");
+      const fs::path killed = d.path / (name + ".killed");
       auto straight_args = args;
       straight_args.insert(straight_args.end(), {"--out", straight.string()});
       auto killed_args = args;

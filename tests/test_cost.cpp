@@ -82,10 +82,17 @@ TEST_SUITE("cost") {
           true, 40);
     check(R"({"name": "zero_one_adam", "var_freeze_step": 6, "pad_multiple": 96,
               "wire": "fp16"})");
-    check(R"({"name": "loco", "gather": "quantized", "bits": 2, "group_size": 64})");
+    check(
+        R"({"name": "loco", "exchange": "flat", "gather": "quantized", "bits": 2, "group_size": 64})");
+    check(R"({"name": "loco", "node_size": 2})");  // two_stage, 2 nodes: 203 falls back
+    // two_stage compressing: 256 = 16 × 16, divisible by 2·workers (8 and 16).
+    check_plan_matches_run(Json::parse(R"({"name": "loco", "node_size": 2})"), 4, 256, 6);
+    check_plan_matches_run(
+        Json::parse(R"({"name": "loco", "node_size": 2, "node_reduce": "sum", "gather": "fp32"})"),
+        8, 256, 6);
     check(R"({"name": "loco", "gather": "fp32"})");
-    check(R"({"name": "loco", "node_size": 2})");
-    check(R"({"name": "loco", "node_size": 1})");
+    check(R"({"name": "loco", "exchange": "allgather", "node_size": 2})");
+    check(R"({"name": "loco", "exchange": "allgather", "node_size": 1})");
     check(R"({"name": "binsgdm", "node_size": 2})");
     check(R"({"name": "binsgdm", "node_size": 2})", true, 10, 6);        // 3 nodes
     check(R"({"name": "onebit_adam", "freeze_step": 3})", true, 10, 3);  // n not a power of two
@@ -105,25 +112,26 @@ TEST_SUITE("cost") {
                          ->resolve(Json::parse(R"({"name": "onebit_adam", "freeze_step": 1,
                                                    "granularity": "tensor"})"),
                                    "optimizer");
-    const CommPlan plan = plan_communication(opt, 203, 4, 2, {100, 3, 100});
+    const CommPlan plan = plan_communication(
+        opt, 203, 4, 2, 0,
+        {square_tensor("a", 0, 100), square_tensor("b", 100, 3), square_tensor("c", 103, 100)});
     const auto& rec = plan.phases.at(1).records;
     REQUIRE(rec.size() == 12);
     CHECK(record_text(rec[0]) == "alltoall pairwise bits all p4 g1 S16 sent12.000000 m3");
     CHECK(record_text(rec[4]) == "alltoall pairwise bits all p4 g1 S4 sent3.000000 m3");
     CHECK(record_text(rec[8]) == "alltoall pairwise bits all p4 g1 S16 sent12.000000 m3");
-    // Without sizes (a cost spec gives only params): exit 2 naming the field.
+    // No layout: one tensor of params (PlanShape's convention).
+    CHECK(plan_communication(opt, 203, 4, 2).phases.at(1).records.size() == 4);
+    // A cost spec prices a stand-in layout unless it gives tensor_sizes: with
+    // granularity tensor that would misprice, so it is exit 2 naming the field.
     std::string message;
-    try {
-      plan_communication(opt, 203, 4, 2);
-    } catch (const ConfigError& e) {
-      message = e.what();
-      CHECK(e.path() == "optimizer.granularity");
-    }
-    CHECK(message.find("tensor_sizes") != std::string::npos);
-    // The cost spec's tensor_sizes must sum to params.
     Json raw = base_spec();
     raw["optimizer"] = Json::parse(R"({"name": "onebit_adam", "granularity": "tensor"})");
-    CHECK(error_path(raw) == "optimizer.granularity");
+    CHECK(error_path(raw, {}, &message) == "optimizer.granularity");
+    CHECK(message.find("tensor_sizes") != std::string::npos);
+    raw["tensor_sizes"] = Json::parse("[999999, 1]");
+    CHECK(error_path(raw) == "<no error>");
+    // The cost spec's tensor_sizes must sum to params.
     raw["tensor_sizes"] = Json::parse("[1, 2]");
     CHECK(error_path(raw, {}, &message) == "tensor_sizes");
     CHECK(message.find("must sum to params") != std::string::npos);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "optimizers/adam.hpp"
@@ -16,6 +17,7 @@
 #include "optimizers/momentum_sgd.hpp"
 #include "optimizers/optimizer.hpp"
 #include "sim/cluster/cluster.hpp"
+#include "sim/collectives/loco_exchange.hpp"
 #include "sim/comm/comm.hpp"
 #include "sim/compress/quantize.hpp"
 #include "sim/core/rng.hpp"
@@ -80,8 +82,12 @@ bool bit_equal(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Most tests below were written for the flat and allgather exchanges (the
+// error feedback outside the exchange); they name them unless a test sets
+// `exchange` itself. The two-stage tests are at the end.
 std::unique_ptr<Optimizer> make_loco(Json raw) {
   raw["name"] = "loco";
+  if (!raw.contains("exchange")) raw["exchange"] = raw.contains("node_size") ? "allgather" : "flat";
   const auto* e = find_entry(optimizer_registry(), "loco");
   REQUIRE(e != nullptr);
   return e->make(e->resolve(raw, "optimizer"));
@@ -104,6 +110,166 @@ std::vector<float> quantize_nearest(std::span<const float> h, int bits = 4) {
   std::vector<float> out(h.size());
   quantize_dequantize(h, out, spec, RngStream(0, Purpose::kCompress));
   return out;
+}
+
+// ---------------------------------------------------------------------------
+// The two-stage exchange (exchange "two_stage", the default) against a plain
+// transcription of the reference.
+
+std::vector<float> q_groups(std::span<const float> x, size_t group, int bits) {
+  QuantizeSpec spec;
+  spec.bits = bits;
+  spec.group_size = group;
+  std::vector<float> out(x.size());
+  quantize_dequantize(x, out, spec, RngStream(0, Purpose::kCompress));
+  return out;
+}
+
+// DeepSpeed's all_to_all_loco_quant_reduce (coalesced_collectives.py) for n
+// ranks on nodes of g, one call per step, written from the reference's own
+// view and independently of LocoTwoStageExchange: rank r's swizzled buffer
+// (loco_swizzled_quant_kernel stores partition z = a·g + b at slot
+// b·nodes + a), its compensation and error in that order; all_to_all_single
+// inside the node (chunk b of every local peer to local rank b);
+// loco_dequant_reduce (sum over the g peers in order, + the inter error,
+// re-quantize, error update); all_to_all_single across nodes (chunk a to node
+// a); dequantize and average over nodes. The global loco_idx counter and the
+// hasattr test decide resets. Arithmetic as bitlab states its departures:
+// fp32, the node sum divided by g, errors stored Q_8 in the stage's groups,
+// fallback tensors by the communicator's fp16 mean; the result rounded to fp16
+// (bitlab's completing allgather).
+class ReferenceLoco {
+ public:
+  ReferenceLoco(int n, int g, std::vector<TensorInfo> tensors, int64_t reset_t, float beta)
+      : n_(n), g_(g), nodes_(n / g), tensors_(std::move(tensors)), reset_t_(reset_t), beta_(beta) {
+    intra_.resize(tensors_.size());
+    inter_.resize(tensors_.size());
+    started_.assign(tensors_.size(), false);
+  }
+
+  std::vector<float> step(const std::vector<std::vector<float>>& grads) {
+    size_t dim = 0;
+    for (const auto& t : tensors_) dim += t.size;
+    std::vector<float> out(dim);
+    for (size_t t = 0; t < tensors_.size(); ++t) {
+      const TensorInfo& info = tensors_[t];
+      if (info.one_dimensional() || info.size % (2 * static_cast<size_t>(n_)) != 0) {
+        fallback(grads, info, out);
+      } else {
+        compressed(t, grads, out);
+      }
+    }
+    return out;
+  }
+
+  // Rank r's intra error of tensor t in the tensor's own (unswizzled) order.
+  std::vector<float> intra_error(size_t t, int r) const {
+    const size_t P = tensors_[t].size / static_cast<size_t>(n_);
+    std::vector<float> e(tensors_[t].size);
+    for (int z = 0; z < n_; ++z) {
+      const size_t slot = static_cast<size_t>((z % g_) * nodes_ + z / g_);
+      std::copy_n(intra_[t][r].begin() + static_cast<ptrdiff_t>(slot * P), P,
+                  e.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(z) * P));
+    }
+    return e;
+  }
+  const std::vector<float>& inter_error(size_t t, int r) const { return inter_[t][r]; }
+
+ private:
+  // bitlab's documented group rule (the reference's where n divides max(rows, cols, n)).
+  size_t group_of(const TensorInfo& info) const {
+    const size_t P = info.size / static_cast<size_t>(n_);
+    const size_t wanted = std::max({info.rows, info.cols, static_cast<size_t>(n_)});
+    size_t k = (wanted + static_cast<size_t>(n_) - 1) / static_cast<size_t>(n_);
+    while (P % k != 0) ++k;
+    return P / k;
+  }
+
+  void fallback(const std::vector<std::vector<float>>& grads, const TensorInfo& info,
+                std::vector<float>& out) {
+    std::vector<float> rows(static_cast<size_t>(n_) * info.size);
+    for (int r = 0; r < n_; ++r) {
+      std::copy_n(grads[r].begin() + static_cast<ptrdiff_t>(info.offset), info.size,
+                  rows.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(r) * info.size));
+    }
+    mean_over_workers({rows.data(), info.size, info.size, n_},
+                      {out.data() + info.offset, info.size}, WireDtype::kFp16);
+  }
+
+  void error_update(std::vector<float>& e, const std::vector<float>& h, const std::vector<float>& q,
+                    size_t group) const {
+    for (size_t k = 0; k < e.size(); ++k) e[k] = beta_ * e[k] + (1.0f - beta_) * (h[k] - q[k]);
+    e = q_groups(e, group, 8);
+  }
+
+  void compressed(size_t t, const std::vector<std::vector<float>>& grads, std::vector<float>& out) {
+    const TensorInfo& info = tensors_[t];
+    const size_t N = info.size, P = N / static_cast<size_t>(n_), e = group_of(info);
+    const size_t nodes = static_cast<size_t>(nodes_), g = static_cast<size_t>(g_);
+    if (!started_[t] || idx_ > reset_t_) {
+      idx_ = 0;
+      intra_[t].assign(static_cast<size_t>(n_), std::vector<float>(N, 0.0f));
+      inter_[t].assign(static_cast<size_t>(n_), std::vector<float>(N / g, 0.0f));
+      started_[t] = true;
+    }
+    std::vector<std::vector<float>> swizzled(static_cast<size_t>(n_));
+    for (int r = 0; r < n_; ++r) {
+      std::vector<float> h(N);
+      for (size_t z = 0; z < static_cast<size_t>(n_); ++z) {
+        const size_t slot = (z % g) * nodes + z / g;
+        for (size_t k = 0; k < P; ++k) {
+          h[slot * P + k] = grads[r][info.offset + z * P + k] + intra_[t][r][slot * P + k];
+        }
+      }
+      swizzled[r] = q_groups(h, e, 4);
+      error_update(intra_[t][r], h, swizzled[r], e);
+    }
+    std::vector<std::vector<float>> reduced(static_cast<size_t>(n_));
+    for (size_t i = 0; i < nodes; ++i) {
+      for (size_t b = 0; b < g; ++b) {
+        const size_t r = i * g + b;
+        std::vector<float> h(nodes * P);
+        for (size_t k = 0; k < nodes * P; ++k) {
+          float s = 0.0f;
+          for (size_t j = 0; j < g; ++j) s += swizzled[i * g + j][b * nodes * P + k];
+          h[k] = s / static_cast<float>(g) + inter_[t][r][k];
+        }
+        reduced[r] = q_groups(h, e, 4);
+        error_update(inter_[t][r], h, reduced[r], e);
+      }
+    }
+    for (size_t a = 0; a < nodes; ++a) {
+      for (size_t b = 0; b < g; ++b) {
+        const size_t z = a * g + b;
+        for (size_t k = 0; k < P; ++k) {
+          float s = 0.0f;
+          for (size_t i = 0; i < nodes; ++i) s += reduced[i * g + b][a * P + k];
+          out[info.offset + z * P + k] = s / static_cast<float>(nodes);
+        }
+      }
+    }
+    round_to_wire({out.data() + info.offset, N}, WireDtype::kFp16);
+    ++idx_;
+  }
+
+  int n_, g_, nodes_;
+  std::vector<TensorInfo> tensors_;
+  int64_t reset_t_;
+  float beta_;
+  int64_t idx_ = 0;
+  std::vector<bool> started_;
+  std::vector<std::vector<std::vector<float>>> intra_, inter_;
+};
+
+// A model with every case: a compressed matrix whose group count n divides
+// (48 × 40: 48 groups of 40), a 1-D bias, a matrix whose size 2n does not
+// divide (10 × 13), and a matrix whose group count n does not divide (12 × 20:
+// max = 20 groups asked, 3 per partition of 30 taken, groups of 10).
+std::vector<TensorInfo> awkward_tensors() {
+  return {{"a", 0, 1920, 48, 40},
+          {"bias", 1920, 48},
+          {"c", 1968, 130, 10, 13},
+          {"d", 2098, 240, 12, 20}};
 }
 
 // ---------------------------------------------------------------------------
@@ -370,8 +536,9 @@ TEST_SUITE("loco") {
       return sim.evaluate()[static_cast<size_t>(at)];
     };
     const double adam = final_loss({{"name", "adam"}, {"lr", 0.02}});
-    const double loco = final_loss({{"name", "loco"}, {"lr", 0.02}});
-    const double loco_q = final_loss({{"name", "loco"}, {"lr", 0.02}, {"gather", "quantized"}});
+    const double loco = final_loss({{"name", "loco"}, {"lr", 0.02}, {"exchange", "flat"}});
+    const double loco_q =
+        final_loss({{"name", "loco"}, {"lr", 0.02}, {"exchange", "flat"}, {"gather", "quantized"}});
     MESSAGE("train_loss_full after 400 steps: adam " << adam << ", loco " << loco
                                                      << ", loco gather=quantized " << loco_q);
     CHECK(adam < 0.5);  // well below log 2 = 0.693 at x = 0
@@ -401,6 +568,217 @@ TEST_SUITE("loco") {
     omp_set_num_threads(saved);
   }
 
+  TEST_CASE("two_stage: bit for bit against the reference's algorithm, awkward sizes") {
+    // 8 workers as 2 nodes of 4 and as 4 nodes of 2; reset_T 2 with two
+    // compressed tensors, so the single counter resets one tensor at a time
+    // (steps 3 and 4 here); 8-bit error storage.
+    const std::vector<TensorInfo> tensors = awkward_tensors();
+    const size_t d = 2338;
+    const int n = 8;
+    FixedProblem problem(random_vector(d, 3, 1.0f), tensors);
+    for (const int g : {4, 2}) {
+      CAPTURE(g);
+      auto opt = make_loco({{"exchange", "two_stage"}, {"node_size", g}, {"reset_T", 2}});
+      ReferenceLoco ref(n, g, tensors, 2, 0.8f);
+      std::vector<std::vector<float>> grads(n, std::vector<float>(d));
+      int checked = 0;
+      run(*opt, problem, n, 6, random_grads(), nullptr, [&](int64_t t, Optimizer& o) {
+        CAPTURE(t);
+        for (int r = 0; r < n; ++r) random_grads()(t, r, grads[r]);
+        const std::vector<float> want = ref.step(grads);
+        const auto& loco = dynamic_cast<Loco&>(o);
+        CHECK(bit_equal(loco.mean_gradient(), want));
+        const LocoTwoStageExchange& x = *loco.two_stage();
+        for (int r = 0; r < n; ++r) {
+          CHECK(bit_equal(x.error1(r).subspan(0, 1920), ref.intra_error(0, r)));
+          CHECK(bit_equal(x.error1(r).subspan(2098, 240), ref.intra_error(3, r)));
+          const auto e2 = x.error2(r);
+          CHECK(bit_equal(e2.subspan(0, 1920 / g), ref.inter_error(0, r)));
+          CHECK(bit_equal(e2.subspan(1920 / g, 240 / g), ref.inter_error(3, r)));
+        }
+        ++checked;
+      });
+      CHECK(checked == 6);
+    }
+  }
+
+  TEST_CASE("two_stage: records and bytes from the reference's message layout") {
+    // n = 8 on 2 nodes of 4, the awkward model, fp16 wire. Per compressed
+    // tensor: codes and scales all-to-all'ed inside the node (g = 4 ranks, 2
+    // groups), then across nodes (2 ranks, 4 groups sharing the NIC).
+    //   a (1920, groups of 40): intra codes S 960, sent 3/4·960 = 720; scales
+    //     48·4 = 192, sent 144; inter codes S 240 (480 elements), sent 120;
+    //     scales 12·4 = 48, sent 24.
+    //   bias (48, 1-D): reduce_scatter S 48·2 = 96, sent 7/8·96 = 84.
+    //   c (130, 2n ∤ 130): padded to 136: S 272, sent 238.
+    //   d (240, groups of 10): codes 120 → 90; scales 96 → 72; inter codes 30
+    //     → 15; scales 24 → 12.
+    //   completion: allgather of 2338 fp16 values: S 4676, sent 7/8·4676.
+    FixedProblem problem(random_vector(2338, 4, 1.0f), awkward_tensors());
+    auto opt = make_loco({{"exchange", "two_stage"}, {"node_size", 4}});
+    Communicator comm(8);
+    run(*opt, problem, 8, 1, random_grads(), &comm);
+    const auto& r = comm.log().records();
+    REQUIRE(r.size() == 11);
+    const std::vector<std::tuple<const char*, const char*, const char*, int, int, int64_t, double>>
+        want = {{"alltoall", "int4", "intra", 4, 2, 960, 720},
+                {"alltoall", "fp32", "intra", 4, 2, 192, 144},
+                {"alltoall", "int4", "inter", 2, 4, 240, 120},
+                {"alltoall", "fp32", "inter", 2, 4, 48, 24},
+                {"reduce_scatter", "fp16", "all", 8, 1, 96, 84},
+                {"reduce_scatter", "fp16", "all", 8, 1, 272, 238},
+                {"alltoall", "int4", "intra", 4, 2, 120, 90},
+                {"alltoall", "fp32", "intra", 4, 2, 96, 72},
+                {"alltoall", "int4", "inter", 2, 4, 30, 15},
+                {"alltoall", "fp32", "inter", 2, 4, 24, 12},
+                {"allgather", "fp16", "all", 8, 1, 4676, 4676 * 7.0 / 8}};
+    for (size_t k = 0; k < want.size(); ++k) {
+      CAPTURE(k);
+      const auto& [op, dtype, scope, ranks, groups, payload, sent] = want[k];
+      CHECK(std::string(r[k].op) == op);
+      CHECK(std::string(r[k].dtype) == dtype);
+      CHECK(std::string(r[k].scope) == scope);
+      CHECK(r[k].ranks == ranks);
+      CHECK(r[k].groups == groups);
+      CHECK(r[k].payload_bytes == payload);
+      CHECK(r[k].sent_bytes == sent);
+      CHECK(r[k].messages == (std::string(op) == "alltoall" ? ranks - 1 : 7));
+    }
+  }
+
+  TEST_CASE("two_stage: one node compresses nothing (one coalesced reduce-scatter) and warns") {
+    const Json j = {{"steps", 2},
+                    {"problem", {{"name", "logistic"}, {"dim", 32}}},
+                    {"cluster", {{"workers", 8}}},
+                    {"optimizer", {{"name", "loco"}}}};
+    Simulation sim(resolve_experiment(j, "t"));
+    sim.step();
+    const auto& r = sim.comm().log().records();
+    REQUIRE(r.size() == 2);  // weight 32 and bias 1 → 8, padded: (32 + 8)·2 bytes
+    CHECK(std::string(r[0].op) == "reduce_scatter");
+    CHECK(r[0].payload_bytes == 80);
+    CHECK(std::string(r[1].op) == "allgather");
+    const auto w = sim.optimizer().warnings(2);
+    REQUIRE_FALSE(w.empty());
+    CHECK(w.back().find("one node") != std::string::npos);
+    // The network's nodes engage it: 8 workers on a preset of 4 GPUs per node.
+    Json two_nodes = j;
+    two_nodes["network"] = {{"preset", "ethernet_40g_v100x4"}};
+    Simulation sim2(resolve_experiment(two_nodes, "t"));
+    sim2.step();
+    CHECK(sim2.comm().log().records().size() == 1 + 4 + 1);  // bias; weight's 4; completion
+    CHECK(dynamic_cast<const Loco&>(sim2.optimizer()).two_stage()->nodes() == 2);
+  }
+
+  TEST_CASE("two_stage: the 21-parameter logistic sends only the uncompressed fallback") {
+    // d = 20 + 1 on 16 workers, 2 nodes: 20 is not divisible by 32 and the
+    // bias is 1-D, so nothing is quantized (the flat exchange padded them to
+    // n·128 and sent 4860 bytes). Each tensor is reduce-scattered in fp16
+    // (padded to 32 and 16 values), then bitlab's fp16 allgather of the 21:
+    // 15/16·(64 + 32 + 42) = 129.375 bytes, less than Adam's fp32 allreduce
+    // (2·15/16·84 = 157.5).
+    const Json j = {{"steps", 1},
+                    {"problem", {{"name", "logistic"}, {"dim", 20}}},
+                    {"cluster", {{"workers", 16}}},
+                    {"optimizer", {{"name", "loco"}, {"node_size", 8}}}};
+    Simulation sim(resolve_experiment(j, "t"));
+    sim.step();
+    double sent = 0;
+    for (const auto& r : sim.comm().log().records()) {
+      CHECK(std::string(r.dtype) == "fp16");
+      sent += r.sent_bytes;
+    }
+    CHECK(sent == 129.375);
+  }
+
+  TEST_CASE("two_stage: both error buffers telescope (classic error feedback, fp32 storage)") {
+    // With β = 0 and exact storage, e_t = h_t − Q(h_t) and h_t = x_t + e_{t−1}
+    // at both stages, so Σ_t Q(h_t) = Σ_t x_t − e_T exactly in real
+    // arithmetic: stage 1 with x = the worker's gradient, stage 2 with x = its
+    // node mean of the stage-1 codes. Tolerance: 8 steps of sums of O(1)
+    // values in fp32 round each partial sum once, so |residual| ≤ ~16 ulp of
+    // the sums' magnitude (≤ 8·3): 1e-4 absolute covers it with room.
+    const std::vector<TensorInfo> tensors = {{"a", 0, 1920, 48, 40}};
+    const int n = 8, g = 4, steps = 8;
+    FixedProblem problem(random_vector(1920, 5, 1.0f), tensors);
+    auto opt = make_loco({{"exchange", "two_stage"},
+                          {"node_size", g},
+                          {"err_beta", 0.0},
+                          {"error_storage_bits", 32},
+                          {"reset_T", 0}});
+    std::vector<std::vector<double>> sum_g(n, std::vector<double>(1920)),
+        sum_q1(n, std::vector<double>(1920)), sum_x2(n, std::vector<double>(480)),
+        sum_q2(n, std::vector<double>(480));
+    std::vector<float> grad(1920);
+    double worst1 = 0, worst2 = 0;
+    run(*opt, problem, n, steps, random_grads(), nullptr, [&](int64_t t, Optimizer& o) {
+      const LocoTwoStageExchange& x = *dynamic_cast<Loco&>(o).two_stage();
+      for (int w = 0; w < n; ++w) {
+        random_grads()(t, w, grad);
+        for (size_t k = 0; k < 1920; ++k) {
+          sum_g[w][k] += grad[k];
+          sum_q1[w][k] += x.stage1(w)[k];
+        }
+        // Stage 2's input: worker (i, b) holds partition a·g + b of every node a.
+        const int i = w / g, b = w % g;
+        for (int a = 0; a < n / g; ++a) {
+          for (size_t k = 0; k < 240; ++k) {
+            float s = 0.0f;
+            for (int j = 0; j < g; ++j) s += x.stage1(i * g + j)[(a * g + b) * 240 + k];
+            sum_x2[w][a * 240 + k] += s / g;
+            sum_q2[w][a * 240 + k] += x.stage2(w)[a * 240 + k];
+          }
+        }
+      }
+      if (t < steps) return;
+      for (int w = 0; w < n; ++w) {
+        for (size_t k = 0; k < 1920; ++k) {
+          worst1 = std::max(worst1, std::abs(sum_q1[w][k] + x.error1(w)[k] - sum_g[w][k]));
+        }
+        for (size_t k = 0; k < 480; ++k) {
+          worst2 = std::max(worst2, std::abs(sum_q2[w][k] + x.error2(w)[k] - sum_x2[w][k]));
+        }
+      }
+    });
+    MESSAGE("telescoping residuals after 8 steps: stage 1 " << worst1 << ", stage 2 " << worst2);
+    CHECK(worst1 < 1e-4);
+    CHECK(worst2 < 1e-4);
+  }
+
+  TEST_CASE("two_stage: node_reduce sum is the reference's g × the mean (g a power of two)") {
+    FixedProblem problem(random_vector(1920, 6, 1.0f), {{"a", 0, 1920, 48, 40}});
+    auto mean_opt = make_loco({{"exchange", "two_stage"}, {"node_size", 4}, {"gather", "fp32"}});
+    auto sum_opt = make_loco(
+        {{"exchange", "two_stage"}, {"node_size", 4}, {"gather", "fp32"}, {"node_reduce", "sum"}});
+    std::vector<float> a, b;
+    run(*mean_opt, problem, 8, 1, random_grads(), nullptr, [&](int64_t, Optimizer& o) {
+      const auto m = dynamic_cast<Loco&>(o).mean_gradient();
+      a.assign(m.begin(), m.end());
+    });
+    run(*sum_opt, problem, 8, 1, random_grads(), nullptr, [&](int64_t, Optimizer& o) {
+      const auto m = dynamic_cast<Loco&>(o).mean_gradient();
+      b.assign(m.begin(), m.end());
+    });
+    REQUIRE(a.size() == b.size());
+    size_t same = 0;
+    for (size_t k = 0; k < a.size(); ++k) same += (4.0f * a[k] == b[k]);
+    CHECK(same == a.size());  // exact: powers of two commute with the quantizer
+  }
+
+  TEST_CASE("two_stage: 1 and 2 OpenMP threads give bit-identical results") {
+    FixedProblem problem(random_vector(2338, 7, 0.5f), awkward_tensors());
+    const int saved = omp_get_max_threads();
+    std::vector<std::vector<float>> results;
+    for (const int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      auto opt =
+          make_loco({{"exchange", "two_stage"}, {"node_size", 2}, {"rounding", "stochastic"}});
+      results.push_back(run(*opt, problem, 8, 3, random_grads()));
+    }
+    omp_set_num_threads(saved);
+    CHECK(bit_equal(results[0], results[1]));
+  }
+
   TEST_CASE("options: defaults, phase, errors name the field") {
     const LocoOptions o = LocoOptions::schema().read(Json::object(), "optimizer");
     CHECK(o.base == "adam");
@@ -413,6 +791,8 @@ TEST_SUITE("loco") {
     CHECK(o.reset_T == 1024);
     CHECK(o.error_storage_bits == 8);
     CHECK(o.gather == "fp16");
+    CHECK(o.exchange == "two_stage");
+    CHECK(o.node_reduce == "mean");
     CHECK(o.node_size == 0);
     CHECK(o.compress_seed == 0);
     CHECK(std::string(Loco(o).phase()) == "compressed");
@@ -442,6 +822,14 @@ TEST_SUITE("loco") {
                       {"optimizer", {{"name", "loco"}, {"node_size", 3}}}};
     CHECK(config_error_of([&] { Simulation sim(resolve_experiment(bad, "t")); }) ==
           "optimizer.node_size = 3: must divide the number of workers (4)");
+    CHECK(err({{"exchange", "ring"}}).find("optimizer.exchange = \"ring\": must be one of") == 0);
+    CHECK(err({{"node_reduce", "max"}}).find("optimizer.node_reduce = \"max\": must be one of") ==
+          0);
+    Json quantized_two_stage = bad;
+    quantized_two_stage["optimizer"] = {{"name", "loco"}, {"gather", "quantized"}};
+    CHECK(config_error_of([&] {
+            Simulation sim(resolve_experiment(quantized_two_stage, "t"));
+          }).find("optimizer.gather = \"quantized\": quantized applies to exchange \"flat\"") == 0);
   }
 }
 

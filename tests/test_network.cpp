@@ -140,6 +140,15 @@ TEST_SUITE("network") {
     // An alltoall across nodes: the NIC carries g·S·(p−g)/p = 2S for the node.
     CHECK(collective_time_s(rec("alltoall", "pairwise", 8, kS), slow_nic) ==
           7 * kAe + 2.0 * s / kBe);
+    // Inter records run by `groups` groups at once (LoCo's second stage: one
+    // per local rank) share the NIC: 4 groups, each at kBe / 4.
+    CommRecord shared = rec("alltoall", "pairwise", 2, kS, "int4", "inter");
+    shared.groups = 4;
+    CHECK(collective_time_s(shared, slow_nic) == kAe + 0.5 * s / (kBe / 4));
+    // Intra records' groups are separate nodes: no sharing.
+    CommRecord intra = rec("alltoall", "pairwise", 4, kS, "int4", "intra");
+    intra.groups = 2;
+    CHECK(collective_time_s(intra, slow_nic) == 3 * kAi + 0.75 * s / kBi);
   }
 
   TEST_CASE("more bandwidth or less latency is never slower (property, fixed seed)") {

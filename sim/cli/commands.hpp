@@ -28,6 +28,9 @@ Subcommand add_cost_command(CLI::App& app);
 Subcommand add_recost_command(CLI::App& app);
 // `bitlab sweep FILE.json [--jobs N] [--resume]`: a grid of runs (sim/cli/sweep_command.cpp).
 Subcommand add_sweep_command(CLI::App& app);
+// `bitlab rate FILE.json --vary steps=...`: fitted convergence exponents
+// (sim/cli/rate_command.cpp).
+Subcommand add_rate_command(CLI::App& app);
 // `bitlab plot RUN_OR_SWEEP_DIR...`: figures via notebooks/plot.py (sim/cli/plot_command.cpp).
 Subcommand add_plot_command(CLI::App& app);
 // `bitlab runs [DIR]`: a table of runs; `bitlab report DIR`: report.html

@@ -172,9 +172,9 @@ int main(int argc, char** argv) {
   bool list_json = false;
   auto* list = app.add_subcommand("list", "every problem and optimizer with its options");
   list->add_flag("--json", list_json, "machine-readable output");
-  const std::vector<Subcommand> extra = {add_cost_command(app),  add_recost_command(app),
-                                         add_sweep_command(app), add_plot_command(app),
-                                         add_runs_command(app),  add_report_command(app)};
+  const std::vector<Subcommand> extra = {
+      add_cost_command(app), add_recost_command(app), add_sweep_command(app), add_rate_command(app),
+      add_plot_command(app), add_runs_command(app),   add_report_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

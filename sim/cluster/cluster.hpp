@@ -88,6 +88,11 @@ class Cluster {
 
   int workers() const { return workers_; }
   WorkerRange local_workers() const { return local_; }
+  // Workers per node of the experiment's network (0: not modelled, every
+  // worker on one node). Set by the simulation from the network topology
+  // before the optimizer's setup; exchanges that run by node read it.
+  void set_gpus_per_node(int g) { gpus_per_node_ = g; }
+  int gpus_per_node() const { return gpus_per_node_; }
   size_t dim() const { return dim_; }
   // Bytes of the buffers every run holds: the local workers' gradient rows and
   // the parameters (checked against the machine's memory before allocating).
@@ -143,6 +148,7 @@ class Cluster {
  private:
   const Problem& problem_;
   int workers_;
+  int gpus_per_node_ = 0;
   WorkerRange local_;
   size_t dim_;
   size_t stride_;

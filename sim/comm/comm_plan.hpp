@@ -12,18 +12,21 @@
 #include <vector>
 
 #include "sim/comm/comm.hpp"
+#include "sim/core/tensor_layout.hpp"
 
 namespace bitlab {
 
 // What a plan is asked for: d parameters on n workers for `steps` steps.
+// Exchanges that depend on the cluster's nodes or the model's tensors (LoCo's
+// reference exchange) read `gpus_per_node` (0: every worker on one node) and
+// `tensors` (empty: one tensor of `params` elements, its most square 2-D
+// shape, as square_tensor describes it).
 struct PlanShape {
   int64_t params = 0;
   int workers = 1;
   int64_t steps = 0;
-  // The tensors' sizes in parameter order (they sum to params); empty when
-  // unknown (a `bitlab cost` spec without tensor_sizes). Only plans that
-  // depend on the layout read it (the 1-bit family's granularity "tensor").
-  std::vector<int64_t> tensor_sizes = {};
+  int gpus_per_node = 0;
+  std::vector<TensorInfo> tensors;
 };
 
 // One phase: the records of ONE of its steps (step field 0), in log order.

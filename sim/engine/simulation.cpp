@@ -30,12 +30,15 @@ Simulation::Simulation(const Experiment& experiment, Transport* transport)
     cluster_ = std::make_unique<Cluster>(experiment.cluster, *problem_, experiment.run.seed,
                                          comm_.local_workers());
   });
-  optimizer_ = oe->make(experiment.optimizer);
-  optimizer_->setup(*cluster_);
-  mean_grad_.assign(cluster_->dim(), 0.0f);
   timed_ = experiment.network.preset != "none";
   if (timed_) {
     topology_ = make_topology(experiment.network, experiment.cluster.workers);
+    cluster_->set_gpus_per_node(cluster_->workers() / topology_.nodes);
+  }
+  optimizer_ = oe->make(experiment.optimizer);
+  optimizer_->setup(*cluster_);
+  mean_grad_.assign(cluster_->dim(), 0.0f);
+  if (timed_) {
     // Each worker's compute scales with its batch (problems without data
     // count one sample).
     compute_base_s_.resize(cluster_->workers());

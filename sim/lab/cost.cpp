@@ -36,9 +36,10 @@ Schema<CostSettings> CostSettings::schema() {
           "time is derived as flops_per_param_sample · params · samples / device_tflops",
           {rules::greater(0.0)});
   s.field("tensor_sizes", &O::tensor_sizes,
-          "optional: the sizes of the model's tensors in order (they must sum to params); only "
-          "a 1-bit optimizer with granularity tensor needs them (one compressed allreduce per "
-          "tensor, each padded on its own)",
+          "optional: the sizes of the model's tensors in order (they must sum to params), each "
+          "priced as a 2-D tensor of its most square shape; without them a stand-in layout is "
+          "priced (one matrix and a 1-D remainder). A 1-bit optimizer with granularity tensor "
+          "needs them (one compressed allreduce per tensor, each padded on its own)",
           {Rule<std::vector<int64_t>>{[](const std::vector<int64_t>& v) {
                                         for (const int64_t x : v) {
                                           if (x < 1) return false;
@@ -118,8 +119,18 @@ CostSpec resolve_inner(const Json& raw) {
   spec.optimizer =
       entry->resolve(resolve_step_shares(opt, spec.settings.steps, "optimizer"), "optimizer");
   // Values only the cluster size can reject (the optimizers check them in setup()).
+  const Json& granularity =
+      spec.optimizer.contains("granularity") ? spec.optimizer.at("granularity") : Json(nullptr);
+  if (granularity == Json("tensor") && spec.settings.tensor_sizes.empty()) {
+    // The 1-bit family's per-tensor calls pay a padding and four collectives
+    // per tensor: the stand-in layout (cost_tensor_layout) would misprice them.
+    config_fail("optimizer.granularity", granularity,
+                "needs the model's tensor sizes, and this cost spec gives only params: add "
+                "\"tensor_sizes\" (the tensors' sizes in order, summing to params) or use "
+                "\"group\"");
+  }
   plan_communication(spec.optimizer, spec.settings.params, static_cast<int>(spec.settings.workers),
-                     1, spec.settings.tensor_sizes);
+                     1, 0, cost_layout(spec.settings));
 
   Json& r = spec.resolved = settings_schema.write(spec.settings);
   r["network"] = network_schema.write(spec.network);
@@ -150,13 +161,40 @@ CostSpec resolve_cost_spec(const Json& raw,
 // ---------------------------------------------------------------------------
 // The plan
 
+std::vector<TensorInfo> cost_layout(const CostSettings& s) {
+  if (s.tensor_sizes.empty()) return cost_tensor_layout(s.params, static_cast<int>(s.workers));
+  std::vector<TensorInfo> out;
+  size_t offset = 0;
+  for (size_t p = 0; p < s.tensor_sizes.size(); ++p) {
+    const auto size = static_cast<size_t>(s.tensor_sizes[p]);
+    out.push_back(square_tensor("tensor" + std::to_string(p), offset, size));
+    offset += size;
+  }
+  return out;
+}
+
+std::vector<TensorInfo> cost_tensor_layout(int64_t params, int workers) {
+  const size_t d = static_cast<size_t>(params), unit = 2 * static_cast<size_t>(workers);
+  const size_t matrix = d / unit * unit;
+  std::vector<TensorInfo> out;
+  if (matrix > 0) out.push_back(square_tensor("weights", 0, matrix));
+  if (d > matrix) out.push_back({"remainder", matrix, d - matrix});
+  return out;
+}
+
 CommPlan plan_communication(const Json& opt, int64_t params, int n, int64_t steps,
-                            const std::vector<int64_t>& tensor_sizes) {
+                            int gpus_per_node, std::vector<TensorInfo> tensors) {
   const std::string name = opt.at("name").get<std::string>();
   const auto* entry = find_entry(optimizer_registry(), name);
   if (!entry) config_fail("optimizer.name", Json(name), "not a registered optimizer");
   // Constructing an optimizer only reads its options; setup() would allocate.
-  CommPlan plan = entry->make(opt)->comm_plan({params, n, steps, tensor_sizes});
+  PlanShape shape;
+  shape.params = params;
+  shape.workers = n;
+  shape.steps = steps;
+  shape.gpus_per_node = gpus_per_node;
+  shape.tensors = std::move(tensors);
+  CommPlan plan = entry->make(opt)->comm_plan(shape);
   plan.optimizer = name;
   return plan;
 }
@@ -208,17 +246,17 @@ CostReport estimate_cost(const CostSpec& spec) {
         "communication only");
   }
 
-  rep.job = price_plan(plan_communication(spec.optimizer, s.params, n, s.steps, s.tensor_sizes),
-                       rep.topology, spec.compute, worker_s,
-                       spec.optimizer.at("name").get<std::string>());
+  const int node = n / rep.topology.nodes;  // workers per node
+  rep.job = price_plan(
+      plan_communication(spec.optimizer, s.params, n, s.steps, node, cost_layout(s)), rep.topology,
+      spec.compute, worker_s, spec.optimizer.at("name").get<std::string>());
   const auto& baseline = baseline_optimizer();
   rep.baseline = baseline.name;
   for (const char* wire : {"fp16", "fp32"}) {
     const Json resolved =
         baseline.resolve(Json{{"name", baseline.name}, {"wire", wire}}, "optimizer");
-    JobCost j =
-        price_plan(plan_communication(resolved, s.params, n, s.steps, s.tensor_sizes), rep.topology,
-                   spec.compute, worker_s, baseline.name + ", " + wire + " allreduce");
+    JobCost j = price_plan(plan_communication(resolved, s.params, n, s.steps, node), rep.topology,
+                           spec.compute, worker_s, baseline.name + ", " + wire + " allreduce");
     (std::string_view(wire) == "fp16" ? rep.baseline_fp16 : rep.baseline_fp32) = std::move(j);
   }
   for (const auto& note : rep.job.notes) rep.notes.push_back(note);

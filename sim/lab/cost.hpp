@@ -36,7 +36,7 @@ struct CostSettings {
   int64_t workers = 0;                // n; required
   int64_t steps = 0;                  // required
   double samples_per_worker = 1.0;    // per step; only for a compute time derived from FLOPs
-  std::vector<int64_t> tensor_sizes;  // the model's tensors (sum = params); empty = unknown
+  std::vector<int64_t> tensor_sizes;  // the model's tensors (sum = params); empty: a stand-in
   static Schema<CostSettings> schema();
 };
 
@@ -64,9 +64,21 @@ CostSpec resolve_cost_spec(const Json& raw,
 // The plan of a resolved optimizer (registry `resolve` output) for d params,
 // n workers, `steps` steps: the optimizer's own comm_plan. Throws ConfigError
 // naming optimizer.<field> for a value that only the cluster size can reject.
-// `tensor_sizes`: the tensors' sizes (PlanShape::tensor_sizes; empty = unknown).
+// `gpus_per_node` (the workers of one node; 0: all on one node) and `tensors`
+// (the model's layout; empty: one square tensor) are for exchanges that run
+// by node or by tensor (PlanShape).
 CommPlan plan_communication(const Json& optimizer, int64_t params, int workers, int64_t steps,
-                            const std::vector<int64_t>& tensor_sizes = {});
+                            int gpus_per_node = 0, std::vector<TensorInfo> tensors = {});
+
+// The layout `bitlab cost` prices a model of `params` parameters with: one
+// 2-D tensor of the largest multiple of 2·workers (a model's weight matrices,
+// which LoCo's reference exchange compresses) and a 1-D remainder (biases and
+// norms, which it does not), most square.
+std::vector<TensorInfo> cost_tensor_layout(int64_t params, int workers);
+
+// The layout a spec is priced with: its tensor_sizes (2-D, most square, as
+// square_tensor) when given, else cost_tensor_layout.
+std::vector<TensorInfo> cost_layout(const CostSettings& s);
 
 struct PhaseCost {
   PhasePlan plan;

@@ -173,7 +173,9 @@ Link link_for(const CommRecord& r, const Topology& t) {
   const Link inter{t.inter_latency_s, t.inter_bytes_per_s};
   const std::string_view scope(r.scope);
   if (scope == "intra") return intra;
-  if (scope == "inter") return inter;
+  // The `groups` inter-node groups of a record (one per local rank, as in
+  // LoCo's second stage) share each node's NIC: each gets 1/groups of it.
+  if (scope == "inter") return {inter.alpha_s, inter.bytes_per_s / std::max(1, r.groups)};
   // "all": the ranks span every node when there is more than one.
   if (t.nodes <= 1) return intra;
   return {inter.alpha_s, std::min(intra.bytes_per_s, inter.bytes_per_s)};

@@ -18,6 +18,8 @@
 //   alltoall pairwise        (p−1)α + (p−1)/p · S/B (across nodes: the NIC
 //                            carries the node's g ranks' off-node traffic)
 //   broadcast binomial tree  ⌈log2 p⌉ · (α + S/B)
+// A record of scope "inter" with `groups` > 1 (one inter-node group per local
+// rank, LoCo's second stage) shares each node's NIC: each group gets B/groups.
 // A collective whose ranks span nodes uses the slowest link on its path: a flat
 // ring across nodes runs at min(intra, inter) bandwidth with the inter-node
 // latency, since every inter-node hop carries the full ring traffic.
