@@ -169,6 +169,7 @@ class Loco : public Optimizer {
   QuantizeSpec spec_;
   bool adam_;
   int workers_ = 0;
+  int network_gpus_per_node_ = 0;  // the cluster's (0: no network model)
   size_t dim_ = 0;
   size_t stride_ = 0;
   std::vector<float> h_;  // local workers × stride: compensated gradients
