@@ -144,6 +144,15 @@ CommPlan Loco::comm_plan(const PlanShape& shape) const {
 
 std::vector<std::string> Loco::warnings(int64_t steps) const {
   std::vector<std::string> out = Optimizer::warnings(steps);
+  if (two_ && opts_.node_size > 0 && network_gpus_per_node_ > 0 &&
+      opts_.node_size != network_gpus_per_node_) {
+    out.push_back("loco: optimizer.node_size = " + std::to_string(opts_.node_size) +
+                  " differs from the network's " + std::to_string(network_gpus_per_node_) +
+                  " GPUs per node: the exchange runs on nodes of " +
+                  std::to_string(opts_.node_size) +
+                  ", but the time model prices its intra- and inter-node stages on the "
+                  "network's links as if they matched");
+  }
   if (two_ && !two_->compresses()) {
     out.push_back(
         two_->nodes() > 1
@@ -185,6 +194,7 @@ void Loco::setup(Cluster& cluster) {
                   "\"allgather\"");
     }
     h_.clear();
+    network_gpus_per_node_ = cluster.gpus_per_node();
     two_ = std::make_unique<LocoTwoStageExchange>(
         workers_, dim_, cluster.tensors(),
         two_stage_node_size(opts_, workers_, cluster.gpus_per_node()), exchange_options(opts_));

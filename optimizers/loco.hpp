@@ -71,6 +71,8 @@ struct LocoOptions {
 // exchange with an allgather of the reduced partitions in `gather` precision
 // (fp16 or fp32), logged last. The steps above (h_i, e_i, reset_T) describe
 // the two older exchanges; two_stage keeps its errors inside the exchange.
+// n = 1 is one node: two_stage quantizes nothing, as the reference (whose
+// LoCo path needs more than one node); flat and allgather still quantize.
 // Departures that remain: fp32 arithmetic (the reference's is fp16), the
 // node reduction divides by g (node_reduce "sum" keeps the reference's g×
 // scale), groups where the reference's group count is not a multiple of n.
@@ -169,6 +171,7 @@ class Loco : public Optimizer {
   QuantizeSpec spec_;
   bool adam_;
   int workers_ = 0;
+  int network_gpus_per_node_ = 0;  // the cluster's (0: no network model)
   size_t dim_ = 0;
   size_t stride_ = 0;
   std::vector<float> h_;  // local workers × stride: compensated gradients

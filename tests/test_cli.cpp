@@ -357,3 +357,35 @@ TEST_SUITE("cli") {
     CHECK(j["problems"].contains("mlp"));
   }
 }
+
+TEST_SUITE("cli") {
+  TEST_CASE("rate: fits exponents with intervals; bad --vary is exit 2 with no folder") {
+    TempDir d;
+    const std::string exp = d.file("q.json", R"({"name": "q", "steps": 64,
+      "problem": {"name": "quadratic", "dim": 16, "condition_number": 4, "noise": 1.0},
+      "cluster": {"workers": 2}, "optimizer": {"name": "adam", "lr": 1.0}})");
+    struct Bad {
+      std::string args, expect;
+    };
+    for (const Bad& b : std::vector<Bad>{
+             {"--vary steps=32,64", "needs at least 3 distinct values"},
+             {"--vary optimizer.lrr=1,2,3", "the experiment has no numeric setting optimizer.lrr"},
+             {"--vary steps=32,abc,64", "\"abc\" is not a number"}}) {
+      CAPTURE(b.args);
+      const fs::path out = d.path / "bad";
+      const Result r = run_bitlab(d, "rate " + exp + " " + b.args + " --out " + out.string());
+      CHECK(r.status == 2);
+      CHECK(r.err.find(b.expect) != std::string::npos);
+      CHECK_FALSE(fs::exists(out));
+    }
+    const fs::path out = d.path / "fit";
+    const Result r =
+        run_bitlab(d, "rate " + exp + " --vary steps=32,64,128 --seeds 3 --lr-scaling " +
+                          "inv_sqrt_T --quiet --out " + out.string());
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("steps") != std::string::npos);
+    CHECK(r.out.find("95% CI") != std::string::npos);
+    CHECK(fs::exists(out / "rate.json"));
+    CHECK(fs::exists(out / "rate.csv"));
+  }
+}

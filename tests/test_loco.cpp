@@ -668,6 +668,14 @@ TEST_SUITE("loco") {
     sim2.step();
     CHECK(sim2.comm().log().records().size() == 1 + 4 + 1);  // bias; weight's 4; completion
     CHECK(dynamic_cast<const Loco&>(sim2.optimizer()).two_stage()->nodes() == 2);
+    CHECK(sim2.optimizer().warnings(2).empty());
+    // A node size that is not the network's: the run says how it is priced.
+    two_nodes["optimizer"]["node_size"] = 2;
+    Simulation sim3(resolve_experiment(two_nodes, "t"));
+    const auto w3 = sim3.optimizer().warnings(2);
+    REQUIRE(w3.size() == 1);
+    CHECK(w3[0].find("node_size = 2 differs from the network's 4 GPUs per node") !=
+          std::string::npos);
   }
 
   TEST_CASE("two_stage: the 21-parameter logistic sends only the uncompressed fallback") {
@@ -777,6 +785,18 @@ TEST_SUITE("loco") {
     }
     omp_set_num_threads(saved);
     CHECK(bit_equal(results[0], results[1]));
+  }
+
+  TEST_CASE("two_stage is refused under the MPI backend (a rank holding a block of workers)") {
+    FixedProblem problem(random_vector(256, 8, 1.0f), {{"a", 0, 256, 16, 16}});
+    ClusterOptions co;
+    co.workers = 4;
+    Cluster rank_block(co, problem, 1, WorkerRange{0, 2});  // what rank 0 of 2 holds
+    auto two = make_loco({{"exchange", "two_stage"}, {"node_size", 2}});
+    CHECK(config_error_of([&] { two->setup(rank_block); })
+              .find("optimizer.exchange = \"two_stage\": runs in the simulator only") == 0);
+    auto flat = make_loco({{"exchange", "flat"}});
+    CHECK(config_error_of([&] { flat->setup(rank_block); }) == "(no ConfigError)");
   }
 
   TEST_CASE("options: defaults, phase, errors name the field") {
