@@ -84,7 +84,9 @@ Schema<O> make_onebit_adam_schema() {
   s.template field<std::string>("wire", &O::wire,
                                 std::string(kWireDoc) + " (the warm-up's gradient allreduce)",
                                 {rules::one_of({"fp32", "fp16", "bf16"})});
+  add_stage_compressor_fields(s);
   s.check([](const O& o, const std::string& path) {
+    make_onebit_stages(o.worker_compressor, o.server_compressor, o.error_feedback, path);
     for (size_t k = 0; k < o.momentum_mask.size(); ++k) {
       const double v = o.momentum_mask[k];
       if (v != 0.0 && v != 1.0) {
@@ -108,6 +110,8 @@ Schema<ApmSqueezeOptions> ApmSqueezeOptions::schema() {
 
 OneBitAdam::OneBitAdam(const OneBitAdamOptions& opts)
     : opts_(opts),
+      stages_(
+          make_onebit_stages(opts.worker_compressor, opts.server_compressor, opts.error_feedback)),
       wire_(parse_wire_dtype(opts.wire)),
       variance_stable_(opts.switch_rule == "variance_stable"),
       compress_(opts.compression != "none"),
@@ -120,10 +124,10 @@ CommPlan OneBitAdam::comm_plan(const PlanShape& shape) const {
   plan.phases.push_back({"warmup", warmup, {gradient_allreduce_record(shape, wire_)}});
   plan.phases.push_back(
       {"compressed", shape.steps - warmup,
-       compress_
-           ? OneBitAllreduceSet::plan(shape.workers, onebit_slice_sizes(opts_.granularity, shape),
-                                      static_cast<size_t>(opts_.pad_multiple))
-           : std::vector<CommRecord>{gradient_allreduce_record(shape, WireDtype::kFp32)}});
+       compress_ ? OneBitAllreduceSet::plan(
+                       shape.workers, onebit_slice_sizes(opts_.granularity, shape),
+                       static_cast<size_t>(opts_.pad_multiple), stages_.worker, stages_.server)
+                 : std::vector<CommRecord>{gradient_allreduce_record(shape, WireDtype::kFp32)}});
   if (variance_stable_ && warmup > 0) {
     plan.notes.push_back(
         "switch variance_stable: the warm-up ends once the variance is stable, which only "
@@ -172,10 +176,11 @@ void OneBitAdam::setup(Cluster& cluster) {
   local_ = cluster.local_workers();
   m_workers_.assign(static_cast<size_t>(local_.size()) * stride_, 0.0f);
   if (compress_) {
+    check_stages_local(stages_, opts_.worker_compressor, opts_.server_compressor, workers_, local_);
     onebit_ = std::make_unique<OneBitAllreduceSet>(
         workers_, onebit_slices(opts_.granularity, cluster.tensors(), dim_),
         static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
-    onebit_->set_error_feedback(opts_.error_feedback);
+    onebit_->set_stages(stages_.worker, stages_.server);
   } else {
     onebit_.reset();
   }
@@ -276,7 +281,7 @@ void OneBitAdam::compressed_step(StepContext& ctx) {
   // m = compressed_allreduce(m_i): identical on every worker.
   const WorkerBuffers momenta{m_workers_.data(), stride, dim_, n, mine.begin, mine.size()};
   if (onebit_) {
-    onebit_->run(ctx.comm, momenta, m_);
+    onebit_->run(ctx.comm, momenta, m_, ctx.cluster.seed(), ctx.step);
   } else {
     ctx.comm.allreduce_mean(momenta, m_, WireDtype::kFp32, "ring");
   }

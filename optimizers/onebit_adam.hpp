@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "optimizers/adam.hpp"
+#include "optimizers/onebit_stages.hpp"
 #include "optimizers/optimizer.hpp"
 #include "sim/collectives/onebit_allreduce.hpp"
 #include "sim/core/float16.hpp"
@@ -38,6 +39,8 @@ struct OneBitAdamOptions {
   std::vector<double> momentum_mask;   // empty: none; else dim values, each 0 or 1
   std::string compression = "onebit";  // "onebit" | "none"
   std::string wire = "fp32";
+  Json worker_compressor = default_stage_compressor();
+  Json server_compressor = default_stage_compressor();
   static Schema<OneBitAdamOptions> schema();
 };
 
@@ -120,6 +123,14 @@ struct ApmSqueezeOptions : OneBitAdamOptions {
 // compress for any n (the paper's algorithm: both stages, D padded to 8);
 // `compression: "none"` gives the reference's n = 1 behaviour exactly (the
 // fp32 "allreduce" of one worker is the identity).
+//
+// Compressor per stage (docs/algorithms.md §1, "Compressor per stage"):
+// `worker_compressor` and `server_compressor` choose the compressor of each
+// stage of the compressed allreduce ({"name": ..., options..., with an optional
+// "error_feedback"}); the default {"name": "sign"} at both is the paper's
+// collective bit for bit, anything else compresses each chunk on its own and
+// logs two collectives of the compressors' exact image sizes. binarize is
+// refused, and so are non-default stages under MPI with several ranks (exit 2).
 class OneBitAdam : public Optimizer {
  public:
   explicit OneBitAdam(const OneBitAdamOptions& opts);
@@ -159,6 +170,7 @@ class OneBitAdam : public Optimizer {
   void check_frozen_variance(int64_t step);
 
   OneBitAdamOptions opts_;
+  OneBitStages stages_;
   WireDtype wire_;
   bool variance_stable_;
   bool compress_;

@@ -64,7 +64,9 @@ Schema<OneBitLambOptions> OneBitLambOptions::schema() {
           "keep the compressed allreduce's worker and server errors (false: plain scaled-sign "
           "compression, the ablation)");
   add_wire_field(s);  // the warm-up's gradient allreduce
+  add_stage_compressor_fields(s);
   s.check([](const O& o, const std::string& path) {
+    make_onebit_stages(o.worker_compressor, o.server_compressor, o.error_feedback, path);
     if (o.min_coeff > o.max_coeff) {
       config_fail(join_path(path, "min_coeff"), Json(o.min_coeff),
                   "must be <= max_coeff (" + rules::num(o.max_coeff) + ")");
@@ -92,7 +94,11 @@ LambOptions OneBitLambOptions::lamb_options() const {
   return l;
 }
 
-OneBitLamb::OneBitLamb(const OneBitLambOptions& opts) : opts_(opts), warmup_(opts.lamb_options()) {}
+OneBitLamb::OneBitLamb(const OneBitLambOptions& opts)
+    : opts_(opts),
+      stages_(
+          make_onebit_stages(opts.worker_compressor, opts.server_compressor, opts.error_feedback)),
+      warmup_(opts.lamb_options()) {}
 
 CommPlan OneBitLamb::comm_plan(const PlanShape& shape) const {
   check_pad_multiple(opts_.pad_multiple, shape.workers);
@@ -102,7 +108,8 @@ CommPlan OneBitLamb::comm_plan(const PlanShape& shape) const {
   plan.phases.push_back(
       {"compressed", shape.steps - warmup,
        OneBitAllreduceSet::plan(shape.workers, onebit_slice_sizes(opts_.granularity, shape),
-                                static_cast<size_t>(opts_.pad_multiple))});
+                                static_cast<size_t>(opts_.pad_multiple), stages_.worker,
+                                stages_.server)});
   return plan;
 }
 
@@ -115,10 +122,12 @@ void OneBitLamb::setup(Cluster& cluster) {
   if (tensors_.empty()) tensors_.push_back({"all", 0, dim_});
 
   check_pad_multiple(opts_.pad_multiple, workers_);
+  check_stages_local(stages_, opts_.worker_compressor, opts_.server_compressor, workers_,
+                     cluster.local_workers());
   onebit_ = std::make_unique<OneBitAllreduceSet>(
       workers_, onebit_slices(opts_.granularity, cluster.tensors(), dim_),
       static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
-  onebit_->set_error_feedback(opts_.error_feedback);
+  onebit_->set_stages(stages_.worker, stages_.server);
   onebit_->set_pad_reuse(opts_.padding == "reuse");
 
   m_.assign(dim_, 0.0f);
@@ -264,7 +273,7 @@ void OneBitLamb::compressed_step(StepContext& ctx) {
   onebit_->run(
       ctx.comm,
       WorkerBuffers{worker_m_.data(), stride_, dim_, workers_, local_.begin, local_.size()},
-      std::span<float>(m_));
+      std::span<float>(m_), ctx.cluster.seed(), ctx.step);
 
   const std::span<float> params = ctx.cluster.params();
   for (size_t p = 0; p < tensors_.size(); ++p) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "optimizers/lamb.hpp"
+#include "optimizers/onebit_stages.hpp"
 #include "optimizers/optimizer.hpp"
 #include "sim/collectives/onebit_allreduce.hpp"
 #include "sim/core/schema.hpp"
@@ -39,6 +40,8 @@ struct OneBitLambOptions {
   std::string padding = "reuse";     // "reuse" | "zeros"
   bool error_feedback = true;
   std::string wire = "fp32";  // warm-up gradient allreduce
+  Json worker_compressor = default_stage_compressor();
+  Json server_compressor = default_stage_compressor();
   static Schema<OneBitLambOptions> schema();
 
   // The warm-up's LAMB options (the fields both share).
@@ -119,6 +122,14 @@ struct OneBitLambOptions {
 // Memory: the warm-up's Lamb keeps its own m, v; at the switch they are
 // copied once into this class's buffers (the compression stage then owns m,
 // v, v_fresh). The per-worker momenta are n × d floats.
+//
+// Compressor per stage (docs/algorithms.md §1, "Compressor per stage"):
+// `worker_compressor` and `server_compressor` choose the compressor of each
+// stage of the compressed allreduce ({"name": ..., options..., with an optional
+// "error_feedback"}); the default {"name": "sign"} at both is the paper's
+// collective bit for bit, anything else compresses each chunk on its own and
+// logs two collectives of the compressors' exact image sizes. binarize is
+// refused, and so are non-default stages under MPI with several ranks (exit 2).
 class OneBitLamb : public Optimizer {
  public:
   explicit OneBitLamb(const OneBitLambOptions& opts);
@@ -158,6 +169,7 @@ class OneBitLamb : public Optimizer {
   void compressed_step(StepContext& ctx);
 
   OneBitLambOptions opts_;
+  OneBitStages stages_;
   Lamb warmup_;
   const char* phase_ = "warmup";
   bool switched_ = false;

@@ -46,6 +46,10 @@ Schema<ZeroOneAdamOptions> ZeroOneAdamOptions::schema() {
   add_granularity_field(
       s, "Default group: the reference's fp16 (mixed-precision) path, here one buffer");
   add_wire_field(s);
+  add_stage_compressor_fields(s);
+  s.check([](const O& o, const std::string& path) {
+    make_onebit_stages(o.worker_compressor, o.server_compressor, true, path);
+  });
   return s;
 }
 
@@ -106,7 +110,10 @@ double zero_one_check_lrs(double lrs, int64_t step) {
 // Optimizer
 
 ZeroOneAdam::ZeroOneAdam(const ZeroOneAdamOptions& opts)
-    : opts_(opts), wire_(parse_wire_dtype(opts.wire)), schedule_(opts) {}
+    : opts_(opts),
+      stages_(make_onebit_stages(opts.worker_compressor, opts.server_compressor, true)),
+      wire_(parse_wire_dtype(opts.wire)),
+      schedule_(opts) {}
 
 CommPlan ZeroOneAdam::comm_plan(const PlanShape& shape) const {
   check_pad_multiple(opts_.pad_multiple, shape.workers);
@@ -114,9 +121,9 @@ CommPlan ZeroOneAdam::comm_plan(const PlanShape& shape) const {
   ZeroOneSchedule schedule(opts_);
   for (int64_t t = 0; t < shape.steps; ++t) ++count[static_cast<int>(schedule.next())];
   const auto steps = [&](ZeroOnePhase p) { return count[static_cast<int>(p)]; };
-  const auto onebit =
-      OneBitAllreduceSet::plan(shape.workers, onebit_slice_sizes(opts_.granularity, shape),
-                               static_cast<size_t>(opts_.pad_multiple));
+  const auto onebit = OneBitAllreduceSet::plan(
+      shape.workers, onebit_slice_sizes(opts_.granularity, shape),
+      static_cast<size_t>(opts_.pad_multiple), stages_.worker, stages_.server);
   CommPlan plan;
   plan.phases.push_back(
       {"full", steps(ZeroOnePhase::kFull), {gradient_allreduce_record(shape, wire_)}});
@@ -134,6 +141,8 @@ void ZeroOneAdam::setup(Cluster& cluster) {
   onebit_ = std::make_unique<OneBitAllreduceSet>(
       workers_, onebit_slices(opts_.granularity, cluster.tensors(), dim_),
       static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
+  check_stages_local(stages_, opts_.worker_compressor, opts_.server_compressor, workers_, local_);
+  onebit_->set_stages(stages_.worker, stages_.server);
   // Per-worker parameters from the start: step() must not allocate.
   cluster.enable_local_params();
   stride_ = cluster.local_params().stride;
@@ -205,7 +214,7 @@ void ZeroOneAdam::stage_a(StepContext& ctx, bool full) {
     adam_update_elements(cl.params(), m_, v_, g_, c);
   } else {
     // ĝ = 1-bit allreduce of the gradients; m only; the same x update.
-    onebit_->run(ctx.comm, cl.grads(), g_);
+    onebit_->run(ctx.comm, cl.grads(), g_, cl.seed(), ctx.step);
     float* x = cl.params().data();
     float* m = m_.data();
     const float* v = v_.data();
@@ -258,7 +267,7 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   }
   onebit_->run(ctx.comm,
                WorkerBuffers{u_.data(), stride_, dim_, workers_, local_.begin, local_.size()},
-               ubar_);
+               ubar_, ctx.cluster.seed(), ctx.step);
   // m = −ū/lrs ; x = x_sync + ū ⊘ (sqrt(v)+ε), on the shared copy, then on
   // every worker; u = 0 ; lrs = 0. m0 is the first local worker's m_i (worker
   // 0's in the simulator): every rank computes the same m = −ū/lrs into it.

@@ -100,6 +100,7 @@
 #include <vector>
 
 #include "optimizers/adam.hpp"
+#include "optimizers/onebit_stages.hpp"
 #include "optimizers/optimizer.hpp"
 #include "sim/collectives/onebit_allreduce.hpp"
 #include "sim/core/float16.hpp"
@@ -121,6 +122,8 @@ struct ZeroOneAdamOptions {
   int64_t pad_multiple = 0;           // 0: the reference's n·lcm(n, 8)
   std::string granularity = "group";  // "flat" | "group" | "tensor"
   std::string wire = "fp32";
+  Json worker_compressor = default_stage_compressor();
+  Json server_compressor = default_stage_compressor();
   static Schema<ZeroOneAdamOptions> schema();
 };
 
@@ -167,6 +170,13 @@ class ZeroOneSchedule {
 // undefined; the reference divides by zero and fills m with inf/NaN).
 double zero_one_check_lrs(double lrs, int64_t step);
 
+// 0/1 Adam: the compressor of each stage (docs/algorithms.md §1, "Compressor per stage"):
+// `worker_compressor` and `server_compressor` choose the compressor of each
+// stage of the compressed allreduce ({"name": ..., options..., with an optional
+// "error_feedback"}); the default {"name": "sign"} at both is the paper's
+// collective bit for bit, anything else compresses each chunk on its own and
+// logs two collectives of the compressors' exact image sizes. binarize is
+// refused, and so are non-default stages under MPI with several ranks (exit 2).
 class ZeroOneAdam : public Optimizer {
  public:
   explicit ZeroOneAdam(const ZeroOneAdamOptions& opts);
@@ -212,6 +222,7 @@ class ZeroOneAdam : public Optimizer {
   void stage_b(StepContext& ctx, bool sync);
 
   ZeroOneAdamOptions opts_;
+  OneBitStages stages_;
   WireDtype wire_;
   ZeroOneSchedule schedule_;
   ZeroOnePhase phase_ = ZeroOnePhase::kFull;

@@ -105,6 +105,45 @@ TEST_SUITE("cost") {
           true, 16, 4, 5);
   }
 
+  TEST_CASE("compressor per stage: the plan equals what a real run logs, for every optimizer") {
+    const int64_t d = 203;
+    check_plan_matches_run(Json::parse(R"({"name": "onebit_adam", "freeze_step": 5,
+        "worker_compressor": {"name": "nbit", "bits": 4, "group_size": 16},
+        "server_compressor": {"name": "topk", "ratio": 0.1}})"),
+                           4, d, 12, true, 1);
+    check_plan_matches_run(Json::parse(R"({"name": "apmsqueeze", "freeze_step": 5,
+        "switch": "fixed_step",
+        "worker_compressor": {"name": "randomk", "ratio": 0.2, "shared_seed": false},
+        "server_compressor": {"name": "sign", "error_feedback": false}})"),
+                           3, d, 12, true, 1);
+    check_plan_matches_run(Json::parse(R"({"name": "onebit_lamb", "freeze_step": 6,
+        "worker_compressor": {"name": "fp16"},
+        "server_compressor": {"name": "nbit", "bits": 2, "scale_dtype": "fp16"}})"),
+                           4, d, 12, true, 1);
+    check_plan_matches_run(Json::parse(R"({"name": "zero_one_adam", "var_freeze_step": 6,
+        "var_update_scaler": 2, "granularity": "tensor",
+        "worker_compressor": {"name": "topk", "k": 7},
+        "server_compressor": {"name": "randomk", "ratio": 0.5, "rescale": true}})"),
+                           4, d, 16, true, 3);
+  }
+
+  TEST_CASE("compressor per stage: binarize is refused at either stage, naming the field") {
+    std::string message;
+    Json raw = base_spec();
+    raw["optimizer"] =
+        Json::parse(R"({"name": "onebit_adam", "server_compressor": {"name": "binarize"}})");
+    CHECK(error_path(raw, {}, &message) == "optimizer.server_compressor.name");
+    CHECK(message.find("[-1, 1]") != std::string::npos);
+    raw["optimizer"] = Json::parse(
+        R"({"name": "zero_one_adam", "worker_compressor": {"name": "nbit", "bits": 9}})");
+    CHECK(error_path(raw) == "optimizer.worker_compressor.bits");
+    raw["optimizer"] = Json::parse(
+        R"({"name": "onebit_lamb", "worker_compressor": {"name": "sign", "error_feedback": 3}})");
+    CHECK(error_path(raw) == "optimizer.worker_compressor.error_feedback");
+    raw["optimizer"] = Json::parse(R"({"name": "onebit_adam", "worker_compressor": "sign"})");
+    CHECK(error_path(raw) == "optimizer.worker_compressor");
+  }
+
   TEST_CASE("granularity tensor: the plan needs tensor sizes; per-tensor padding by hand") {
     // n = 4, M = 32: tensors 100, 3, 100 pad to 128, 32, 128; per tensor the
     // alltoall sends 3/4 of D_p/8 bytes: 12, 3, 12.

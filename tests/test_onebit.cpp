@@ -3,8 +3,10 @@
 #include <doctest/doctest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -461,5 +463,166 @@ TEST_SUITE("onebit") {
     CHECK(tensor_b < 0.7);
     CHECK(tensor_a < 0.7);
     CHECK(flat_b > 100.0);
+  }
+}
+
+// ---- compressor per stage (docs/algorithms.md §1, "Compressor per stage") ----
+
+namespace {
+
+std::shared_ptr<const Compressor> stage_compressor(const char* json) {
+  return make_compressor(Json::parse(json), "c");
+}
+
+// A plain transcription of the per-chunk form: every worker compresses each
+// chunk of u = b + e with C1, the servers average the images in worker order
+// (fp32, then / n), add their error and compress with C2.
+struct StageReference {
+  int n;
+  size_t d, D;
+  const Compressor& c1;
+  const Compressor& c2;
+  bool ef1, ef2;
+  std::vector<std::vector<float>> e;
+  std::vector<float> s;
+  std::vector<float> run(const WorkerBuffers& in, uint64_t seed, int64_t step) {
+    const size_t chunk = D / n;
+    std::vector<std::vector<float>> w(n, std::vector<float>(D));
+    for (int i = 0; i < n; ++i) {
+      std::vector<float> u(D);
+      for (size_t k = 0; k < D; ++k) u[k] = (k < d ? in[i][k] : 0.0f) + (ef1 ? e[i][k] : 0.0f);
+      for (int r = 0; r < n; ++r) {
+        const auto word = static_cast<uint32_t>((c1.shared_randomness() ? 0 : i) * n + r);
+        c1.apply(std::span<const float>(u).subspan(r * chunk, chunk),
+                 std::span<float>(w[i]).subspan(r * chunk, chunk),
+                 RngStream(seed, Purpose::kCompress, word, static_cast<uint64_t>(step)));
+      }
+      for (size_t k = 0; k < D; ++k) e[i][k] = u[k] - w[i][k];
+    }
+    std::vector<float> out(d);
+    for (int r = 0; r < n; ++r) {
+      std::vector<float> y(chunk), c(chunk);
+      for (size_t k = 0; k < chunk; ++k) {
+        float acc = 0;
+        for (int i = 0; i < n; ++i) acc += w[i][r * chunk + k];
+        y[k] = (ef2 ? s[r * chunk + k] : 0.0f) + acc / static_cast<float>(n);
+      }
+      c2.apply(y, c,
+               RngStream(seed, Purpose::kCompress, static_cast<uint32_t>(n * n + r),
+                         static_cast<uint64_t>(step)));
+      for (size_t k = 0; k < chunk; ++k) {
+        s[r * chunk + k] = y[k] - c[k];
+        if (r * chunk + k < d) out[r * chunk + k] = c[k];
+      }
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("onebit") {
+  TEST_CASE("stages: C1 per worker chunk, mean, C2 matches a plain transcription bit for bit") {
+    const char* combos[][2] = {
+        {R"({"name": "nbit", "bits": 4, "group_size": 16, "rounding": "stochastic"})",
+         R"({"name": "topk", "ratio": 0.1})"},
+        {R"({"name": "randomk", "ratio": 0.25, "rescale": true})", R"({"name": "sign"})"},
+        {R"({"name": "sign", "scale": "l1"})", R"({"name": "fp16"})"},
+        {R"({"name": "topk", "k": 5})", R"({"name": "nbit", "bits": 2, "group_size": 8})"},
+    };
+    for (const auto& combo : combos) {
+      for (const bool ef1 : {true, false}) {
+        for (const bool ef2 : {true, false}) {
+          for (const int n : {1, 3, 4}) {
+            const size_t d = 201;
+            CAPTURE(combo[0]);
+            CAPTURE(combo[1]);
+            CAPTURE(ef1);
+            CAPTURE(ef2);
+            CAPTURE(n);
+            const auto c1 = stage_compressor(combo[0]);
+            const auto c2 = stage_compressor(combo[1]);
+            OneBitAllreduce ob(n, d);
+            ob.set_stages({c1, ef1}, {c2, ef2});
+            const size_t D = ob.padded_dim();
+            StageReference ref{n,
+                               d,
+                               D,
+                               *c1,
+                               *c2,
+                               ef1,
+                               ef2,
+                               std::vector<std::vector<float>>(n, std::vector<float>(D)),
+                               std::vector<float>(D)};
+            Inputs in(n, d);
+            Communicator comm(n);
+            std::vector<float> out(d);
+            for (int64_t step = 1; step <= 4; ++step) {
+              in.randomize(11, step);
+              ob.run(comm, in.view, out, 99, step);
+              CHECK(bit_equal(out, ref.run(in.view, 99, step)));
+            }
+          }
+        }
+      }
+    }
+  }
+
+  TEST_CASE("stages: the reference stages are the default collective bit for bit") {
+    const int n = 4;
+    const size_t d = 333;
+    OneBitAllreduce a(n, d), b(n, d);
+    b.set_stages({}, {});
+    Inputs in(n, d);
+    Communicator ca(n), cb(n);
+    std::vector<float> oa(d), ob(d);
+    for (int64_t step = 1; step <= 3; ++step) {
+      in.randomize(3, step);
+      a.run(ca, in.view, oa);
+      b.run(cb, in.view, ob, 7, step);
+      CHECK(bit_equal(oa, ob));
+    }
+    CHECK(ca.log().records().size() == cb.log().records().size());
+  }
+
+  TEST_CASE("stages: bytes of nbit and topk images against their closed forms") {
+    for (const int n : {2, 3, 8}) {
+      for (const size_t d : {size_t{1}, size_t{1000}, size_t{12345}}) {
+        CAPTURE(n);
+        CAPTURE(d);
+        const auto nbit = stage_compressor(R"({"name": "nbit", "bits": 4, "group_size": 32})");
+        const auto topk = stage_compressor(R"({"name": "topk", "ratio": 0.01})");
+        OneBitAllreduce ob(n, d);
+        ob.set_stages({nbit, true}, {topk, true});
+        const int64_t chunk = static_cast<int64_t>(ob.padded_dim()) / n;
+        // nbit: ceil(chunk·4/8) code bytes + one fp32 scale per group of 32
+        const int64_t nbit_image = (chunk * 4 + 7) / 8 + 4 * ((chunk + 31) / 32);
+        // topk: k = max(1, round(0.01·chunk)) values (fp32) and indices (uint32)
+        const int64_t k = std::max<int64_t>(1, std::llround(0.01 * static_cast<double>(chunk)));
+        const int64_t topk_image = 8 * k;
+        Communicator comm(n);
+        Inputs in(n, d);
+        in.randomize(1, 1);
+        std::vector<float> out(d);
+        ob.run(comm, in.view, out, 1, 1);
+        const auto& r = comm.log().records();
+        REQUIRE(r.size() == 2);
+        CHECK(std::string(r[0].op) == "alltoall");
+        CHECK(std::string(r[0].dtype) == "int4");
+        CHECK(r[0].payload_bytes == n * nbit_image);
+        CHECK(std::string(r[1].op) == "allgather");
+        CHECK(std::string(r[1].dtype) == "fp32+idx32");
+        CHECK(r[1].payload_bytes == n * topk_image);
+        // each worker keeps its own image: (n−1) images of each stage go out
+        CHECK(r[0].sent_bytes + r[1].sent_bytes ==
+              static_cast<double>((n - 1) * (nbit_image + topk_image)));
+        CHECK(ob.sent_bytes_per_call() == (n - 1) * (nbit_image + topk_image));
+        const auto plan = OneBitAllreduce::plan(n, d, 0, {nbit, true}, {topk, true});
+        REQUIRE(plan.size() == 2);
+        CHECK(plan[0].payload_bytes == r[0].payload_bytes);
+        CHECK(plan[1].payload_bytes == r[1].payload_bytes);
+        CHECK(plan[0].messages == r[0].messages);
+      }
+    }
   }
 }

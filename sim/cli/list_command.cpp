@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "optimizers/onebit_stages.hpp"
 #include "optimizers/optimizer.hpp"
 #include "problems/problem.hpp"
 #include "sim/cli/commands.hpp"
@@ -82,6 +83,7 @@ Json list_options_json() {
   for (const auto& e : compressor_registry()) {
     j["compressors"][e.name] = {{"summary", e.summary}, {"options", fields_json(e.fields)}};
   }
+  for (const auto& [name, note] : onebit_stage_notes()) j["onebit_stages"][name] = note;
   j["error_feedback"] = fields_json(ErrorFeedbackOptions::schema().describe());
   j["network"] = fields_json(NetworkOptions::schema().describe());
   j["compute"] = fields_json(ComputeOptions::schema().describe());
@@ -122,6 +124,12 @@ std::string format_list_options() {
   for (const auto& e : compressor_registry()) {
     appendf(out, "  %s: %s\n", e.name.c_str(), e.summary.c_str());
     print_fields(out, e.fields);
+  }
+  appendf(out,
+          "\nCOMPRESSED ALLREDUCE STAGES (worker_compressor / server_compressor of onebit_adam, "
+          "apmsqueeze, onebit_lamb, zero_one_adam; docs/algorithms.md §1)\n");
+  for (const auto& [name, note] : onebit_stage_notes()) {
+    appendf(out, "  %-9s %s\n", name.c_str(), note.c_str());
   }
   appendf(out, "\nERROR FEEDBACK (per-worker error buffers of a compressed exchange)\n");
   print_fields(out, ErrorFeedbackOptions::schema().describe());

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "sim/compress/compressor.hpp"
+#include "sim/core/rng.hpp"
 #include "sim/kernels/reference.hpp"
 
 namespace bitlab {
@@ -35,8 +36,28 @@ std::vector<CommRecord> OneBitAllreduce::plan(int n, size_t dim, size_t pad_mult
   };
 }
 
+std::vector<CommRecord> OneBitAllreduce::plan(int n, size_t dim, size_t pad_multiple,
+                                              const OneBitStage& worker,
+                                              const OneBitStage& server) {
+  if (worker.reference() && server.reference()) return plan(n, dim, pad_multiple);
+  static const SignCompressor kSign;
+  const Compressor& c1 = worker.compressor ? *worker.compressor : kSign;
+  const Compressor& c2 = server.compressor ? *server.compressor : kSign;
+  const size_t chunk = onebit_padded_dim(std::max<size_t>(dim, 1), n, pad_multiple) / n;
+  const int64_t s1 = c1.wire_bytes(chunk) * n, s2 = c2.wire_bytes(chunk) * n;
+  return {
+      make_comm_record("alltoall", "pairwise", intern_dtype_name(c1.wire_dtype()), "all", n, 1, s1,
+                       pairwise_alltoall_cost(n, s1)),
+      make_comm_record("allgather", "ring", intern_dtype_name(c2.wire_dtype()), "all", n, 1, s2,
+                       ring_allgather_cost(n, s2)),
+  };
+}
+
 OneBitAllreduce::OneBitAllreduce(int workers, size_t dim, size_t pad_multiple, WorkerRange local)
-    : n_(workers), d_(dim), local_(local.size() > 0 ? local : WorkerRange{0, workers}) {
+    : n_(workers),
+      d_(dim),
+      pad_multiple_(pad_multiple),
+      local_(local.size() > 0 ? local : WorkerRange{0, workers}) {
   if (workers < 1) throw std::invalid_argument("OneBitAllreduce: workers must be >= 1");
   if (pad_multiple % (8 * static_cast<size_t>(workers)) != 0) {
     throw std::invalid_argument("OneBitAllreduce: pad_multiple " + std::to_string(pad_multiple) +
@@ -54,6 +75,19 @@ OneBitAllreduce::OneBitAllreduce(int workers, size_t dim, size_t pad_multiple, W
   acc_.assign(D_ / n_ * resident, 0.0f);
 }
 
+void OneBitAllreduce::set_stages(const OneBitStage& worker, const OneBitStage& server) {
+  worker_ = worker;
+  server_ = server;
+  records_ = plan(n_, d_, pad_multiple_, worker_, server_);
+  if (general() && (local_.begin != 0 || local_.end != n_)) {
+    throw std::logic_error(
+        "OneBitAllreduce: compressors other than the reference sign run on "
+        "one process only");
+  }
+  w_.assign(general() ? static_cast<size_t>(n_) * D_ : 0, 0.0f);
+  decoded_.assign(general() ? D_ : 0, 0.0f);
+}
+
 void OneBitAllreduce::set_pad_reuse(bool on) {
   pad_reuse_ = on;
   pad_.assign(on ? D_ - d_ : 0, 0.0f);
@@ -67,16 +101,24 @@ void OneBitAllreduce::reset_errors() {
 
 int64_t OneBitAllreduce::sent_bytes_per_call() const {
   const int64_t n = n_, D = static_cast<int64_t>(D_);
+  if (general()) {
+    // Each record's S is n images; a worker keeps its own: (n−1)/n of it.
+    return (n - 1) * (records_[0].payload_bytes + records_[1].payload_bytes) / n;
+  }
   return 2 * (n - 1) * D / (8 * n) + 2 * 4 * (n - 1);
 }
 
 void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out) {
+  run(comm, in, out, 0, 0);
+}
+
+void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out,
+                          uint64_t seed, int64_t step) {
   const int n = n_;
   const size_t D = D_, d = d_, chunk = D_ / n_, chunk_bytes = chunk / 8;
-  if (!error_feedback_) {  // the errors only: a reused padding is not an error
-    std::fill(e_.begin(), e_.end(), 0.0f);
-    std::fill(s_.begin(), s_.end(), 0.0f);
-  }
+  // The errors only: a reused padding is not an error.
+  if (!worker_.error_feedback) std::fill(e_.begin(), e_.end(), 0.0f);
+  if (!server_.error_feedback) std::fill(s_.begin(), s_.end(), 0.0f);
   // Workers and servers this rank owns (all of them in the simulator).
   const WorkerRange mine = comm.local_workers();
   if (mine.begin != local_.begin || mine.end != local_.end) {
@@ -94,6 +136,10 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
       float* e = e_.data() + (i - first) * D + d;
       for (size_t k = 0; k < D - d; ++k) e[k] += pad_[k];
     }
+  }
+  if (general()) {
+    run_general(comm, in, out, seed, step);
+    return;
   }
 
   // ---- worker side: u = pad(b_i) + e_i ; a_i = ‖u‖/√D ; e_i = u − a_i sign(u)
@@ -140,7 +186,75 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
   }
 }
 
+// The per-chunk form (header): worker i compresses each chunk r of
+// u = pad(b_i) + e_i on its own. e_ already holds e_i (+ a reused padding).
+void OneBitAllreduce::compress_workers(const WorkerBuffers& in, uint64_t seed, int64_t step) {
+  const int n = n_;
+  const size_t D = D_, d = d_, chunk = D_ / n_;
+  const Compressor* c1 = worker_.compressor.get();
+  static const SignCompressor kSign;
+  if (!c1) c1 = &kSign;
+  const bool shared = c1->shared_randomness();
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < n; ++i) {
+    float* u = e_.data() + static_cast<size_t>(i) * D;
+    float* w = w_.data() + static_cast<size_t>(i) * D;
+    const float* b = in[i].data();
+    for (size_t k = 0; k < d; ++k) u[k] += b[k];
+    for (int r = 0; r < n; ++r) {
+      const auto word = static_cast<uint32_t>((shared ? 0 : i) * n + r);
+      const RngStream rng(seed, Purpose::kCompress, word, static_cast<uint64_t>(step));
+      c1->apply({u + r * chunk, chunk}, {w + r * chunk, chunk}, rng);
+    }
+    for (size_t k = 0; k < D; ++k) u[k] -= w[k];  // e_i = u − C1(u)
+  }
+}
+
+// Server r: y = s_r + (Σ_i w_i[r]) / n in worker order, c_r = C2(y),
+// s_r = y − c_r; c_r lands in decoded_ (every worker's phase-2 image).
+void OneBitAllreduce::reduce_servers(uint64_t seed, int64_t step) {
+  const int n = n_;
+  const size_t D = D_, chunk = D_ / n_;
+  const Compressor* c2 = server_.compressor.get();
+  static const SignCompressor kSign;
+  if (!c2) c2 = &kSign;
+  const float nf = static_cast<float>(n);
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < n; ++r) {
+    float* acc = acc_.data() + r * chunk;
+    float* y = s_.data() + r * chunk;
+    float* c = decoded_.data() + r * chunk;
+    std::fill(acc, acc + chunk, 0.0f);
+    for (int i = 0; i < n; ++i) {  // fixed worker order
+      const float* w = w_.data() + static_cast<size_t>(i) * D + r * chunk;
+      for (size_t k = 0; k < chunk; ++k) acc[k] += w[k];
+    }
+    for (size_t k = 0; k < chunk; ++k) y[k] += acc[k] / nf;
+    const RngStream rng(seed, Purpose::kCompress, static_cast<uint32_t>(n * n + r),
+                        static_cast<uint64_t>(step));
+    c2->apply({y, chunk}, {c, chunk}, rng);
+    for (size_t k = 0; k < chunk; ++k) y[k] -= c[k];  // s_r = y − C2(y)
+  }
+}
+
+// The simulator holds every worker's images, so the exchanges move nothing:
+// the records are what the wire carries (each compressor's exact image).
+void OneBitAllreduce::run_general(Communicator& comm, const WorkerBuffers& in, std::span<float> out,
+                                  uint64_t seed, int64_t step) {
+  compress_workers(in, seed, step);
+  comm.record(records_[0]);
+  reduce_servers(seed, step);
+  comm.record(records_[1]);
+  std::copy(decoded_.begin(), decoded_.begin() + static_cast<std::ptrdiff_t>(d_), out.begin());
+  if (pad_reuse_)
+    std::copy(decoded_.begin() + static_cast<std::ptrdiff_t>(d_), decoded_.end(), pad_.begin());
+}
+
 void OneBitAllreduce::decode_for(int /*worker*/, std::span<float> out) const {
+  if (general()) {
+    std::copy(decoded_.begin(), decoded_.begin() + static_cast<std::ptrdiff_t>(d_), out.begin());
+    return;
+  }
   // Every worker holds the same gathered image (server_bits_, c_) after
   // phase 2 and decodes it the same way.
   cpu::onebit_decode(server_bits_.data(), c_.data(), n_, D_, d_, out.data());
@@ -184,6 +298,10 @@ void OneBitAllreduceSet::set_error_feedback(bool on) {
   for (auto& p : parts_) p.set_error_feedback(on);
 }
 
+void OneBitAllreduceSet::set_stages(const OneBitStage& worker, const OneBitStage& server) {
+  for (auto& p : parts_) p.set_stages(worker, server);
+}
+
 void OneBitAllreduceSet::set_pad_reuse(bool on) {
   for (auto& p : parts_) p.set_pad_reuse(on);
 }
@@ -201,20 +319,28 @@ void OneBitAllreduceSet::state(StateArchive& io) {
 }
 
 void OneBitAllreduceSet::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out) {
+  run(comm, in, out, 0, 0);
+}
+
+void OneBitAllreduceSet::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out,
+                             uint64_t seed, int64_t step) {
   for (size_t p = 0; p < parts_.size(); ++p) {
     const OneBitSlice& s = slices_[p];
     WorkerBuffers slice = in;
     slice.data = in.data + s.offset;
     slice.len = s.size;
-    parts_[p].run(comm, slice, out.subspan(s.offset, s.size));
+    const uint64_t slice_seed = p == 0 ? seed : splitmix64(seed ^ p);
+    parts_[p].run(comm, slice, out.subspan(s.offset, s.size), slice_seed, step);
   }
 }
 
 std::vector<CommRecord> OneBitAllreduceSet::plan(int workers, const std::vector<int64_t>& sizes,
-                                                 size_t pad_multiple) {
+                                                 size_t pad_multiple, const OneBitStage& worker,
+                                                 const OneBitStage& server) {
   std::vector<CommRecord> out;
   for (const int64_t size : sizes) {
-    const auto part = OneBitAllreduce::plan(workers, static_cast<size_t>(size), pad_multiple);
+    const auto part =
+        OneBitAllreduce::plan(workers, static_cast<size_t>(size), pad_multiple, worker, server);
     out.insert(out.end(), part.begin(), part.end());
   }
   return out;

@@ -9,6 +9,19 @@
 //   phase 2:   allgather of the server sign chunks and of the scales c_r
 //   output:    out[r·D/n + k] = c_r·sign_r[k], truncated to d (same on every worker)
 //
+// With other compressors (set_stages: C1 at the workers, C2 at the servers;
+// docs/algorithms.md §1, "Compressor per stage") every chunk is its own image:
+//   worker i:  u = pad(b_i) + e_i ; w_i[r] = C1(u[r]) per chunk r ; e_i = u − w_i
+//   phase 1:   alltoall of the images C1(u[r]) (n·|C1(D/n)| bytes a worker)
+//   server r:  y = s_r + (Σ_i w_i[r]) / n  (worker order, fp32) ;
+//              c_r = C2(y) ; s_r = y − c_r
+//   phase 2:   allgather of the server images (n·|C2(D/n)| bytes)
+//   output:    out[r·D/n + k] = c_r[k], truncated to d
+// A stage without error feedback keeps its error at zero. Stochastic
+// compressors draw from RngStream(seed, kCompress, word, step) with word =
+// i·n + r for worker i's chunk r (r alone when the compressor shares its
+// randomness: every worker the same stream) and n·n + r for server r.
+//
 // D is d padded to a multiple of `pad_multiple` (default: the reference's
 // n·lcm(n, 8); 8n is the least that makes every chunk whole bytes). The
 // padding is fresh zeros on every call (1-bit Adam, 0/1 Adam), or, with
@@ -24,14 +37,25 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "sim/comm/comm.hpp"
+#include "sim/compress/compressor.hpp"
 #include "sim/core/state_archive.hpp"
 
 namespace bitlab {
+
+// One stage (worker or server) of the compressed allreduce: its compressor
+// and whether it keeps an error. A null compressor is the reference's scaled
+// sign (docs/algorithms.md §1, "Compressor per stage").
+struct OneBitStage {
+  std::shared_ptr<const Compressor> compressor;
+  bool error_feedback = true;
+  bool reference() const { return !compressor; }
+};
 
 // The reference padding multiple n·lcm(n, 8).
 size_t onebit_reference_pad_multiple(int workers);
@@ -56,8 +80,14 @@ class OneBitAllreduce {
   // With error feedback off, every call starts from zero errors (plain scaled
   // sign compression at both stages): the ablation that shows what the error
   // compensation buys (1-bit Adam, Tang et al. 2021, §3).
-  void set_error_feedback(bool on) { error_feedback_ = on; }
-  bool error_feedback() const { return error_feedback_; }
+  void set_error_feedback(bool on) { worker_.error_feedback = server_.error_feedback = on; }
+  bool error_feedback() const { return worker_.error_feedback && server_.error_feedback; }
+  // The compressor of each stage and its error feedback. Both reference
+  // (null) is the reference path above, whatever the error feedback flags;
+  // anything else runs the per-chunk form (simulator only: `local` must be all
+  // workers).
+  void set_stages(const OneBitStage& worker, const OneBitStage& server);
+  bool general() const { return !worker_.reference() || !server_.reference(); }
 
   // Padding of each call: fresh zeros (false, the default) or the D − d
   // values the previous call decoded there (true; zeros before the first call
@@ -79,12 +109,21 @@ class OneBitAllreduce {
   // result, identical on every worker, to `out` (dim() floats; may alias no
   // input) and records the four collectives in comm's log.
   void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out);
+  // The same; `seed` and `step` address the streams of stochastic compressors.
+  void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
+           int64_t step);
 
   // The four records one run() logs for `dim` elements on `workers` workers, in
   // log order (the closed form an optimizer's comm_plan states; run() logs
   // exactly these): alltoall of the sign chunks (S = D/8), allgather of the
   // scales (S = 4n), allgather of the server signs (D/8) and scales (4n).
   static std::vector<CommRecord> plan(int workers, size_t dim, size_t pad_multiple = 0);
+  // The records of one run() with these stages: plan() above when both are
+  // the reference; otherwise two: the alltoall of the worker images
+  // (S = n·C1.wire_bytes(D/n), C1's wire dtype) and the allgather of the server
+  // images (S = n·C2.wire_bytes(D/n)); a null compressor counts as `sign`.
+  static std::vector<CommRecord> plan(int workers, size_t dim, size_t pad_multiple,
+                                      const OneBitStage& worker, const OneBitStage& server);
 
   // What worker `w` reconstructs from the phase-2 image it received; equals
   // `out` of run() (each worker decodes the same gathered bytes).
@@ -108,18 +147,28 @@ class OneBitAllreduce {
   // Bytes held in the per-worker / per-server arrays (errors, sign bits,
   // server sums): proportional to the local workers.
   size_t resident_bytes() const {
-    return (e_.size() + s_.size() + acc_.size()) * sizeof(float) + bits_.size();
+    return (e_.size() + s_.size() + acc_.size() + w_.size() + decoded_.size()) * sizeof(float) +
+           bits_.size();
   }
 
-  // Bytes one worker sends per call: 2·(n−1)·D/(8n) + 2·4·(n−1).
+  // Bytes one worker sends per call: 2·(n−1)·D/(8n) + 2·4·(n−1) (reference);
+  // (n−1)·(C1.wire_bytes(D/n) + C2.wire_bytes(D/n)) otherwise.
   int64_t sent_bytes_per_call() const;
 
  private:
+  void run_general(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
+                   int64_t step);
+  void compress_workers(const WorkerBuffers& in, uint64_t seed, int64_t step);
+  void reduce_servers(uint64_t seed, int64_t step);
+
   std::vector<CommRecord> records_;  // plan(): what run() logs
   int n_;
   size_t d_, D_;
+  size_t pad_multiple_;
   WorkerRange local_;  // resident workers (and servers)
-  bool error_feedback_ = true;
+  OneBitStage worker_, server_;
+  std::vector<float> w_;              // general: n × D, C1 of each worker's chunks
+  std::vector<float> decoded_;        // general: D, C2 of every server's chunk
   std::vector<float> e_;              // local × D worker errors
   std::vector<float> s_;              // local × D/n server errors (all: D)
   std::vector<uint8_t> bits_;         // local × D/8 packed signs of u
@@ -153,6 +202,7 @@ class OneBitAllreduceSet {
   size_t padded_dim() const;
 
   void set_error_feedback(bool on);
+  void set_stages(const OneBitStage& worker, const OneBitStage& server);
   void set_pad_reuse(bool on);
   void reset_errors();
   // One slice: the entries of OneBitAllreduce::state ("onebit.*"); several:
@@ -162,11 +212,16 @@ class OneBitAllreduceSet {
   // Each slice's OneBitAllreduce::run on that slice of `in` and `out`, in
   // slice order: 4 records per slice in comm's log.
   void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out);
+  // The same with the streams of stochastic compressors: slice p uses seed
+  // p = 0 ? seed : splitmix64(seed ^ p).
+  void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
+           int64_t step);
 
   // The records of one run(): OneBitAllreduce::plan of each slice size, in
   // slice order.
   static std::vector<CommRecord> plan(int workers, const std::vector<int64_t>& sizes,
-                                      size_t pad_multiple = 0);
+                                      size_t pad_multiple = 0, const OneBitStage& worker = {},
+                                      const OneBitStage& server = {});
 
   int64_t sent_bytes_per_call() const;
   size_t resident_bytes() const;
