@@ -13,10 +13,6 @@ namespace bitlab {
 
 namespace {
 
-const char* wire_name(WireDtype w) {
-  return w == WireDtype::kFp32 ? "fp32" : w == WireDtype::kBf16 ? "bf16" : "fp16";
-}
-
 QuantizeSpec group_spec(int bits, size_t group, bool stochastic) {
   QuantizeSpec s;
   s.bits = bits;
@@ -80,7 +76,7 @@ std::vector<CommRecord> LocoTwoStageExchange::plan(const std::vector<TensorInfo>
   const int g = node_size <= 0 ? n : node_size, nodes = n / g;
   const int64_t wb = wire_dtype_bytes(wire);
   const char* codes = intern_dtype_name("int" + std::to_string(bits));
-  const char* wname = wire_name(wire);
+  const char* wname = wire_dtype_name(wire);
   const std::vector<LocoTensorPlan> plans = layout(tensors, n, g);
   std::vector<CommRecord> out;
   auto alltoall = [&](const char* dtype, const char* scope, int p, int groups, int64_t s) {
