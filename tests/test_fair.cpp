@@ -154,6 +154,7 @@ TEST_SUITE("fair") {
                                  "ethernet_10g_a100x8 --out " + out.string());
     REQUIRE(r.status == 0);
     CHECK(r.out == out.string() + "\n");  // the twin prints no folder of its own
+    CHECK(has(r.err, "vs its twin (uncompressed onebit_adam, in twin/): train_loss "));
     const Json s = summary_of(out);
     const Json twin = summary_of(out / "twin");
     const Json tc = Json::parse(slurp(out / "twin" / "config.json"));
@@ -213,6 +214,11 @@ TEST_SUITE("fair") {
     r = run_bitlab(d, "sweep " + objects + " --jobs 2 --out " + out2.string());
     REQUIRE(r.status == 0);
     CHECK(fs::exists(out2 / "run-002_optimizer=onebit_adam-freeze_step=100"));
+    // ... and so are sweep.csv's cells, under a header no other column has.
+    const std::string csv = slurp(out2 / "sweep.csv");
+    CHECK(has(csv, "run,optimizer (swept),optimizer,"));
+    CHECK(has(csv, "\n2,onebit_adam freeze_step=100,onebit_adam,"));
+    CHECK_FALSE(has(csv, "{"));
     CHECK_FALSE(has(r.err, "bias_correction differs"));  // set alike: no warning
   }
 

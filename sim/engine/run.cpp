@@ -765,7 +765,29 @@ Json make_summary(const RunContext& run, const RunTally& tally) {
   return summary;
 }
 
-void report(const RunContext& run, const RunTally& tally) {
+// A line of the report: the run against its twin (summary.json's
+// "baseline"), so that the gap is read where the run's own figures are.
+void report_baseline(const RunContext& run, const Json& baseline) {
+  if (!baseline.is_object()) return;
+  // 1-bit Adam's twin is 1-bit Adam with compression none: say "uncompressed".
+  const std::string twin = baseline["optimizer"].get<std::string>();
+  const bool same_name = twin == run.experiment.optimizer.value("name", "");
+  std::fprintf(stderr, "  vs its twin (%s%s, in twin/):", same_name ? "uncompressed " : "",
+               twin.c_str());
+  for (const auto& [key, gap] : baseline["gap"].items()) {
+    if (key == "grad_norm") continue;
+    std::fprintf(stderr, " %s %+.4g", key.c_str(), gap.get<double>());
+  }
+  if (baseline["bytes_ratio"].is_number()) {
+    std::fprintf(stderr, "; bytes x%.3g", baseline["bytes_ratio"].get<double>());
+  }
+  if (baseline["speedup"].is_number()) {
+    std::fprintf(stderr, "; speed-up %.3gx", baseline["speedup"].get<double>());
+  }
+  std::fprintf(stderr, "\n");
+}
+
+void report(const RunContext& run, const RunTally& tally, const Json& baseline) {
   if (run.options.quiet) return;
   const StepMetrics& last = tally.last;
   const double wall = tally.wall_s;
@@ -794,6 +816,7 @@ void report(const RunContext& run, const RunTally& tally) {
                  tally.divergence["what"].get<std::string>().c_str(),
                  tally.divergence["hint"].get<std::string>().c_str());
   }
+  report_baseline(run, baseline);
   std::fprintf(stderr, "  results: %s\n", run.dir.c_str());
 }
 
@@ -902,7 +925,7 @@ int finish_run(const RunContext& run, const RunTally& tally, const Json& twin) {
                  e.what());
     return kExitIoError;
   }
-  report(run, tally);
+  report(run, tally, summary.value("baseline", Json()));
   // The folder, alone on stdout, for scripts.
   if (run.options.print_dir) {
     std::printf("%s\n", run.dir.c_str());

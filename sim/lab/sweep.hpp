@@ -24,8 +24,11 @@ struct SweepRun {
   int index = 0;                                          // 1-based
   std::vector<std::pair<std::string, Json>> assignments;  // path, value (grid, zip, seed)
   std::string label;                                      // "optimizer.lr=0.01, seed=2"
-  std::string dir_name;                                   // "run-001_optimizer.lr=0.01_seed=2"
-  Json config;                                            // the resolved experiment
+  // Each assignment's value as sweep.csv shows it: a swept object by what
+  // differs across the sweep ("onebit_adam freeze_step=40"), not a JSON blob.
+  std::vector<std::string> value_texts;
+  std::string dir_name;  // "run-001_optimizer.lr=0.01_seed=2"
+  Json config;           // the resolved experiment
 };
 
 struct SweepSpec {

@@ -77,8 +77,12 @@ SummaryColumns summary_columns(const std::vector<SweepOutcome>& outcomes) {
 
 void write_header(std::ostream& csv, const SweepSpec& spec, const SummaryColumns& cols) {
   csv << "run";
+  // A swept path named as one of the columns every sweep has gets a suffix,
+  // so that no two columns share a name (pandas would rename one silently).
   for (const auto& p : spec.swept) {
-    if (p != "seed") csv << ',' << csv_cell(p);
+    if (p == "seed") continue;
+    const bool clash = p == "optimizer" || p == "workers" || p == "problem";
+    csv << ',' << csv_cell(clash ? p + " (swept)" : p);
   }
   // Every run's optimizer, workers and problem, swept or not, so that sweeps
   // combine in pandas without re-reading each config.json.
@@ -95,8 +99,11 @@ void write_row(std::ostream& csv, const SweepSpec& spec, const SweepRun& r, cons
   csv << r.index;
   for (const auto& p : spec.swept) {
     if (p == "seed") continue;
-    for (const auto& [path, value] : r.assignments) {
-      if (path == p) csv << ',' << csv_cell(sweep_value_text(value));
+    for (size_t i = 0; i < r.assignments.size(); ++i) {
+      if (r.assignments[i].first != p) continue;
+      csv << ','
+          << csv_cell(i < r.value_texts.size() ? r.value_texts[i]
+                                               : sweep_value_text(r.assignments[i].second));
     }
   }
   auto config_cell = [&](const char* section, const char* key) -> std::string {

@@ -295,6 +295,7 @@ void name_run(SweepRun& r, size_t width, const VaryingKeys& varying) {
     const auto it = varying.find(path);
     const std::string text = value_label(value, it == varying.end() ? nullptr : &it->second);
     r.label += (r.label.empty() ? "" : ", ") + path + "=" + text;
+    r.value_texts.push_back(text);
     r.dir_name += '_';
     r.dir_name += sanitize(path + "=" + text);
   }
