@@ -10,6 +10,9 @@
 #                     default: a temporary folder, removed at exit. Nothing is written into the
 #                     repository either way.
 #   NOTEBOOK_TIMEOUT  per-cell timeout in seconds (default 300)
+#   BITLAB_AXIS_SEEDS seeds of compression_sweep.ipynb's compression axis (Fashion-MNIST, 11 arms);
+#                     default here 1: one seed, 11 runs (about 2 min on 2 cores), to keep the test
+#                     suite short; 1,2,3 runs the experiment's three seeds (33 runs, about 5 min)
 #
 # Each notebook writes its figures as PNG and PDF to $BITLAB_FIGURES (here: <out>/figures, so
 # that a test run writes nothing into the repository; run interactively, a notebook writes
@@ -44,6 +47,7 @@ else
   trap 'rm -rf "$out"' EXIT
 fi
 export BITLAB_RESULTS="$out/results"
+export BITLAB_AXIS_SEEDS="${BITLAB_AXIS_SEEDS-1}"
 export BITLAB_FIGURES="$out/figures"
 export PYDEVD_DISABLE_FILE_VALIDATION=1   # quiets ipykernel's debugger note about frozen modules
 

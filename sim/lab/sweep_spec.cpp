@@ -272,6 +272,18 @@ VaryingKeys varying_keys(const SweepAxes& axes) {
   return out;
 }
 
+// An option's value inside a label: an object (a compressor) as
+// "randomk(ratio=0.1,rescale=true)", anything else as sweep_value_text.
+std::string option_text(const Json& value) {
+  if (!value.is_object()) return sweep_value_text(value);
+  std::string args;
+  for (const auto& [k, v] : value.items()) {
+    if (k != "name") args += (args.empty() ? "" : ",") + k + "=" + option_text(v);
+  }
+  const std::string name = value.contains("name") ? sweep_value_text(value["name"]) : "";
+  return name + "(" + args + ")";
+}
+
 // A swept value as a label: an object by its differing keys ("onebit_adam
 // freeze_step=100"; its "name" bare), anything else as sweep_value_text.
 std::string value_label(const Json& value, const std::vector<std::string>* keys) {
@@ -280,7 +292,7 @@ std::string value_label(const Json& value, const std::vector<std::string>* keys)
   if (value.contains("name")) text = sweep_value_text(value["name"]);
   for (const auto& k : *keys) {
     if (k == "name" || !value.contains(k)) continue;
-    text += (text.empty() ? "" : " ") + k + "=" + sweep_value_text(value[k]);
+    text += (text.empty() ? "" : " ") + k + "=" + option_text(value[k]);
   }
   return text.empty() ? sweep_value_text(value) : text;
 }
