@@ -170,7 +170,8 @@ TEST_SUITE("onebit_lamb") {
     // mirror follows the same rule.
     for (const auto& [wd, padding] :
          {std::pair<double, std::string>{0.0, "reuse"}, {0.01, "reuse"}, {0.01, "zeros"}}) {
-      CAPTURE(wd);
+      const double wd_value = wd;  // clang 14: no structured binding in CAPTURE
+      CAPTURE(wd_value);
       const std::string padding_label = padding;  // clang 14: no structured binding in CAPTURE
       CAPTURE(padding_label);
       Json j = Json::parse(kMlp4);
