@@ -87,7 +87,9 @@ struct Reference {
 };
 
 bool bit_equal(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+  // Empty spans may hold null pointers, which memcmp must not get (UBSan).
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
 }
 
 // ‖a − b‖ / ‖b‖ over [lo, hi).
