@@ -114,6 +114,22 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
 
 void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out,
                           uint64_t seed, int64_t step) {
+  run_impl(comm, in, nullptr, out, seed, step);
+}
+
+void OneBitAllreduce::run_momentum(Communicator& comm, const OneBitMomentumInput& momentum,
+                                   std::span<float> out) {
+  if (general()) {
+    throw std::logic_error(
+        "OneBitAllreduce::run_momentum: the worker inputs are formed in the reference "
+        "stage's kernel; other compressors need them written out (run())");
+  }
+  run_impl(comm, momentum.g, &momentum, out, 0, 0);
+}
+
+void OneBitAllreduce::run_impl(Communicator& comm, const WorkerBuffers& in,
+                               const OneBitMomentumInput* momentum, std::span<float> out,
+                               uint64_t seed, int64_t step) {
   const int n = n_;
   const size_t D = D_, d = d_, chunk = D_ / n_, chunk_bytes = chunk / 8;
   // The errors only: a reused padding is not an error.
@@ -145,9 +161,16 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
   // ---- worker side: u = pad(b_i) + e_i ; a_i = ‖u‖/√D ; e_i = u − a_i sign(u)
 #pragma omp parallel for schedule(static)
   for (int i = mine.begin; i < mine.end; ++i) {
-    // The loop body is the CPU reference of the CUDA kernel (sim/kernels/).
-    cpu::onebit_worker_compress(in[i].data(), d, e_.data() + (i - first) * D, D,
-                                bits_.data() + (i - first) * (D / 8), &a_[i]);
+    // The loop body is the CPU reference of the CUDA kernel (sim/kernels/),
+    // or its fusion with 1-bit Adam's momentum (the same bits).
+    float* e = e_.data() + (i - first) * D;
+    uint8_t* bits = bits_.data() + (i - first) * (D / 8);
+    if (momentum) {
+      cpu::onebit_adam_worker_compress(momentum->m, momentum->g[i].data(), d, momentum->c, e, D,
+                                       bits, &a_[i]);
+    } else {
+      cpu::onebit_worker_compress(in[i].data(), d, e, D, bits, &a_[i]);
+    }
   }
 
   // ---- phase 1: alltoall of sign chunks (S = D/8 bytes a worker sends in
@@ -331,6 +354,18 @@ void OneBitAllreduceSet::run(Communicator& comm, const WorkerBuffers& in, std::s
     slice.len = s.size;
     const uint64_t slice_seed = p == 0 ? seed : splitmix64(seed ^ p);
     parts_[p].run(comm, slice, out.subspan(s.offset, s.size), slice_seed, step);
+  }
+}
+
+void OneBitAllreduceSet::run_momentum(Communicator& comm, const OneBitMomentumInput& momentum,
+                                      std::span<float> out) {
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    const OneBitSlice& s = slices_[p];
+    OneBitMomentumInput slice = momentum;
+    slice.m = momentum.m + s.offset;
+    slice.g.data = momentum.g.data + s.offset;
+    slice.g.len = s.size;
+    parts_[p].run_momentum(comm, slice, out.subspan(s.offset, s.size));
   }
 }
 

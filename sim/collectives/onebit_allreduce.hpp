@@ -45,8 +45,20 @@
 #include "sim/comm/comm.hpp"
 #include "sim/compress/compressor.hpp"
 #include "sim/core/state_archive.hpp"
+#include "sim/kernels/elements.hpp"
 
 namespace bitlab {
+
+// Worker inputs formed on the fly, for 1-bit Adam's compression stage
+// (Tang et al. 2021, Alg. 1): b_i = onebit_adam_local_momentum(m, g_i) =
+// β1·m + (1−β1)·g_i, with m shared by every worker. run_momentum() is run() on
+// these b_i bit for bit, without writing them out: the worker stage reads m
+// and g_i once (cpu::onebit_adam_worker_compress).
+struct OneBitMomentumInput {
+  const float* m = nullptr;  // the shared momentum, one float per element
+  WorkerBuffers g;           // the workers' gradients, indexed as run()'s input
+  AdamCoeffs c;              // β1 and 1 − β1 as the element update uses them
+};
 
 // One stage (worker or server) of the compressed allreduce: its compressor
 // and whether it keeps an error. A null compressor is the reference's scaled
@@ -112,6 +124,9 @@ class OneBitAllreduce {
   // The same; `seed` and `step` address the streams of stochastic compressors.
   void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
            int64_t step);
+  // run() on the inputs b_i of `momentum` (reference stages only: general()
+  // is false; std::logic_error otherwise).
+  void run_momentum(Communicator& comm, const OneBitMomentumInput& momentum, std::span<float> out);
 
   // The four records one run() logs for `dim` elements on `workers` workers, in
   // log order (the closed form an optimizer's comm_plan states; run() logs
@@ -156,6 +171,10 @@ class OneBitAllreduce {
   int64_t sent_bytes_per_call() const;
 
  private:
+  // run() and run_momentum(): the worker inputs are `in`, or formed from
+  // `momentum` when it is not null.
+  void run_impl(Communicator& comm, const WorkerBuffers& in, const OneBitMomentumInput* momentum,
+                std::span<float> out, uint64_t seed, int64_t step);
   void run_general(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
                    int64_t step);
   void compress_workers(const WorkerBuffers& in, uint64_t seed, int64_t step);
@@ -216,6 +235,12 @@ class OneBitAllreduceSet {
   // p = 0 ? seed : splitmix64(seed ^ p).
   void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
            int64_t step);
+  // Each slice's OneBitAllreduce::run_momentum on that slice of m, the
+  // gradients and `out`, in slice order (reference stages only).
+  void run_momentum(Communicator& comm, const OneBitMomentumInput& momentum, std::span<float> out);
+  // Whether the slices run the per-chunk form (a compressor other than the
+  // reference sign at either stage): then run_momentum() is refused.
+  bool general() const { return parts_.front().general(); }
 
   // The records of one run(): OneBitAllreduce::plan of each slice size, in
   // slice order.

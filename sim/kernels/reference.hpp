@@ -27,4 +27,12 @@ inline constexpr size_t kNormBlock = 4096;
 // The references (host pointers); the documentation is in kernel_api.inc.
 #include "sim/kernels/kernel_api.inc"
 
+// 1-bit Adam's worker stage fused (CPU only; no CUDA twin): the same bits as
+// onebit_adam_momentum(m, g, d, b, c) followed by onebit_worker_compress(b, d,
+// e, D, bits, scale), in two passes over e instead of three over four arrays:
+// pass 1 forms u = e + (β1 m + (1−β1) g) block by block with ‖u‖², pass 2
+// writes the signs and the new error.
+void onebit_adam_worker_compress(const float* m, const float* g, size_t d, const AdamCoeffs& c,
+                                 float* e, size_t D, uint8_t* bits, float* scale);
+
 }  // namespace bitlab::cpu
