@@ -146,6 +146,7 @@ class OneBitAllreduce {
 
   // Worker / server i must be local.
   std::span<const float> worker_error(int i) const {
+    settle();
     return {e_.data() + static_cast<size_t>(i - local_.begin) * D_, D_};
   }
   std::span<const float> server_error(int r) const {
@@ -175,6 +176,14 @@ class OneBitAllreduce {
   // `momentum` when it is not null.
   void run_impl(Communicator& comm, const WorkerBuffers& in, const OneBitMomentumInput* momentum,
                 std::span<float> out, uint64_t seed, int64_t step);
+  // run_momentum()'s worker stage: one pass over blocks of kNormBlock, every
+  // local worker per block (so m's block is read from memory once), the
+  // error update deferred (cpu::onebit_adam_worker_block).
+  void compress_momentum(const OneBitMomentumInput& momentum);
+  // Applies a deferred error update: e_i = u − a_i·sign(u) from what e_,
+  // bits_ and a_ hold after compress_momentum(). Called before anything
+  // else reads or writes e_ (const: worker_error() reads it).
+  void settle() const;
   void run_general(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
                    int64_t step);
   void compress_workers(const WorkerBuffers& in, uint64_t seed, int64_t step);
@@ -186,9 +195,14 @@ class OneBitAllreduce {
   size_t pad_multiple_;
   WorkerRange local_;  // resident workers (and servers)
   OneBitStage worker_, server_;
-  std::vector<float> w_;              // general: n × D, C1 of each worker's chunks
-  std::vector<float> decoded_;        // general: D, C2 of every server's chunk
-  std::vector<float> e_;              // local × D worker errors
+  std::vector<float> w_;        // general: n × D, C1 of each worker's chunks
+  std::vector<float> decoded_;  // general: D, C2 of every server's chunk
+  // local × D worker errors; after run_momentum() the workers' u, with
+  // e_i = u − a_i·sign(u) pending (settle()).
+  mutable std::vector<float> e_;
+  mutable bool pending_ = false;
+  std::vector<double> partial_;       // compress_momentum: local × blocks sums of squares
+  std::vector<float> tables_;         // compress_momentum: local × 2048, ±a_i per sign byte
   std::vector<float> s_;              // local × D/n server errors (all: D)
   std::vector<uint8_t> bits_;         // local × D/8 packed signs of u
   std::vector<uint8_t> server_bits_;  // D/8: chunk r at r·D/(8n)

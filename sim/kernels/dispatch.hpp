@@ -62,6 +62,12 @@ struct KernelTable {
   // bits = sign(u) MSB first (u ≥ 0 ⇒ 1, NaN ⇒ 0), u −= a·sign(u); len a
   // multiple of 8.
   void (*pack_and_subtract)(float* u, size_t len, float a, uint8_t* bits);
+  // bits = sign(u) alone (u unchanged), and u −= table[8·bits[j] + t] alone
+  // (table: ±a as onebit_sign_table writes it): pack_and_subtract split in
+  // two, the same operations, for the deferred worker stage. len a multiple
+  // of 8.
+  void (*pack_signs)(const float* u, size_t len, uint8_t* bits);
+  void (*subtract_signs)(float* u, const uint8_t* bits, size_t len, const float* table);
   // acc[8j + t] += table[8·bytes[j] + t] for j < nbytes (the server's sum of
   // ±a_i through a 256-entry expansion table).
   void (*expand_accumulate)(const uint8_t* bytes, size_t nbytes, const float* table, float* acc);

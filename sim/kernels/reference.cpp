@@ -97,6 +97,26 @@ void onebit_adam_worker_compress(const float* m, const float* g, size_t d, const
   t.pack_and_subtract(e, D, a, bits);
 }
 
+double onebit_adam_worker_block(const float* m, const float* g, size_t d, const AdamCoeffs& c,
+                                float* e, size_t D, uint8_t* bits, const float* prev_table,
+                                size_t block) {
+  const KernelTable& t = active_kernels();
+  const size_t lo = block * kNormBlock, hi = std::min(D, lo + kNormBlock);
+  const size_t hb = std::min(hi, std::max(lo, d)), at = std::min(lo, d);
+  if (prev_table) t.subtract_signs(e + lo, bits + lo / 8, hi - lo, prev_table);
+  const double ss = t.momentum_add_sum_squares(e + lo, m + at, g + at, hb - lo, hi - lo, c);
+  t.pack_signs(e + lo, hi - lo, bits + lo / 8);
+  return ss;
+}
+
+void onebit_sign_table(float a, float* table) {
+  fill_expand_table(a, table);
+}
+
+void onebit_settle_error(float* e, size_t D, const uint8_t* bits, const float* table) {
+  active_kernels().subtract_signs(e, bits, D, table);
+}
+
 void onebit_server_reduce(const uint8_t* bits, size_t bits_stride, const float* scales, int n,
                           size_t chunk, float* s, float* acc, uint8_t* out_bits, float* out_scale) {
   // Each worker's sign byte expands through a 256-entry table to its 8 values

@@ -2,9 +2,9 @@
 // an exact fp32 allreduce on the quadratic, N = 16 workers, d = 2^22, and the
 // effective memory bandwidth it reaches, next to a STREAM-style triad
 // measured in the same run. Target: >= 50 % of the triad bandwidth.
-// Then 1-bit Adam's compression-stage step (freeze_step = 0: every step
+// Then 1-bit Adam's compression-stage step (freeze_step = 2: every timed step
 // compressed) on the same problem, and its ratio to the Adam step measured in
-// the same run. Target (issue #17): at most 1.5x. BITLAB_ISA=sse2|avx2|avx512
+// the same run. Target: at most 1.5x. BITLAB_ISA=sse2|avx2|avx512
 // picks the hot loops' variant (sim/core/isa.hpp).
 //
 //   ./build/bench_step [--workers N] [--log2-dim K] [--repeats R]
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   constexpr double kOneBitLimit = 1.5;
   const StepTiming ob =
       time_steps(workers, log2_dim, 0, repeats,
-                 R"({"name": "onebit_adam", "lr": 0.001, "freeze_step": 0})", 0.0);
+                 R"({"name": "onebit_adam", "lr": 0.001, "freeze_step": 2})", 0.0);
   std::printf("%-34s %10.2f %10.2f %10.2f\n", "onebit_adam compression stage", ob.median_s * 1e3,
               ob.min_s * 1e3, ob.max_s * 1e3);
   const double ratio = ob.median_s / clean_s;
