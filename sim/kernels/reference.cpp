@@ -119,20 +119,22 @@ void onebit_settle_error(float* e, size_t D, const uint8_t* bits, const float* t
 
 void onebit_server_reduce(const uint8_t* bits, size_t bits_stride, const float* scales, int n,
                           size_t chunk, float* s, float* acc, uint8_t* out_bits, float* out_scale) {
-  // Each worker's sign byte expands through a 256-entry table to its 8 values
-  // ±a_i (branch-free, 8 floats at a time); the sums still run over workers
-  // in order 0..n−1 from 0, as a plain per-element loop would.
+  // Each worker's sign byte expands through its 256-entry table to its 8
+  // values ±a_i (branch-free, 8 floats at a time); the sums still run over
+  // workers in order 0..n−1 from 0, as a plain per-element loop would. Block
+  // by block of the norm: the block's sums over workers, then y = s + sum/n
+  // (kept in s) and ‖y‖², all while the block is in cache.
   const KernelTable& t = active_kernels();
-  const size_t chunk_bytes = chunk / 8;
-  float table[2048];
-  std::fill(acc, acc + chunk, 0.0f);
-  for (int i = 0; i < n; ++i) {  // fixed worker order
-    fill_expand_table(scales[i], table);
-    t.expand_accumulate(bits + static_cast<size_t>(i) * bits_stride, chunk_bytes, table, acc);
-  }
-  // y = s + mean, kept in s, and ‖y‖² in the same blocked pass.
+  thread_local std::vector<float> tables;
+  tables.resize(static_cast<size_t>(n) * 2048);
+  for (int i = 0; i < n; ++i) fill_expand_table(scales[i], tables.data() + 2048 * i);
   const float nf = static_cast<float>(n);
   const double ss = blocked_sum_squares(chunk, [&](size_t lo, size_t hi) {
+    std::fill(acc + lo, acc + hi, 0.0f);
+    for (int i = 0; i < n; ++i) {  // fixed worker order
+      t.expand_accumulate(bits + static_cast<size_t>(i) * bits_stride + lo / 8, (hi - lo) / 8,
+                          tables.data() + 2048 * i, acc + lo);
+    }
     return t.mean_add_sum_squares(s + lo, acc + lo, nf, hi - lo);
   });
   const float cr = rms_scale(ss, chunk);
