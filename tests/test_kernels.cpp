@@ -1,7 +1,7 @@
 // The dispatched hot loops (sim/kernels/dispatch.hpp): every instruction-set
 // variant this CPU supports gives the SSE2 variant's bits on awkward inputs;
 // the sum of squares has the lanes dispatch.hpp states; the fused 1-bit Adam
-// worker stage is the unfused pair bit for bit; and whole runs give identical
+// worker stage (run_momentum) is run() on the momenta bit for bit; and whole runs give identical
 // metrics whatever BITLAB_ISA and the thread count.
 #include <doctest/doctest.h>
 
@@ -276,28 +276,6 @@ TEST_SUITE("kernels") {
         INFO(std::string(isa_name(isa)) << ", n = " << n);
         CHECK(std::bit_cast<uint64_t>(got) == std::bit_cast<uint64_t>(want));
       }
-    }
-  }
-
-  TEST_CASE("the fused 1-bit Adam worker stage is momentum then worker compress, bit for bit") {
-    const AdamCoeffs c = coeffs(false);
-    // (d, D): D a multiple of 8 with padding, several norm blocks, and none.
-    const std::pair<size_t, size_t> shapes[] = {{1, 8},       {13, 16},     {100, 128},
-                                                {4096, 4096}, {5000, 8192}, {9001, 9024}};
-    for (const auto& [d, D] : shapes) {
-      const auto m = awkward(d, 15), g = awkward(d, 16, 2.0f);
-      const auto e0 = awkward(D, 17, 0.1f);
-      std::vector<float> b(d), e_ref = e0, e_fused = e0;
-      std::vector<uint8_t> bits_ref(D / 8), bits_fused(D / 8);
-      float a_ref = 0.0f, a_fused = 0.0f;
-      cpu::onebit_adam_momentum(m.data(), g.data(), d, b.data(), c);
-      cpu::onebit_worker_compress(b.data(), d, e_ref.data(), D, bits_ref.data(), &a_ref);
-      cpu::onebit_adam_worker_compress(m.data(), g.data(), d, c, e_fused.data(), D,
-                                       bits_fused.data(), &a_fused);
-      INFO("d = " << d << ", D = " << D);
-      CHECK(std::bit_cast<uint32_t>(a_fused) == std::bit_cast<uint32_t>(a_ref));
-      CHECK(bits_fused == bits_ref);
-      CHECK(std::memcmp(e_fused.data(), e_ref.data(), D * sizeof(float)) == 0);
     }
   }
 

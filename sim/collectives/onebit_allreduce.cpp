@@ -138,7 +138,9 @@ void OneBitAllreduce::run_impl(Communicator& comm, const WorkerBuffers& in,
     std::fill(e_.begin(), e_.end(), 0.0f);
     pending_ = false;
   }
-  // Only the momentum worker stage takes a deferred error update as it is.
+  // Only the momentum worker stage takes a deferred error update as it is
+  // (without a reused padding, which is added to the settled error; 1-bit
+  // Adam, the one caller of run_momentum, never reuses it).
   if (!momentum || pad_reuse_) settle();
   if (!server_.error_feedback) std::fill(s_.begin(), s_.end(), 0.0f);
   // Workers and servers this rank owns (all of them in the simulator).
@@ -242,7 +244,7 @@ void OneBitAllreduce::compress_momentum(const OneBitMomentumInput& momentum) {
 
 void OneBitAllreduce::settle() const {
   if (!pending_) return;
-  std::vector<float> table(2048);
+  thread_local std::vector<float> table(2048);
   for (size_t row = 0; row < static_cast<size_t>(local_.size()); ++row) {
     cpu::onebit_sign_table(a_[local_.begin + row], table.data());
     cpu::onebit_settle_error(e_.data() + row * D_, D_, bits_.data() + row * (D_ / 8), table.data());

@@ -53,7 +53,7 @@ namespace bitlab {
 // (Tang et al. 2021, Alg. 1): b_i = onebit_adam_local_momentum(m, g_i) =
 // β1·m + (1−β1)·g_i, with m shared by every worker. run_momentum() is run() on
 // these b_i bit for bit, without writing them out: the worker stage reads m
-// and g_i once (cpu::onebit_adam_worker_compress).
+// and g_i once, in one pass (cpu::onebit_adam_worker_block).
 struct OneBitMomentumInput {
   const float* m = nullptr;  // the shared momentum, one float per element
   WorkerBuffers g;           // the workers' gradients, indexed as run()'s input

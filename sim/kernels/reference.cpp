@@ -83,20 +83,6 @@ void onebit_worker_compress(const float* b, size_t d, float* e, size_t D, uint8_
   t.pack_and_subtract(e, D, a, bits);
 }
 
-void onebit_adam_worker_compress(const float* m, const float* g, size_t d, const AdamCoeffs& c,
-                                 float* e, size_t D, uint8_t* bits, float* scale) {
-  // onebit_worker_compress with b = onebit_adam_local_momentum(m, g) formed
-  // in pass 1: e + b with the same float b, so the same bits.
-  const KernelTable& t = active_kernels();
-  const double ss = blocked_sum_squares(D, [&](size_t lo, size_t hi) {
-    const size_t hb = std::min(hi, std::max(lo, d)), at = std::min(lo, d);
-    return t.momentum_add_sum_squares(e + lo, m + at, g + at, hb - lo, hi - lo, c);
-  });
-  const float a = rms_scale(ss, D);
-  *scale = a;
-  t.pack_and_subtract(e, D, a, bits);
-}
-
 double onebit_adam_worker_block(const float* m, const float* g, size_t d, const AdamCoeffs& c,
                                 float* e, size_t D, uint8_t* bits, const float* prev_table,
                                 size_t block) {

@@ -29,14 +29,8 @@ inline constexpr size_t kNormBlock = 4096;
 
 // 1-bit Adam's worker stage fused (CPU only; no CUDA twin): the same bits as
 // onebit_adam_momentum(m, g, d, b, c) followed by onebit_worker_compress(b, d,
-// e, D, bits, scale), in two passes over e instead of three over four arrays:
-// pass 1 forms u = e + (β1 m + (1−β1) g) block by block with ‖u‖², pass 2
-// writes the signs and the new error.
-void onebit_adam_worker_compress(const float* m, const float* g, size_t d, const AdamCoeffs& c,
-                                 float* e, size_t D, uint8_t* bits, float* scale);
-
-// The same worker stage in one pass, the error update deferred to the next
-// call (OneBitAllreduce::run_momentum). The sign bits do not depend on the
+// e, D, bits, scale), in one pass, the error update deferred to the next call
+// (OneBitAllreduce::run_momentum). The sign bits do not depend on the
 // scale, so one pass can form u, its block sums and its signs; e − a·sign(u)
 // then needs the scale, which needs every block, so it is left in e as u and
 // applied, the same float operation, at the start of the next call's pass.
