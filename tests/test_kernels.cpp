@@ -184,24 +184,38 @@ TEST_SUITE("kernels") {
       const std::string at = " n = " + std::to_string(n);
       const auto e0 = awkward(n, 7), b = awkward(n, 8, 3.0f), m = awkward(n, 9), g = awkward(n, 10);
       for (size_t n_add : {size_t{0}, n / 2, n}) {
-        check_variants(
-            "sum of squares (plain, add, momentum, mean)" + at, [&](const KernelTable& t) {
-              Blob out;
-              out.add(t.sum_squares(e0.data(), n));
-              auto e = e0;
-              out.add(t.add_sum_squares(e.data(), b.data(), n_add, n));
-              out.add(e);
-              e = e0;
-              out.add(t.momentum_add_sum_squares(e.data(), m.data(), g.data(), n_add, n, c));
-              out.add(e);
-              e = e0;
-              out.add(t.mean_add_sum_squares(e.data(), b.data(), 16.0f, n));
-              out.add(e);
-              return out;
-            });
+        check_variants("sum of squares (plain, add, mean)" + at, [&](const KernelTable& t) {
+          Blob out;
+          out.add(t.sum_squares(e0.data(), n));
+          auto e = e0;
+          out.add(t.add_sum_squares(e.data(), b.data(), n_add, n));
+          out.add(e);
+          e = e0;
+          out.add(t.mean_add_sum_squares(e.data(), b.data(), 16.0f, n));
+          out.add(e);
+          return out;
+        });
       }
       const size_t len = n / 8 * 8;
       const auto u0 = awkward(len, 11, 1.0f, true);
+      // 1-bit Adam's worker block, with and without a pending update, the
+      // momentum added up to n_add (any count, not only whole vectors).
+      std::vector<float> table(2048);
+      cpu::onebit_sign_table(0.37f, table.data());
+      for (size_t n_add : {size_t{0}, len / 2 + 1, len}) {
+        for (bool pending : {false, true}) {
+          check_variants("momentum_worker_block" + at, [&](const KernelTable& t) {
+            auto e = u0;
+            std::vector<uint8_t> bits(len / 8);
+            for (size_t j = 0; j < bits.size(); ++j) bits[j] = static_cast<uint8_t>(j * 91 + 7);
+            Blob out;
+            out.add(t.momentum_worker_block(e.data(), bits.data(), pending ? table.data() : nullptr,
+                                            m.data(), g.data(), std::min(n_add, n), len, c));
+            out.add(e), out.add(bits);
+            return out;
+          });
+        }
+      }
       for (float a : {0.0f, 0.37f, 1e-38f}) {
         check_variants("pack_and_subtract" + at, [&](const KernelTable& t) {
           auto u = u0;
@@ -263,18 +277,30 @@ TEST_SUITE("kernels") {
       for (size_t k = 0; k < n; ++k) x[k] *= std::ldexp(1.0f, static_cast<int>(k % 61) - 30);
       inputs.push_back(x);
     }
-    for (size_t n : {size_t{4}, size_t{8}, size_t{33}}) {
+    for (size_t n : {size_t{4}, size_t{8}, size_t{33}, size_t{64}}) {
       std::vector<float> x(n, 1.25f);
       x[0] = 134217728.0f;  // 2^27
       inputs.push_back(x);
     }
+    // Lanes 2^54, 1, 1.5, 1.5 (about): in the stated order each addition is
+    // below half an ulp of 2^54 and vanishes; (l2 + l3) first would not.
+    inputs.push_back({134217728.0f, 1.0f, 1.2247449f, 1.2247449f});
+    inputs.push_back({134217728.0f, 1.0f, 1.2247449f, 1.2247449f, 0.0f, 0.0f, 0.0f, 0.0f});
     for (const std::vector<float>& x : inputs) {
       const size_t n = x.size();
       const double want = four_lane_sum_squares(x);
       for (Isa isa : supported_isas()) {
-        const double got = isa_kernels::kernel_table(isa).sum_squares(x.data(), n);
+        const KernelTable& t = isa_kernels::kernel_table(isa);
         INFO(std::string(isa_name(isa)) << ", n = " << n);
-        CHECK(std::bit_cast<uint64_t>(got) == std::bit_cast<uint64_t>(want));
+        CHECK(std::bit_cast<uint64_t>(t.sum_squares(x.data(), n)) == std::bit_cast<uint64_t>(want));
+        // The worker block sums with the same lanes (whole sign bytes only).
+        if (n % 8 == 0) {
+          auto e = x;
+          std::vector<uint8_t> bits(n / 8);
+          const double got = t.momentum_worker_block(e.data(), bits.data(), nullptr, nullptr,
+                                                     nullptr, 0, n, coeffs(false));
+          CHECK(std::bit_cast<uint64_t>(got) == std::bit_cast<uint64_t>(want));
+        }
       }
     }
   }

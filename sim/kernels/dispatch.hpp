@@ -49,24 +49,24 @@ struct KernelTable {
 
   // One block of the 1-bit allreduce's norm (n ≤ kNormBlock elements), each
   // returning the block's Σ u² in double with the fixed lanes above:
-  //   sum_squares:              u = p (read only)
-  //   add_sum_squares:          e[k] += b[k] for k < n_add, then u = e
-  //   momentum_add_sum_squares: e[k] += onebit_adam_local_momentum(m[k], g[k])
-  //                             for k < n_add, then u = e (the fused worker stage)
-  //   mean_add_sum_squares:     s[k] += acc[k] / nf, then u = s (the server's mean)
+  //   sum_squares:          u = p (read only)
+  //   add_sum_squares:      e[k] += b[k] for k < n_add, then u = e
+  //   mean_add_sum_squares: s[k] += acc[k] / nf, then u = s (the server's mean)
+  //   momentum_worker_block (1-bit Adam's deferred worker stage, n a multiple
+  //     of 8): e −= table[sign] as bits says (when table is not null), then
+  //     e[k] += onebit_adam_local_momentum(m[k], g[k]) for k < n_add, u = e,
+  //     and bits = sign(u) (overwriting the signs it read).
   double (*sum_squares)(const float* p, size_t n);
   double (*add_sum_squares)(float* e, const float* b, size_t n_add, size_t n);
-  double (*momentum_add_sum_squares)(float* e, const float* m, const float* g, size_t n_add,
-                                     size_t n, const AdamCoeffs& c);
+  double (*momentum_worker_block)(float* e, uint8_t* bits, const float* table, const float* m,
+                                  const float* g, size_t n_add, size_t n, const AdamCoeffs& c);
   double (*mean_add_sum_squares)(float* s, const float* acc, float nf, size_t n);
   // bits = sign(u) MSB first (u ≥ 0 ⇒ 1, NaN ⇒ 0), u −= a·sign(u); len a
   // multiple of 8.
   void (*pack_and_subtract)(float* u, size_t len, float a, uint8_t* bits);
-  // bits = sign(u) alone (u unchanged), and u −= table[8·bits[j] + t] alone
-  // (table: ±a as onebit_sign_table writes it): pack_and_subtract split in
-  // two, the same operations, for the deferred worker stage. len a multiple
-  // of 8.
-  void (*pack_signs)(const float* u, size_t len, uint8_t* bits);
+  // u −= table[8·bits[j] + t] (table: ±a as onebit_sign_table writes it):
+  // the second half of pack_and_subtract, alone, to settle a deferred update.
+  // len a multiple of 8.
   void (*subtract_signs)(float* u, const uint8_t* bits, size_t len, const float* table);
   // acc[8j + t] += table[8·bytes[j] + t] for j < nbytes (the server's sum of
   // ±a_i through a 256-entry expansion table).

@@ -86,13 +86,10 @@ void onebit_worker_compress(const float* b, size_t d, float* e, size_t D, uint8_
 double onebit_adam_worker_block(const float* m, const float* g, size_t d, const AdamCoeffs& c,
                                 float* e, size_t D, uint8_t* bits, const float* prev_table,
                                 size_t block) {
-  const KernelTable& t = active_kernels();
   const size_t lo = block * kNormBlock, hi = std::min(D, lo + kNormBlock);
   const size_t hb = std::min(hi, std::max(lo, d)), at = std::min(lo, d);
-  if (prev_table) t.subtract_signs(e + lo, bits + lo / 8, hi - lo, prev_table);
-  const double ss = t.momentum_add_sum_squares(e + lo, m + at, g + at, hb - lo, hi - lo, c);
-  t.pack_signs(e + lo, hi - lo, bits + lo / 8);
-  return ss;
+  return active_kernels().momentum_worker_block(e + lo, bits + lo / 8, prev_table, m + at, g + at,
+                                                hb - lo, hi - lo, c);
 }
 
 void onebit_sign_table(float a, float* table) {
