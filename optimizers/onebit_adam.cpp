@@ -263,37 +263,31 @@ void OneBitAdam::compressed_step(StepContext& ctx) {
   const size_t stride = stride_;
 
   // m_i = β1 m + (1−β1) g_i (each worker's local gradient into the shared m;
-  // the same expression as adam_moments()).
+  // the same expression as adam_moments()), then m = compressed_allreduce(m_i),
+  // identical on every worker. With the reference stages the worker kernel
+  // forms m_i itself (run_momentum: the same bits, m_i never written out).
   const WorkerBuffers g = ctx.cluster.grads();
-  const float* mp = m_.data();
-  float* mw = m_workers_.data();
-  const float* gp = g.data;
-  const size_t gstride = g.stride;
   const WorkerRange mine = ctx.comm.local_workers();  // all workers in the simulator
-#pragma omp parallel for collapse(2) schedule(static) if (n * d > kParallelMinElements)
-  for (int i = mine.begin; i < mine.end; ++i) {
-    for (int64_t k = 0; k < d; ++k) {
-      mw[(i - mine.begin) * stride + k] =
-          onebit_adam_local_momentum(mp[k], gp[(i - g.first) * gstride + k], c);
+  if (onebit_ && !onebit_->general()) {
+    onebit_->run_momentum(ctx.comm, {m_.data(), g, c}, m_);
+  } else {
+    const float* mp = m_.data();
+    float* mw = m_workers_.data();
+#pragma omp parallel for schedule(static) if (n * d > kParallelMinElements)
+    for (int i = mine.begin; i < mine.end; ++i) {
+      cpu::onebit_adam_momentum(mp, g[i].data(), dim_, mw + (i - mine.begin) * stride, c);
+    }
+    const WorkerBuffers momenta{m_workers_.data(), stride, dim_, n, mine.begin, mine.size()};
+    if (onebit_) {
+      onebit_->run(ctx.comm, momenta, m_, ctx.cluster.seed(), ctx.step);
+    } else {
+      ctx.comm.allreduce_mean(momenta, m_, WireDtype::kFp32, "ring");
     }
   }
 
-  // m = compressed_allreduce(m_i): identical on every worker.
-  const WorkerBuffers momenta{m_workers_.data(), stride, dim_, n, mine.begin, mine.size()};
-  if (onebit_) {
-    onebit_->run(ctx.comm, momenta, m_, ctx.cluster.seed(), ctx.step);
-  } else {
-    ctx.comm.allreduce_mean(momenta, m_, WireDtype::kFp32, "ring");
-  }
-
   // Optional mask, then x = x − lr·(m ⊘ (sqrt(v*)+ε) + wd·x).
-  float* xp = ctx.cluster.params().data();
-  float* m = m_.data();
-  const float* v = v_.data();
-  const float* mask = mask_.empty() ? nullptr : mask_.data();
-#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
-  for (int64_t k = 0; k < d; ++k)
-    onebit_adam_update_element(xp[k], m[k], v[k], mask ? mask + k : nullptr, c);
+  cpu::onebit_adam_update(ctx.cluster.params().data(), m_.data(), v_.data(),
+                          mask_.empty() ? nullptr : mask_.data(), dim_, c);
 }
 
 void OneBitAdam::state(StateArchive& io) {

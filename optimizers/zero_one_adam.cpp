@@ -238,7 +238,6 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   const ZeroOneLocalCoeffs lc{static_cast<float>(opts_.lr), static_cast<float>(opts_.beta1),
                               static_cast<float>(1.0 - opts_.beta1),
                               static_cast<float>(opts_.weight_decay)};
-  const int64_t d = static_cast<int64_t>(dim_);
   const float* den = denom_.data();
 
   // Local step on every worker (no communication):
@@ -248,9 +247,7 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
     float* x = cl.params(i).data();
     float* m = m_local_.data() + static_cast<size_t>(i - local_.begin) * stride_;
     float* u = u_.data() + static_cast<size_t>(i - local_.begin) * stride_;
-    const float* g = cl.grad(i).data();
-#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
-    for (int64_t k = 0; k < d; ++k) zero_one_local_element(x[k], m[k], u[k], g[k], den[k], lc);
+    cpu::zero_one_local_step(x, m, u, cl.grad(i).data(), den, dim_, lc);
   }
   lrs_ += opts_.lr;
   if (!sync) return;
@@ -261,9 +258,7 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   const double lrs = zero_one_check_lrs(lrs_, ctx.step);
   // ū = 1-bit allreduce(u_i ⊙ (sqrt(v)+ε)), computed in place in u (zeroed after).
   for (int i = local_.begin; i < local_.end; ++i) {
-    float* u = u_.data() + static_cast<size_t>(i - local_.begin) * stride_;
-#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
-    for (int64_t k = 0; k < d; ++k) u[k] *= den[k];
+    cpu::zero_one_scale_u(u_.data() + static_cast<size_t>(i - local_.begin) * stride_, den, dim_);
   }
   onebit_->run(ctx.comm,
                WorkerBuffers{u_.data(), stride_, dim_, workers_, local_.begin, local_.size()},
@@ -273,9 +268,7 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   // 0's in the simulator): every rank computes the same m = −ū/lrs into it.
   float* xs = cl.params().data();
   float* m0 = m_local_.data();
-  const float* ub = ubar_.data();
-#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
-  for (int64_t k = 0; k < d; ++k) zero_one_sync_element(m0[k], xs[k], ub[k], den[k], lrs);
+  cpu::zero_one_sync(m0, xs, ubar_.data(), den, dim_, lrs);
   for (int i = local_.begin; i < local_.end; ++i) {
     float* u = u_.data() + static_cast<size_t>(i - local_.begin) * stride_;
     std::fill(u, u + dim_, 0.0f);

@@ -95,6 +95,7 @@ void OneBitAllreduce::set_pad_reuse(bool on) {
 
 void OneBitAllreduce::reset_errors() {
   std::fill(e_.begin(), e_.end(), 0.0f);
+  pending_ = false;
   std::fill(s_.begin(), s_.end(), 0.0f);
   std::fill(pad_.begin(), pad_.end(), 0.0f);
 }
@@ -114,10 +115,33 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
 
 void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out,
                           uint64_t seed, int64_t step) {
+  run_impl(comm, in, nullptr, out, seed, step);
+}
+
+void OneBitAllreduce::run_momentum(Communicator& comm, const OneBitMomentumInput& momentum,
+                                   std::span<float> out) {
+  if (general()) {
+    throw std::logic_error(
+        "OneBitAllreduce::run_momentum: the worker inputs are formed in the reference "
+        "stage's kernel; other compressors need them written out (run())");
+  }
+  run_impl(comm, momentum.g, &momentum, out, 0, 0);
+}
+
+void OneBitAllreduce::run_impl(Communicator& comm, const WorkerBuffers& in,
+                               const OneBitMomentumInput* momentum, std::span<float> out,
+                               uint64_t seed, int64_t step) {
   const int n = n_;
   const size_t D = D_, d = d_, chunk = D_ / n_, chunk_bytes = chunk / 8;
   // The errors only: a reused padding is not an error.
-  if (!worker_.error_feedback) std::fill(e_.begin(), e_.end(), 0.0f);
+  if (!worker_.error_feedback) {
+    std::fill(e_.begin(), e_.end(), 0.0f);
+    pending_ = false;
+  }
+  // Only the momentum worker stage takes a deferred error update as it is
+  // (without a reused padding, which is added to the settled error; 1-bit
+  // Adam, the one caller of run_momentum, never reuses it).
+  if (!momentum || pad_reuse_) settle();
   if (!server_.error_feedback) std::fill(s_.begin(), s_.end(), 0.0f);
   // Workers and servers this rank owns (all of them in the simulator).
   const WorkerRange mine = comm.local_workers();
@@ -143,11 +167,15 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
   }
 
   // ---- worker side: u = pad(b_i) + e_i ; a_i = ‖u‖/√D ; e_i = u − a_i sign(u)
+  if (momentum) {
+    compress_momentum(*momentum);
+  } else {
 #pragma omp parallel for schedule(static)
-  for (int i = mine.begin; i < mine.end; ++i) {
-    // The loop body is the CPU reference of the CUDA kernel (sim/kernels/).
-    cpu::onebit_worker_compress(in[i].data(), d, e_.data() + (i - first) * D, D,
-                                bits_.data() + (i - first) * (D / 8), &a_[i]);
+    for (int i = mine.begin; i < mine.end; ++i) {
+      // The loop body is the CPU reference of the CUDA kernel (sim/kernels/).
+      cpu::onebit_worker_compress(in[i].data(), d, e_.data() + (i - first) * D, D,
+                                  bits_.data() + (i - first) * (D / 8), &a_[i]);
+    }
   }
 
   // ---- phase 1: alltoall of sign chunks (S = D/8 bytes a worker sends in
@@ -184,6 +212,44 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
       pad_[k - d] = (server_bits_[k / 8] >> (7 - k % 8)) & 1u ? cr : -cr;
     }
   }
+}
+
+void OneBitAllreduce::compress_momentum(const OneBitMomentumInput& momentum) {
+  const size_t D = D_, blocks = (D_ + cpu::kNormBlock - 1) / cpu::kNormBlock;
+  const auto rows = static_cast<size_t>(local_.size());
+  const bool prev = pending_;
+  partial_.resize(rows * blocks);
+  tables_.resize(prev ? rows * 2048 : 0);
+  for (size_t row = 0; prev && row < rows; ++row)
+    cpu::onebit_sign_table(a_[local_.begin + row], tables_.data() + row * 2048);
+  const auto nb = static_cast<int64_t>(blocks);
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nb; ++b) {
+    for (size_t row = 0; row < rows; ++row) {
+      const int i = local_.begin + static_cast<int>(row);
+      partial_[row * blocks + b] = cpu::onebit_adam_worker_block(
+          momentum.m, momentum.g[i].data(), d_, momentum.c, e_.data() + row * D, D,
+          bits_.data() + row * (D / 8), prev ? tables_.data() + row * 2048 : nullptr,
+          static_cast<size_t>(b));
+    }
+  }
+  // The block sums in block order, as onebit_worker_compress adds them.
+  for (size_t row = 0; row < rows; ++row) {
+    double ss = 0.0;
+    for (size_t b = 0; b < blocks; ++b) ss += partial_[row * blocks + b];
+    a_[local_.begin + row] = static_cast<float>(std::sqrt(ss / static_cast<double>(D)));
+  }
+  pending_ = true;
+}
+
+void OneBitAllreduce::settle() const {
+  if (!pending_) return;
+  thread_local std::vector<float> table(2048);
+  for (size_t row = 0; row < static_cast<size_t>(local_.size()); ++row) {
+    cpu::onebit_sign_table(a_[local_.begin + row], table.data());
+    cpu::onebit_settle_error(e_.data() + row * D_, D_, bits_.data() + row * (D_ / 8), table.data());
+  }
+  pending_ = false;
 }
 
 // The per-chunk form (header): worker i compresses each chunk r of
@@ -261,6 +327,7 @@ void OneBitAllreduce::decode_for(int /*worker*/, std::span<float> out) const {
 }
 
 void OneBitAllreduce::state(StateArchive& io, const std::string& prefix) {
+  settle();  // the errors themselves (a load then overwrites them)
   io.field(prefix + ".worker_errors", e_);
   io.field(prefix + ".server_errors", s_);
   io.field(prefix + ".worker_scales", a_);
@@ -331,6 +398,18 @@ void OneBitAllreduceSet::run(Communicator& comm, const WorkerBuffers& in, std::s
     slice.len = s.size;
     const uint64_t slice_seed = p == 0 ? seed : splitmix64(seed ^ p);
     parts_[p].run(comm, slice, out.subspan(s.offset, s.size), slice_seed, step);
+  }
+}
+
+void OneBitAllreduceSet::run_momentum(Communicator& comm, const OneBitMomentumInput& momentum,
+                                      std::span<float> out) {
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    const OneBitSlice& s = slices_[p];
+    OneBitMomentumInput slice = momentum;
+    slice.m = momentum.m + s.offset;
+    slice.g.data = momentum.g.data + s.offset;
+    slice.g.len = s.size;
+    parts_[p].run_momentum(comm, slice, out.subspan(s.offset, s.size));
   }
 }
 

@@ -45,8 +45,20 @@
 #include "sim/comm/comm.hpp"
 #include "sim/compress/compressor.hpp"
 #include "sim/core/state_archive.hpp"
+#include "sim/kernels/elements.hpp"
 
 namespace bitlab {
+
+// Worker inputs formed on the fly, for 1-bit Adam's compression stage
+// (Tang et al. 2021, Alg. 1): b_i = onebit_adam_local_momentum(m, g_i) =
+// β1·m + (1−β1)·g_i, with m shared by every worker. run_momentum() is run() on
+// these b_i bit for bit, without writing them out: the worker stage reads m
+// and g_i once, in one pass (cpu::onebit_adam_worker_block).
+struct OneBitMomentumInput {
+  const float* m = nullptr;  // the shared momentum, one float per element
+  WorkerBuffers g;           // the workers' gradients, indexed as run()'s input
+  AdamCoeffs c;              // β1 and 1 − β1 as the element update uses them
+};
 
 // One stage (worker or server) of the compressed allreduce: its compressor
 // and whether it keeps an error. A null compressor is the reference's scaled
@@ -112,6 +124,9 @@ class OneBitAllreduce {
   // The same; `seed` and `step` address the streams of stochastic compressors.
   void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
            int64_t step);
+  // run() on the inputs b_i of `momentum` (reference stages only: general()
+  // is false; std::logic_error otherwise).
+  void run_momentum(Communicator& comm, const OneBitMomentumInput& momentum, std::span<float> out);
 
   // The four records one run() logs for `dim` elements on `workers` workers, in
   // log order (the closed form an optimizer's comm_plan states; run() logs
@@ -131,6 +146,7 @@ class OneBitAllreduce {
 
   // Worker / server i must be local.
   std::span<const float> worker_error(int i) const {
+    settle();
     return {e_.data() + static_cast<size_t>(i - local_.begin) * D_, D_};
   }
   std::span<const float> server_error(int r) const {
@@ -156,6 +172,18 @@ class OneBitAllreduce {
   int64_t sent_bytes_per_call() const;
 
  private:
+  // run() and run_momentum(): the worker inputs are `in`, or formed from
+  // `momentum` when it is not null.
+  void run_impl(Communicator& comm, const WorkerBuffers& in, const OneBitMomentumInput* momentum,
+                std::span<float> out, uint64_t seed, int64_t step);
+  // run_momentum()'s worker stage: one pass over blocks of kNormBlock, every
+  // local worker per block (so m's block is read from memory once), the
+  // error update deferred (cpu::onebit_adam_worker_block).
+  void compress_momentum(const OneBitMomentumInput& momentum);
+  // Applies a deferred error update: e_i = u − a_i·sign(u) from what e_,
+  // bits_ and a_ hold after compress_momentum(). Called before anything
+  // else reads or writes e_ (const: worker_error() reads it).
+  void settle() const;
   void run_general(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
                    int64_t step);
   void compress_workers(const WorkerBuffers& in, uint64_t seed, int64_t step);
@@ -167,9 +195,14 @@ class OneBitAllreduce {
   size_t pad_multiple_;
   WorkerRange local_;  // resident workers (and servers)
   OneBitStage worker_, server_;
-  std::vector<float> w_;              // general: n × D, C1 of each worker's chunks
-  std::vector<float> decoded_;        // general: D, C2 of every server's chunk
-  std::vector<float> e_;              // local × D worker errors
+  std::vector<float> w_;        // general: n × D, C1 of each worker's chunks
+  std::vector<float> decoded_;  // general: D, C2 of every server's chunk
+  // local × D worker errors; after run_momentum() the workers' u, with
+  // e_i = u − a_i·sign(u) pending (settle()).
+  mutable std::vector<float> e_;
+  mutable bool pending_ = false;
+  std::vector<double> partial_;       // compress_momentum: local × blocks sums of squares
+  std::vector<float> tables_;         // compress_momentum: local × 2048, ±a_i per sign byte
   std::vector<float> s_;              // local × D/n server errors (all: D)
   std::vector<uint8_t> bits_;         // local × D/8 packed signs of u
   std::vector<uint8_t> server_bits_;  // D/8: chunk r at r·D/(8n)
@@ -216,6 +249,12 @@ class OneBitAllreduceSet {
   // p = 0 ? seed : splitmix64(seed ^ p).
   void run(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
            int64_t step);
+  // Each slice's OneBitAllreduce::run_momentum on that slice of m, the
+  // gradients and `out`, in slice order (reference stages only).
+  void run_momentum(Communicator& comm, const OneBitMomentumInput& momentum, std::span<float> out);
+  // Whether the slices run the per-chunk form (a compressor other than the
+  // reference sign at either stage): then run_momentum() is refused.
+  bool general() const { return parts_.front().general(); }
 
   // The records of one run(): OneBitAllreduce::plan of each slice size, in
   // slice order.

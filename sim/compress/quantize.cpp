@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "sim/core/float16.hpp"
+#include "sim/kernels/dispatch.hpp"
 #include "sim/kernels/quantize_elements.hpp"
 #include "sim/kernels/reference.hpp"
 
@@ -108,6 +109,7 @@ void cpu::quantize_groups(const float* xp, size_t n, float* outp, const Quantize
   const int64_t groups = static_cast<int64_t>(quantize_groups(n, spec));
   const GroupCoder coder(spec.bits);
   const float inv_half = 1.0f / coder.half_range;  // exact: a power of two
+  const isa_kernels::KernelTable& t = isa_kernels::active_kernels();
   // Groups are independent, so splitting them over threads changes nothing.
   // x and out may alias: a group is read (max) before it is written, and
   // element k is read before out[k] is written.
@@ -118,7 +120,7 @@ void cpu::quantize_groups(const float* xp, size_t n, float* outp, const Quantize
     const float* y = xp + begin;
     float* o = outp + begin;
     uint16_t unused;
-    const float m = wire_scale(max_abs(y, len), spec.fp16_scale, &unused);
+    const float m = wire_scale(t.max_abs(y, len), spec.fp16_scale, &unused);
     if (m == 0.0f) {  // all-zero group (fp16: only when M itself is 0)
       std::fill(o, o + len, 0.0f);
       continue;
@@ -128,7 +130,7 @@ void cpu::quantize_groups(const float* xp, size_t n, float* outp, const Quantize
       stochastic_codes(coder, y, len, m, rng, first_index + begin,
                        [&](size_t k, float q) { o[k] = q * step; });
     } else {
-      for (size_t k = 0; k < len; ++k) o[k] = coder.nearest(y[k], m) * step;
+      t.quantize_nearest(y, len, coder, m, step, o);
     }
   }
 }

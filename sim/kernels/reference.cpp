@@ -1,13 +1,17 @@
 // CPU references of the CUDA kernels; see reference.hpp. These are the loops
-// the simulator runs (moved here verbatim from onebit_allreduce.cpp and the
-// optimizers, so the simulator's results did not change).
+// the simulator runs: the hot ones call the variant of isa_kernels::KernelTable
+// (dispatch.hpp) that active_isa() picks, which gives the same bits as every
+// other variant and as the plain loops these replaced.
 #include "sim/kernels/reference.hpp"
+
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "sim/comm/comm.hpp"
+#include "sim/kernels/dispatch.hpp"
 
 namespace bitlab::cpu {
 namespace {
@@ -17,33 +21,42 @@ namespace {
 // same either way). Same value as optimizers/common.hpp's.
 constexpr int64_t kParallelMin = 4096;
 
-// Sum of squares over fixed blocks of kNormBlock in double, serial: the same
-// whatever thread runs it.
-double block_sum_squares(const float* p, size_t n) {
-  double total = 0.0;
-  for (size_t lo = 0; lo < n; lo += kNormBlock) {
-    const size_t hi = std::min(n, lo + kNormBlock);
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (size_t k = lo; k < hi; ++k) s += static_cast<double>(p[k]) * p[k];
-    total += s;
+using isa_kernels::active_kernels;
+using isa_kernels::KernelTable;
+
+// f(lo, hi) on a static split of [0, n) over the threads (serial at or below
+// kParallelMin). Each element is computed alone, so the split changes no bit;
+// the boundaries are multiples of 16 so every thread's share starts on a
+// whole vector.
+template <class F>
+void parallel_ranges(size_t n, F&& f) {
+  if (static_cast<int64_t>(n) <= kParallelMin) {
+    f(size_t{0}, n);
+    return;
   }
+#pragma omp parallel
+  {
+    const size_t t = static_cast<size_t>(omp_get_thread_num());
+    const size_t nt = static_cast<size_t>(omp_get_num_threads());
+    const size_t lo = t == 0 ? 0 : n * t / nt / 16 * 16;
+    const size_t hi = t + 1 == nt ? n : n * (t + 1) / nt / 16 * 16;
+    if (lo < hi) f(lo, hi);
+  }
+}
+
+// Sum of squares over fixed blocks of kNormBlock in double, serial: the same
+// whatever thread runs it. `block(lo, hi)` returns block [lo, hi)'s sum (and
+// may first update the block, while it is in cache).
+template <class Block>
+double blocked_sum_squares(size_t n, Block&& block) {
+  double total = 0.0;
+  for (size_t lo = 0; lo < n; lo += kNormBlock) total += block(lo, std::min(n, lo + kNormBlock));
   return total;
 }
 
-// One pass: bits of sign(u) (MSB first, sign(0) = +1) and u -= a·sign(u), for
-// len a multiple of 8.
-void pack_and_subtract(float* u, size_t len, float a, uint8_t* bits) {
-  for (size_t j = 0; j < len / 8; ++j) {
-    float* p = u + 8 * j;
-    unsigned byte = 0;
-    for (int t = 0; t < 8; ++t) {
-      const bool pos = p[t] >= 0.0f;
-      byte |= static_cast<unsigned>(pos) << (7 - t);
-      p[t] -= pos ? a : -a;
-    }
-    bits[j] = static_cast<uint8_t>(byte);
-  }
+// The scale ‖u‖/√n of a sum of squares over n elements.
+float rms_scale(double sum_squares, size_t n) {
+  return static_cast<float>(std::sqrt(sum_squares / static_cast<double>(n)));
 }
 
 // table[8·b + t] = bit (7 − t) of byte b set ? +a : −a.
@@ -57,50 +70,59 @@ void fill_expand_table(float a, float* table) {
 
 void onebit_worker_compress(const float* b, size_t d, float* e, size_t D, uint8_t* bits,
                             float* scale) {
-  // One pass: e becomes u = b + e (padding: b = 0) and ‖u‖² is summed over
-  // the same fixed blocks of 4096 as block_sum_squares, while each block is
-  // still in cache.
-  double ss = 0.0;
-  for (size_t lo = 0; lo < D; lo += kNormBlock) {
-    const size_t hi = std::min(D, lo + kNormBlock);
+  // Pass 1: e becomes u = b + e (padding: b = 0) block by block, and ‖u‖² is
+  // summed over the same block while it is still in cache. Pass 2: signs and
+  // error.
+  const KernelTable& t = active_kernels();
+  const double ss = blocked_sum_squares(D, [&](size_t lo, size_t hi) {
     const size_t hb = std::min(hi, std::max(lo, d));
-#pragma omp simd
-    for (size_t k = lo; k < hb; ++k) e[k] += b[k];
-    double part = 0.0;
-#pragma omp simd reduction(+ : part)
-    for (size_t k = lo; k < hi; ++k) part += static_cast<double>(e[k]) * e[k];
-    ss += part;
-  }
-  const float a = static_cast<float>(std::sqrt(ss / static_cast<double>(D)));
+    return t.add_sum_squares(e + lo, b + std::min(lo, d), hb - lo, hi - lo);
+  });
+  const float a = rms_scale(ss, D);
   *scale = a;
-  pack_and_subtract(e, D, a, bits);
+  t.pack_and_subtract(e, D, a, bits);
+}
+
+double onebit_adam_worker_block(const float* m, const float* g, size_t d, const AdamCoeffs& c,
+                                float* e, size_t D, uint8_t* bits, const float* prev_table,
+                                size_t block) {
+  const size_t lo = block * kNormBlock, hi = std::min(D, lo + kNormBlock);
+  const size_t hb = std::min(hi, std::max(lo, d)), at = std::min(lo, d);
+  return active_kernels().momentum_worker_block(e + lo, bits + lo / 8, prev_table, m + at, g + at,
+                                                hb - lo, hi - lo, c);
+}
+
+void onebit_sign_table(float a, float* table) {
+  fill_expand_table(a, table);
+}
+
+void onebit_settle_error(float* e, size_t D, const uint8_t* bits, const float* table) {
+  active_kernels().subtract_signs(e, bits, D, table);
 }
 
 void onebit_server_reduce(const uint8_t* bits, size_t bits_stride, const float* scales, int n,
                           size_t chunk, float* s, float* acc, uint8_t* out_bits, float* out_scale) {
-  // Each worker's sign byte expands through a 256-entry table to its 8 values
-  // ±a_i (branch-free, 8 floats at a time); the sums still run over workers
-  // in order 0..n−1 from 0, as a plain per-element loop would.
-  const size_t chunk_bytes = chunk / 8;
-  float table[2048];
-  std::fill(acc, acc + chunk, 0.0f);
-  for (int i = 0; i < n; ++i) {  // fixed worker order
-    const uint8_t* bytes = bits + static_cast<size_t>(i) * bits_stride;
-    fill_expand_table(scales[i], table);
-    for (size_t j = 0; j < chunk_bytes; ++j) {
-      const float* v = table + 8 * static_cast<size_t>(bytes[j]);
-      float* y = acc + 8 * j;
-#pragma omp simd
-      for (int t = 0; t < 8; ++t) y[t] += v[t];
-    }
-  }
+  // Each worker's sign byte expands through its 256-entry table to its 8
+  // values ±a_i (branch-free, 8 floats at a time); the sums still run over
+  // workers in order 0..n−1 from 0, as a plain per-element loop would. Block
+  // by block of the norm: the block's sums over workers, then y = s + sum/n
+  // (kept in s) and ‖y‖², all while the block is in cache.
+  const KernelTable& t = active_kernels();
+  thread_local std::vector<float> tables;
+  tables.resize(static_cast<size_t>(n) * 2048);
+  for (int i = 0; i < n; ++i) fill_expand_table(scales[i], tables.data() + 2048 * i);
   const float nf = static_cast<float>(n);
-#pragma omp simd
-  for (size_t k = 0; k < chunk; ++k) s[k] += acc[k] / nf;  // y = mean + s_r, kept in s
-  const float cr =
-      static_cast<float>(std::sqrt(block_sum_squares(s, chunk) / static_cast<double>(chunk)));
+  const double ss = blocked_sum_squares(chunk, [&](size_t lo, size_t hi) {
+    std::fill(acc + lo, acc + hi, 0.0f);
+    for (int i = 0; i < n; ++i) {  // fixed worker order
+      t.expand_accumulate(bits + static_cast<size_t>(i) * bits_stride + lo / 8, (hi - lo) / 8,
+                          tables.data() + 2048 * i, acc + lo);
+    }
+    return t.mean_add_sum_squares(s + lo, acc + lo, nf, hi - lo);
+  });
+  const float cr = rms_scale(ss, chunk);
   *out_scale = cr;
-  pack_and_subtract(s, chunk, cr, out_bits);
+  t.pack_and_subtract(s, chunk, cr, out_bits);
 }
 
 void onebit_decode(const uint8_t* server_bits, const float* server_scales, int n, size_t D,
@@ -127,41 +149,42 @@ void onebit_decode(const uint8_t* server_bits, const float* server_scales, int n
 }
 
 void adam_update(float* x, float* m, float* v, const float* g, size_t d, const AdamCoeffs& c) {
-  const int64_t n = static_cast<int64_t>(d);
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t k = 0; k < n; ++k) adam_step_element(x[k], m[k], v[k], g[k], c);
+  const KernelTable& t = active_kernels();
+  parallel_ranges(
+      d, [&](size_t lo, size_t hi) { t.adam_update(x + lo, m + lo, v + lo, g + lo, hi - lo, c); });
 }
 
 void onebit_adam_momentum(const float* m, const float* g, size_t d, float* m_worker,
                           const AdamCoeffs& c) {
-  for (size_t k = 0; k < d; ++k) m_worker[k] = onebit_adam_local_momentum(m[k], g[k], c);
+  active_kernels().onebit_adam_momentum(m, g, d, m_worker, c);
 }
 
 void onebit_adam_update(float* x, float* m, const float* v, const float* mask, size_t d,
                         const AdamCoeffs& c) {
-  const int64_t n = static_cast<int64_t>(d);
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t k = 0; k < n; ++k)
-    onebit_adam_update_element(x[k], m[k], v[k], mask ? mask + k : nullptr, c);
+  const KernelTable& t = active_kernels();
+  parallel_ranges(d, [&](size_t lo, size_t hi) {
+    t.onebit_adam_update(x + lo, m + lo, v + lo, mask ? mask + lo : nullptr, hi - lo, c);
+  });
 }
 
 void zero_one_local_step(float* x, float* m, float* u, const float* g, const float* den, size_t d,
                          const ZeroOneLocalCoeffs& c) {
-  const int64_t n = static_cast<int64_t>(d);
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t k = 0; k < n; ++k) zero_one_local_element(x[k], m[k], u[k], g[k], den[k], c);
+  const KernelTable& t = active_kernels();
+  parallel_ranges(d, [&](size_t lo, size_t hi) {
+    t.zero_one_local_step(x + lo, m + lo, u + lo, g + lo, den + lo, hi - lo, c);
+  });
 }
 
 void zero_one_scale_u(float* u, const float* den, size_t d) {
-  const int64_t n = static_cast<int64_t>(d);
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t k = 0; k < n; ++k) u[k] *= den[k];
+  const KernelTable& t = active_kernels();
+  parallel_ranges(d, [&](size_t lo, size_t hi) { t.zero_one_scale_u(u + lo, den + lo, hi - lo); });
 }
 
 void zero_one_sync(float* m0, float* x, const float* ubar, const float* den, size_t d, double lrs) {
-  const int64_t n = static_cast<int64_t>(d);
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t k = 0; k < n; ++k) zero_one_sync_element(m0[k], x[k], ubar[k], den[k], lrs);
+  const KernelTable& t = active_kernels();
+  parallel_ranges(d, [&](size_t lo, size_t hi) {
+    t.zero_one_sync(m0 + lo, x + lo, ubar + lo, den + lo, hi - lo, lrs);
+  });
 }
 
 void binarize_pack(const float* z, size_t d, const RngStream& rng, uint8_t* bits) {
@@ -182,7 +205,7 @@ void ema_error_update(float* e, const float* h, const float* ch, size_t n, float
   // fp32 β and 1−β: 1 − fl(β) is exact for β ∈ [0.5, 1) (Sterbenz), so the
   // two weights still sum to 1 there.
   const float c = 1.0f - beta;
-  for (size_t k = 0; k < n; ++k) e[k] = ema_error_element(e[k], h[k], ch[k], beta, c);
+  active_kernels().ema_error_update(e, h, ch, n, beta, c);
 }
 
 void dequantize_reduce(const float* q, size_t q_stride, int n, size_t len, float* out) {

@@ -27,4 +27,24 @@ inline constexpr size_t kNormBlock = 4096;
 // The references (host pointers); the documentation is in kernel_api.inc.
 #include "sim/kernels/kernel_api.inc"
 
+// 1-bit Adam's worker stage fused (CPU only; no CUDA twin): the same bits as
+// onebit_adam_momentum(m, g, d, b, c) followed by onebit_worker_compress(b, d,
+// e, D, bits, scale), in one pass, the error update deferred to the next call
+// (OneBitAllreduce::run_momentum). The sign bits do not depend on the
+// scale, so one pass can form u, its block sums and its signs; e − a·sign(u)
+// then needs the scale, which needs every block, so it is left in e as u and
+// applied, the same float operation, at the start of the next call's pass.
+// Block `block` (elements [block·kNormBlock, …) ∩ [0, D)): when prev_table
+// is not null, e holds the previous call's u and bits its signs, and first
+// e −= prev_table[sign] (the error that call's second pass would have
+// written); then e += onebit_adam_local_momentum(m, g) for k < d; writes the
+// block's sign bytes and returns its Σ e² (the fixed lanes of dispatch.hpp).
+double onebit_adam_worker_block(const float* m, const float* g, size_t d, const AdamCoeffs& c,
+                                float* e, size_t D, uint8_t* bits, const float* prev_table,
+                                size_t block);
+// table[8·b + t] = bit (7 − t) of b set ? +a : −a, 2048 floats: ±a per sign byte.
+void onebit_sign_table(float a, float* table);
+// e −= table[sign] over D elements: a deferred error update, applied.
+void onebit_settle_error(float* e, size_t D, const uint8_t* bits, const float* table);
+
 }  // namespace bitlab::cpu

@@ -2,6 +2,10 @@
 // an exact fp32 allreduce on the quadratic, N = 16 workers, d = 2^22, and the
 // effective memory bandwidth it reaches, next to a STREAM-style triad
 // measured in the same run. Target: >= 50 % of the triad bandwidth.
+// Then 1-bit Adam's compression-stage step (freeze_step = 2: every timed step
+// compressed) on the same problem, and its ratio to the Adam step measured in
+// the same run. Target: at most 1.5x. BITLAB_ISA=sse2|avx2|avx512
+// picks the hot loops' variant (sim/core/isa.hpp).
 //
 //   ./build/bench_step [--workers N] [--log2-dim K] [--repeats R]
 //
@@ -35,7 +39,7 @@ struct StepTiming {
 };
 
 StepTiming time_steps(int workers, int log2_dim, int64_t grad_norm_every, int repeats,
-                      const char* wire, double noise) {
+                      const std::string& optimizer, double noise) {
   const std::string text =
       std::string(R"({"name": "bench", "steps": 1000000,
       "grad_norm_every": )") +
@@ -43,8 +47,7 @@ StepTiming time_steps(int workers, int log2_dim, int64_t grad_norm_every, int re
       std::to_string(int64_t{1} << log2_dim) + R"(, "noise": )" + std::to_string(noise) +
       R"(, "condition_number": 10},
       "cluster": {"workers": )" +
-      std::to_string(workers) + R"(}, "optimizer": {"name": "adam", "lr": 0.001, "wire": ")" +
-      wire + R"("}})";
+      std::to_string(workers) + R"(}, "optimizer": )" + optimizer + "}";
   Simulation sim(resolve_experiment(Json::parse(text), "bench"));
   for (int w = 0; w < 2; ++w) sim.step();  // first touches, page faults
   std::vector<double> t;
@@ -54,6 +57,10 @@ StepTiming time_steps(int workers, int log2_dim, int64_t grad_norm_every, int re
     t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   return {median(t), *std::min_element(t.begin(), t.end()), *std::max_element(t.begin(), t.end())};
+}
+
+std::string adam_json(const char* wire) {
+  return std::string(R"({"name": "adam", "lr": 0.001, "wire": ")") + wire + R"("})";
 }
 
 }  // namespace
@@ -96,7 +103,8 @@ int main(int argc, char** argv) {
                        Case{"adam fp32 + grad_norm metric", 1, "fp32", 0.0},
                        Case{"adam fp16 wire", 0, "fp16", 0.0},
                        Case{"adam fp32, gradient noise 0.1", 0, "fp32", 0.1}}) {
-    const StepTiming t = time_steps(workers, log2_dim, c.grad_norm_every, repeats, c.wire, c.noise);
+    const StepTiming t =
+        time_steps(workers, log2_dim, c.grad_norm_every, repeats, adam_json(c.wire), c.noise);
     const double gbps = bytes / t.median_s / 1e9;
     std::printf("%-34s %10.2f %10.2f %10.2f %10.2f %8.0f%%\n", c.label, t.median_s * 1e3,
                 t.min_s * 1e3, t.max_s * 1e3, gbps, 100.0 * gbps / triad);
@@ -112,5 +120,19 @@ int main(int argc, char** argv) {
   std::printf(
       "(GB/s = the bytes above / median step time; the grad_norm row reads the N "
       "gradients once more and the fp16 row rounds on the fly, neither counted)\n");
+
+  // 1-bit Adam, compression stage: the same gradients, then the fused worker
+  // stage (momentum, error, norm; signs and error), the server stage, the
+  // decode and the update (docs/algorithms.md §1). Target: <= 1.5x Adam.
+  constexpr double kOneBitLimit = 1.5;
+  const StepTiming ob =
+      time_steps(workers, log2_dim, 0, repeats,
+                 R"({"name": "onebit_adam", "lr": 0.001, "freeze_step": 2})", 0.0);
+  std::printf("%-34s %10.2f %10.2f %10.2f\n", "onebit_adam compression stage", ob.median_s * 1e3,
+              ob.min_s * 1e3, ob.max_s * 1e3);
+  const double ratio = ob.median_s / clean_s;
+  std::printf("onebit_adam / adam step (medians): %.2f (limit %.1f: %s), instruction set %s\n",
+              ratio, kOneBitLimit, ratio <= kOneBitLimit ? "met" : "NOT met",
+              isa_name(active_isa()));
   return 0;
 }
