@@ -61,6 +61,7 @@ class Lamb : public Optimizer {
   explicit Lamb(const LambOptions& opts);
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
+  std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
   CommPlan comm_plan(const PlanShape& shape) const override;
   void state(StateArchive& io) override;
 

@@ -32,6 +32,7 @@ class MomentumSgd : public Optimizer {
   explicit MomentumSgd(const MomentumSgdOptions& opts);
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
+  std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
   CommPlan comm_plan(const PlanShape& shape) const override;
   void state(StateArchive& io) override;
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,8 +29,16 @@ class Optimizer {
   // Called once before the first step: allocate all state here, so that
   // step() does not allocate.
   virtual void setup(Cluster& cluster) = 0;
-  // One step: cluster.grads() holds every worker's gradient at its params.
+  // One step: cluster.grads() holds every worker's gradient at its params (a
+  // streamed cluster, see gradient_mean_wire(), holds their mean instead).
   virtual void step(StepContext& ctx) = 0;
+  // The wire type when every step reads the workers' gradients only through
+  // allreduce_gradients (optimizers/common.hpp) in that wire: the simulator
+  // then streams each worker's gradient into the mean as it is computed and
+  // never holds the n × d gradient rows (StreamedMean, sim/cluster). nullopt
+  // (the default) for optimizers that read per-worker gradients. Known from
+  // the options alone: asked before setup().
+  virtual std::optional<WireDtype> gradient_mean_wire() const { return std::nullopt; }
   // Phase of the last step (algorithm-specific; the baselines are "full").
   virtual const char* phase() const { return "full"; }
   // Bytes of per-worker state (one row per worker) this process holds, the

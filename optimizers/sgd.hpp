@@ -26,6 +26,7 @@ class Sgd : public Optimizer {
   explicit Sgd(const SgdOptions& opts);
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
+  std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
   CommPlan comm_plan(const PlanShape& shape) const override;
   void state(StateArchive& io) override;
 

@@ -173,9 +173,11 @@ TEST_SUITE("cli") {
         {kGood, "--set \"optimizer.l$(printf '\\226')r=0.1\"",
          "--set ...=0.1: the path is not valid UTF-8 text"},
         // 2^20 workers × 2^22 parameters: 17.6 TB of gradient rows, refused
-        // before anything is allocated (no machine this runs on has it).
+        // before anything is allocated (no machine this runs on has it). 1-bit
+        // Adam reads every worker's gradient, so it keeps the rows (Adam
+        // would stream them into their mean: below).
         {R"({"problem": {"name": "quadratic", "dim": 4194304}, "cluster": {"workers": 1048576},
-             "optimizer": {"name": "adam"}})",
+             "optimizer": {"name": "onebit_adam"}})",
          "", "cluster.workers = 1048576 workers of d = 4194304 parameters need at least 17.6 TB"},
     };
     for (const auto& c : cases) {
@@ -187,6 +189,16 @@ TEST_SUITE("cli") {
       CHECK(r.err.find(c.expect) != std::string::npos);
       CHECK(!fs::exists(out));
       CHECK(r.out.empty());
+    }
+    {
+      // The same many workers under Adam, which reads only the gradients'
+      // mean: streamed, a few rows per thread instead of 2^20 (275 GB at
+      // d = 2^16), so the memory check lets it through.
+      const auto file = d.file("streamed.json", R"({"problem": {"name": "quadratic", "dim": 65536},
+          "cluster": {"workers": 1048576}, "optimizer": {"name": "adam"}})");
+      const Result v = run_bitlab(d, "validate " + file);
+      CHECK(v.status == 0);
+      CHECK(v.err.find("streamed into their mean") != std::string::npos);
     }
     Result r = run_bitlab(d, "run " + (d.path / "missing.json").string());
     CHECK(r.status == 2);
@@ -224,9 +236,16 @@ TEST_SUITE("cli") {
     CHECK(r.err.find("optimizer.beta1 = 1.0") != std::string::npos);
     r = run_bitlab(d, "validate " + d.file("good.json", kGood) + " --print");
     CHECK(r.status == 0);
-    // 4 gradient rows of d = 6 padded to 16 floats, plus 6 parameters: (64 + 6)·4 = 280 B.
-    CHECK(r.err.find("memory: at least 280 B for the workers' gradients") != std::string::npos);
+    // Adam streams its gradients into their mean: the estimate counts each
+    // thread's block and the tree's nodes (cluster suite), not rows.
+    CHECK(r.err.find("for the workers' gradients (streamed into their mean") != std::string::npos);
     CHECK(Json::parse(r.out)["optimizer"]["eps"] == 1e-8);
+    // 1-bit Adam keeps a row per worker: 4 rows of d = 6 padded to 16
+    // floats, plus 6 parameters: (64 + 6)·4 = 280 B.
+    r = run_bitlab(d, "validate " + d.file("good.json", kGood) + " --set optimizer.name=onebit_adam");
+    CHECK(r.status == 0);
+    CHECK(r.err.find("memory: at least 280 B for the workers' gradients (a row per worker)") !=
+          std::string::npos);
   }
 
   TEST_CASE("a diverging run stops, says so in summary.json, exits 3") {

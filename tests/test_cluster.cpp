@@ -1,10 +1,14 @@
 #include <doctest/doctest.h>
 
+#include <omp.h>
+
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "sim/cluster/cluster.hpp"
 #include "sim/collectives/onebit_allreduce.hpp"
+#include "problems/problem.hpp"
 #include "tests/fixtures.hpp"
 
 using namespace bitlab;
@@ -155,5 +159,66 @@ TEST_SUITE("cluster") {
     // Per worker: D error floats + D/8 sign bytes; per server: 2·D/n floats.
     const size_t D = full.padded_dim();
     CHECK(part.resident_bytes() == 2 * (D * 4 + D / 8) + 2 * 2 * (D / 8) * 4);
+  }
+
+  TEST_CASE("a streamed cluster's mean is mean_over_workers' over the rows, bit for bit") {
+    // The noisy quadratic (σ = 1, κ = 100): every worker's gradient differs,
+    // so a node summed in another order gives other bits. d = 5000 spans
+    // three of the tree's 2048-element chunks, the last one partial. n covers
+    // a single block (1, 3, 16), blocks with levels above them (17, 37, 64),
+    // and frontiers cut at depth 1, 2 and 3 (2, 3, 5 and 8 threads).
+    const auto* entry = find_entry(problem_registry(), "quadratic");
+    REQUIRE(entry != nullptr);
+    const Json raw = {{"name", "quadratic"}, {"dim", 5000}, {"noise", 1.0},
+                      {"condition_number", 100.0}};
+    const auto problem = entry->make(entry->resolve(raw, "problem"), DataScope{});
+    const int threads_before = omp_get_max_threads();
+    for (const int n : {1, 3, 16, 17, 37, 64}) {
+      Cluster rows(opts(n, "iid"), *problem, 7);
+      rows.compute_gradients(5);
+      for (const WireDtype wire : {WireDtype::kFp32, WireDtype::kFp16, WireDtype::kBf16}) {
+        std::vector<float> want(problem->dim()), want32(problem->dim());
+        mean_over_workers(rows.grads(), want, wire);
+        mean_over_workers(rows.grads(), want32, WireDtype::kFp32);
+        for (const int threads : {1, 2, 3, 5, 8}) {
+          CAPTURE(n);
+          CAPTURE(wire_dtype_name(wire));
+          CAPTURE(threads);
+          omp_set_num_threads(threads);
+          Cluster streamed(opts(n, "iid"), *problem, 7, {}, StreamedMean{wire, true});
+          streamed.compute_gradient_mean(5, true);
+          const auto got = streamed.streamed_mean(wire);
+          CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+          const auto got32 = streamed.streamed_mean(WireDtype::kFp32);
+          CHECK(std::memcmp(got32.data(), want32.data(), want32.size() * sizeof(float)) == 0);
+          for (int i = 0; i < n; ++i) CHECK(streamed.loss(i) == rows.loss(i));
+          // Without the fp32 request only the wire's mean is folded.
+          streamed.compute_gradient_mean(5, false);
+          if (wire != WireDtype::kFp32) {
+            CHECK_THROWS_AS(streamed.streamed_mean(WireDtype::kFp32), std::logic_error);
+          }
+          CHECK_THROWS_AS(streamed.grads(), std::logic_error);
+        }
+        omp_set_num_threads(threads_before);
+      }
+    }
+  }
+
+  TEST_CASE("a streamed cluster holds log n rows, not n") {
+    // 4096 workers of d = 1000: rows would be 4096 × 1008 floats; the
+    // streamed mean holds per thread a 16-row block and one partial sum per
+    // tree level above the blocks, plus the frontier's nodes and the mean.
+    ToyProblem p(1000, 8192, 2);
+    const int threads_before = omp_get_max_threads();
+    omp_set_num_threads(2);
+    Cluster streamed(opts(4096, "iid", 1), p, 1, {}, StreamedMean{});
+    omp_set_num_threads(threads_before);
+    const size_t row = streamed.stride() * sizeof(float);
+    // 2 threads: frontier [0, 2048) and [2048, 4096); levels: 2048 halves to
+    // 16 in 7 steps. Blocks 2·16 rows, partial sums 2·7, nodes 2, mean 1000 floats.
+    CHECK(streamed.worker_buffer_bytes() == (2 * 16 + 2 * 7 + 2) * row + 1000 * sizeof(float));
+    CHECK(streamed.memory_lower_bound() == streamed.worker_buffer_bytes() + 1000 * sizeof(float));
+    Cluster rows(opts(4096, "iid", 1), p, 1);
+    CHECK(rows.worker_buffer_bytes() == 4096 * row);
   }
 }

@@ -1,8 +1,11 @@
 #include "sim/cluster/cluster.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
 
 #include "sim/core/memory.hpp"
 
@@ -184,23 +187,110 @@ std::vector<std::vector<uint32_t>> make_shards(size_t m, std::span<const int32_t
 
 // ---------------------------------------------------------------------------
 
+// The streamed mean's plan and buffers (StreamedMean). mean_over_workers'
+// tree is cut at depth ceil(log2 threads); its nodes there, the frontier, are
+// tasks computed depth first on one thread each: a node of at most
+// kBlockRows workers by computing their gradients into the thread's block and
+// summing that (sum_over_workers), a larger one as its left half into the
+// node's output, its right half into the thread's partial sum of that level,
+// then left += right. The frontier is then combined up to the root, whose add
+// finish_mean fuses with the division. Every node's value is the tree's, so
+// the mean has mean_over_workers' bits for any thread count.
+struct Cluster::Stream {
+  // Rows computed before they are summed: enough that the upper levels'
+  // passes (3 row-sized streams per node, n/16 nodes) add about a tenth to
+  // the rows' own write-and-read.
+  static constexpr int kBlockRows = 16;
+  struct Tree {
+    WireDtype wire = WireDtype::kFp32;
+    std::vector<float> nodes;    // frontier.size() × stride
+    std::vector<float> partial;  // threads × levels × stride
+    std::vector<float> mean;     // dim
+  };
+  StreamedMean opts;
+  int threads = 1;
+  int depth = 0;                             // the frontier's depth in the tree
+  std::vector<std::pair<int, int>> frontier;  // nodes [lo, hi), in tree order
+  int block_rows = 1;
+  int levels = 0;
+  std::vector<float> blocks;  // threads × block_rows × stride
+  std::vector<Tree> trees;    // [0]: opts.wire; [1]: fp32, when fp32_too and wire is not fp32
+  int folded = 0;             // trees the last compute_gradient_mean() folded
+
+  Stream(StreamedMean o, int workers) : opts(o), threads(std::max(1, omp_get_max_threads())) {
+    while ((1 << depth) < threads) ++depth;
+    cut(0, workers, 0);
+    int largest = 0;
+    for (const auto& [lo, hi] : frontier) largest = std::max(largest, hi - lo);
+    block_rows = std::min(kBlockRows, largest);
+    for (int s = largest; s > kBlockRows; s -= s / 2) ++levels;  // the right half, ceil(s/2)
+    trees.resize(o.fp32_too && o.wire != WireDtype::kFp32 ? 2 : 1);
+    trees[0].wire = o.wire;
+  }
+  void cut(int lo, int hi, int d) {
+    if (d == depth || hi - lo == 1) {
+      frontier.emplace_back(lo, hi);
+      return;
+    }
+    const int mid = lo + (hi - lo) / 2;
+    cut(lo, mid, d + 1);
+    cut(mid, hi, d + 1);
+  }
+  // Floats held, for rows of `stride` floats and `dim` parameters.
+  uint64_t floats(size_t stride, size_t dim) const {
+    const uint64_t per_tree = saturating_mul(frontier.size() + static_cast<size_t>(threads) *
+                                                                   static_cast<size_t>(levels),
+                                             stride) +
+                              dim;
+    return saturating_mul(static_cast<uint64_t>(threads) * block_rows, stride) +
+           saturating_mul(per_tree, trees.size());
+  }
+  void allocate(size_t stride, size_t dim) {
+    blocks.assign(static_cast<size_t>(threads) * block_rows * stride, 0.0f);
+    for (Tree& t : trees) {
+      t.nodes.assign(frontier.size() * stride, 0.0f);
+      t.partial.assign(static_cast<size_t>(threads) * levels * stride, 0.0f);
+      t.mean.assign(dim, 0.0f);
+    }
+  }
+};
+
+Cluster::~Cluster() = default;
+
+void Cluster::throw_streamed(const char* what) {
+  throw std::logic_error(std::string("Cluster::") + what +
+                         ": this cluster streams the gradients' mean and holds no rows");
+}
+
 Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t seed,
-                 WorkerRange local)
+                 WorkerRange local, std::optional<StreamedMean> streamed)
     : problem_(problem),
       workers_(static_cast<int>(opts.workers)),
       local_(local.size() > 0 ? local : WorkerRange{0, static_cast<int>(opts.workers)}),
       dim_(problem.dim()),
       stride_((problem.dim() + 15) / 16 * 16),
       seed_(seed) {
+  if (streamed) {
+    if (local_.size() != workers_) {
+      throw std::logic_error("Cluster: a streamed mean needs every worker local");
+    }
+    stream_ = std::make_unique<Stream>(*streamed, workers_);
+  }
   check_memory_fits(memory_lower_bound(),
                     "cluster.workers = " + std::to_string(workers_) +
                         " workers of d = " + std::to_string(dim_) + " parameters",
-                    "4-byte floats: one gradient row per worker and the parameters; the "
-                    "optimizer's state comes on top",
+                    stream_ ? "4-byte floats: the streamed gradient mean's blocks and partial "
+                              "sums, and the parameters; the optimizer's state comes on top"
+                            : "4-byte floats: one gradient row per worker and the parameters; "
+                              "the optimizer's state comes on top",
                     "use fewer workers or a smaller problem");
   params_.assign(dim_, 0.0f);
   problem_.init_params(params(), seed);
-  grads_.assign(stride_ * static_cast<size_t>(local_.size()), 0.0f);
+  if (stream_) {
+    stream_->allocate(stride_, dim_);
+  } else {
+    grads_.assign(stride_ * static_cast<size_t>(local_.size()), 0.0f);
+  }
   losses_.assign(workers_, 0.0);
   auto shards = make_shards(problem, opts, seed);
   samplers_.reserve(workers_);
@@ -215,7 +305,10 @@ Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t se
                            seed, static_cast<uint32_t>(i));
     shards[i] = {};
     batches_[i].reserve(samplers_[i].batch_samples());
-    workspaces_.push_back(mine ? problem.make_workspace() : nullptr);
+    if (!stream_) workspaces_.push_back(mine ? problem.make_workspace() : nullptr);
+  }
+  if (stream_) {
+    for (int t = 0; t < stream_->threads; ++t) workspaces_.push_back(problem.make_workspace());
   }
 }
 
@@ -236,23 +329,124 @@ WorkerBuffers Cluster::local_params() {
   return {local_params_.data(), stride_, dim_, workers_, local_.begin, local_.size()};
 }
 
+void Cluster::fill_gradient(int worker, int64_t step, std::span<float> g, Workspace& ws) {
+  // Each worker writes only its own gradient, loss and batch, and draws noise
+  // from its own (seed, worker, step) stream.
+  samplers_[worker].sample(step, batches_[worker]);
+  const RngStream noise(seed_, Purpose::kGradNoise, static_cast<uint32_t>(worker),
+                        static_cast<uint64_t>(step));
+  losses_[worker] = problem_.loss_grad(params(worker), batches_[worker], g, noise, ws);
+}
+
 void Cluster::compute_gradients(int64_t step) {
-  // Workers in parallel; each writes only its own gradient, loss and batch,
-  // and draws noise from its own (seed, worker, step) stream.
+  if (stream_) throw_streamed("compute_gradients()");
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int i = local_.begin; i < local_.end; ++i) {
-    samplers_[i].sample(step, batches_[i]);
-    const RngStream noise(seed_, Purpose::kGradNoise, static_cast<uint32_t>(i),
-                          static_cast<uint64_t>(step));
-    losses_[i] = problem_.loss_grad(params(i), batches_[i], grad(i), noise, *workspaces_[i]);
+  for (int i = local_.begin; i < local_.end; ++i) fill_gradient(i, step, grad(i), *workspaces_[i]);
+}
+
+// The tree's node over workers [lo, hi) into outs[t] for each folded tree
+// (Stream, above); `level` is the first of this thread's free partial sums.
+void Cluster::fold_subtree(int lo, int hi, int level, int thread, float* const* outs, int trees,
+                           int64_t step) {
+  Stream& st = *stream_;
+  if (hi - lo <= st.block_rows) {
+    float* block = st.blocks.data() + static_cast<size_t>(thread) * st.block_rows * stride_;
+    for (int i = lo; i < hi; ++i) {
+      fill_gradient(i, step, {block + static_cast<size_t>(i - lo) * stride_, dim_},
+                    *workspaces_[thread]);
+    }
+    for (int t = 0; t < trees; ++t) {
+      sum_over_workers({block, stride_, dim_, hi - lo}, {outs[t], dim_}, st.trees[t].wire);
+    }
+    return;
   }
+  const int mid = lo + (hi - lo) / 2;
+  fold_subtree(lo, mid, level, thread, outs, trees, step);
+  float* rights[2] = {};
+  for (int t = 0; t < trees; ++t) {
+    rights[t] = st.trees[t].partial.data() +
+                (static_cast<size_t>(thread) * st.levels + level) * stride_;
+  }
+  fold_subtree(mid, hi, level + 1, thread, rights, trees, step);
+  for (int t = 0; t < trees; ++t) {
+    float* __restrict o = outs[t];
+    const float* __restrict r = rights[t];
+#pragma omp simd
+    for (size_t k = 0; k < dim_; ++k) o[k] += r[k];
+  }
+}
+
+namespace {
+
+// The nodes of the streamed tree above its frontier (Cluster::Stream::cut's
+// recursion, replayed): returns the node over [lo, hi) at depth d, leaving
+// its value in the buffer of its leftmost frontier node; the root's add goes
+// to finish_mean instead.
+float* combine_frontier(float* nodes, size_t stride, int depth, int lo, int hi, int d,
+                        size_t& next, size_t dim) {
+  if (d == depth || hi - lo == 1) return nodes + (next++) * stride;
+  const int mid = lo + (hi - lo) / 2;
+  float* left = combine_frontier(nodes, stride, depth, lo, mid, d + 1, next, dim);
+  float* right = combine_frontier(nodes, stride, depth, mid, hi, d + 1, next, dim);
+  const int64_t m = static_cast<int64_t>(dim);
+#pragma omp parallel for simd schedule(static) if (m > 8192)
+  for (int64_t k = 0; k < m; ++k) left[k] += right[k];
+  return left;
+}
+
+}  // namespace
+
+void Cluster::compute_gradient_mean(int64_t step, bool with_fp32) {
+  if (!stream_) throw std::logic_error("Cluster::compute_gradient_mean: not a streamed cluster");
+  Stream& st = *stream_;
+  st.folded = with_fp32 && st.trees.size() > 1 ? 2 : 1;
+  const int frontier = static_cast<int>(st.frontier.size());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(st.threads)
+  for (int f = 0; f < frontier; ++f) {
+    float* outs[2] = {};
+    for (int t = 0; t < st.folded; ++t) {
+      outs[t] = st.trees[t].nodes.data() + static_cast<size_t>(f) * stride_;
+    }
+    fold_subtree(st.frontier[f].first, st.frontier[f].second, 0, omp_get_thread_num(), outs,
+                 st.folded, step);
+  }
+  for (int t = 0; t < st.folded; ++t) {
+    Stream::Tree& tree = st.trees[t];
+    if (frontier == 1) {
+      finish_mean({tree.nodes.data(), dim_}, {}, workers_, tree.mean, tree.wire);
+      continue;
+    }
+    // The root's halves, then the root: (left + right) / n in the wire.
+    const int mid = workers_ / 2;
+    size_t next = 0;
+    float* left = combine_frontier(tree.nodes.data(), stride_, st.depth, 0, mid, 1, next, dim_);
+    float* right =
+        combine_frontier(tree.nodes.data(), stride_, st.depth, mid, workers_, 1, next, dim_);
+    finish_mean({left, dim_}, {right, dim_}, workers_, tree.mean, tree.wire);
+  }
+}
+
+std::span<const float> Cluster::streamed_mean(WireDtype wire) const {
+  if (!stream_) throw std::logic_error("Cluster::streamed_mean: not a streamed cluster");
+  for (int t = 0; t < stream_->folded; ++t) {
+    if (stream_->trees[t].wire == wire) return stream_->trees[t].mean;
+  }
+  throw std::logic_error(std::string("Cluster::streamed_mean: no ") + wire_dtype_name(wire) +
+                         " mean was folded this step");
+}
+
+size_t Cluster::worker_buffer_bytes() const {
+  const size_t rows = grads_.size() + local_params_.size();
+  return (stream_ ? rows + stream_->floats(stride_, dim_) : rows) * sizeof(float);
 }
 
 uint64_t Cluster::memory_lower_bound() const {
   // The buffers every run holds whatever the optimizer: a gradient row per
-  // local worker (padded to `stride_`) and the shared parameters. Per-worker
-  // parameters (local steps) and the optimizer's state come on top.
-  const uint64_t rows = saturating_mul(static_cast<uint64_t>(local_.size()), stride_, 4);
+  // local worker (padded to `stride_`), or the streamed mean's blocks and
+  // partial sums, and the shared parameters. Per-worker parameters (local
+  // steps) and the optimizer's state come on top.
+  const uint64_t rows = stream_ ? saturating_mul(stream_->floats(stride_, dim_), 4)
+                                : saturating_mul(static_cast<uint64_t>(local_.size()), stride_, 4);
   const uint64_t params = saturating_mul(dim_, 4);
   return rows > UINT64_MAX - params ? UINT64_MAX : rows + params;
 }

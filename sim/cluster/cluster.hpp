@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -76,6 +77,18 @@ std::vector<std::vector<uint32_t>> make_shards(size_t num_train, std::span<const
 std::vector<uint32_t> samples_of_workers(const std::vector<std::vector<uint32_t>>& shards,
                                          WorkerRange local);
 
+// The streamed gradient mean (Cluster's third constructor argument): for
+// optimizers that read the workers' gradients only through their mean (an
+// exact allreduce in `wire`), each worker's gradient is folded into the fixed
+// pairwise tree of mean_over_workers as soon as it is computed, so the n × d
+// gradient matrix is never held (memory grows with log n, not n). The bits are
+// mean_over_workers' over the rows, whatever the thread count. `fp32_too` also
+// folds the fp32 mean (the grad_norm metric) when `wire` is not fp32.
+struct StreamedMean {
+  WireDtype wire = WireDtype::kFp32;
+  bool fp32_too = false;
+};
+
 class Cluster {
  public:
   // `local`: the workers this process computes (default: all, the
@@ -83,8 +96,12 @@ class Cluster {
   // gradient and local-parameter buffers of its own block only (the
   // WorkerBuffers hold the local workers: first = local.begin), so per-rank
   // memory for them scales with workers/ranks.
+  // `streamed`: deliver only the gradients' mean (StreamedMean); then
+  // grads() is not available and compute_gradient_mean() replaces
+  // compute_gradients(). Needs every worker local (the simulator).
   Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t seed,
-          WorkerRange local = {});
+          WorkerRange local = {}, std::optional<StreamedMean> streamed = std::nullopt);
+  ~Cluster();
 
   int workers() const { return workers_; }
   WorkerRange local_workers() const { return local_; }
@@ -116,7 +133,9 @@ class Cluster {
   WorkerBuffers local_params();
 
   // Gradients of the last compute_gradients(), one buffer per worker.
+  // Throws std::logic_error on a streamed cluster (it holds no rows).
   WorkerBuffers grads() {
+    if (stream_) throw_streamed("grads()");
     return {grads_.data(), stride_, dim_, workers_, local_.begin, local_.size()};
   }
   std::span<float> grad(int worker) { return grads()[worker]; }
@@ -128,6 +147,15 @@ class Cluster {
   // Every local worker: sample its batch for `step` and compute loss and gradient
   // at params(worker). Parallel over workers.
   void compute_gradients(int64_t step);
+
+  // A streamed cluster: every worker's loss and gradient for `step`, folded
+  // into the mean in the streamed wire (and, with `fp32_too` set and
+  // `with_fp32`, also into the fp32 mean). Parallel over subtrees of the tree.
+  void compute_gradient_mean(int64_t step, bool with_fp32 = false);
+  bool streams_mean() const { return stream_ != nullptr; }
+  // The mean of the last compute_gradient_mean() in `wire`: the streamed wire,
+  // or fp32 when it was folded in that call. Throws std::logic_error otherwise.
+  std::span<const float> streamed_mean(WireDtype wire) const;
 
   // Saves or loads the parameters and the workers' local copies (a
   // checkpoint). The batch samplers need nothing: each epoch's permutation is
@@ -141,11 +169,15 @@ class Cluster {
   size_t stride() const { return stride_; }
   // Bytes this process holds in per-worker float buffers (gradients, local
   // parameters): local workers × stride × 4 each.
-  size_t worker_buffer_bytes() const {
-    return (grads_.size() + local_params_.size()) * sizeof(float);
-  }
+  // A streamed cluster counts its tree's blocks and partial sums here.
+  size_t worker_buffer_bytes() const;
 
  private:
+  struct Stream;
+  [[noreturn]] static void throw_streamed(const char* what);
+  void fold_subtree(int lo, int hi, int level, int thread, float* const* outs, int trees,
+                    int64_t step);
+  void fill_gradient(int worker, int64_t step, std::span<float> g, Workspace& ws);
   const Problem& problem_;
   int workers_;
   int gpus_per_node_ = 0;
@@ -160,7 +192,8 @@ class Cluster {
   std::vector<BatchSampler> samplers_;  // empty shards for non-local workers
   std::vector<size_t> batch_samples_;
   std::vector<std::vector<uint32_t>> batches_;
-  std::vector<std::unique_ptr<Workspace>> workspaces_;
+  std::vector<std::unique_ptr<Workspace>> workspaces_;  // per worker, or per thread if streamed
+  std::unique_ptr<Stream> stream_;
 };
 
 }  // namespace bitlab

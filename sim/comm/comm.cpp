@@ -73,6 +73,23 @@ inline float to_wire(float v) {
   return v;
 }
 
+// Calls f.template operator()<W>() for the run-time wire type: one switch for
+// every function templated on it.
+template <class F>
+void with_wire(WireDtype wire, F&& f) {
+  switch (wire) {
+    case WireDtype::kFp32:
+      f.template operator()<WireDtype::kFp32>();
+      break;
+    case WireDtype::kFp16:
+      f.template operator()<WireDtype::kFp16>();
+      break;
+    case WireDtype::kBf16:
+      f.template operator()<WireDtype::kBf16>();
+      break;
+  }
+}
+
 // out[0..len) = sum over workers [lo, hi) of the wire-rounded inputs at
 // element offset `off`, as a fixed pairwise tree: split at lo + (hi-lo)/2.
 template <WireDtype W>
@@ -124,20 +141,47 @@ void mean_impl(const WorkerBuffers& in, std::span<float> out) {
   }
 }
 
+// The tree's node over every row of `in`, chunk by chunk on this thread.
+template <WireDtype W>
+void sum_impl(const WorkerBuffers& in, float* out) {
+  int depth = 1;
+  while ((1 << (depth - 1)) < in.count) ++depth;
+  thread_local std::vector<float> scratch;
+  if (scratch.size() < static_cast<size_t>(depth + 1) * kChunk)
+    scratch.resize(static_cast<size_t>(depth + 1) * kChunk);
+  for (size_t off = 0; off < in.len; off += kChunk) {
+    tree_sum<W>(in, 0, in.count, off, std::min(kChunk, in.len - off), out + off, scratch.data());
+  }
+}
+
+template <WireDtype W>
+void finish_impl(const float* left, const float* right, int n, float* out, size_t len) {
+  const float count = static_cast<float>(n);
+  const int64_t m = static_cast<int64_t>(len);
+  if (right == nullptr) {
+#pragma omp parallel for simd schedule(static) if (m > 4 * static_cast <int64_t>(kChunk))
+    for (int64_t k = 0; k < m; ++k) out[k] = to_wire<W>(left[k] / count);
+    return;
+  }
+#pragma omp parallel for simd schedule(static) if (m > 4 * static_cast <int64_t>(kChunk))
+  for (int64_t k = 0; k < m; ++k) out[k] = to_wire<W>((left[k] + right[k]) / count);
+}
+
 }  // namespace
 
+void sum_over_workers(const WorkerBuffers& in, std::span<float> out, WireDtype wire) {
+  with_wire(wire, [&]<WireDtype W>() { sum_impl<W>(in, out.data()); });
+}
+
+void finish_mean(std::span<const float> left, std::span<const float> right, int n,
+                 std::span<float> out, WireDtype wire) {
+  const float* r = right.empty() ? nullptr : right.data();
+  with_wire(wire,
+            [&]<WireDtype W>() { finish_impl<W>(left.data(), r, n, out.data(), out.size()); });
+}
+
 void mean_over_workers(const WorkerBuffers& in, std::span<float> out, WireDtype wire) {
-  switch (wire) {
-    case WireDtype::kFp32:
-      mean_impl<WireDtype::kFp32>(in, out);
-      break;
-    case WireDtype::kFp16:
-      mean_impl<WireDtype::kFp16>(in, out);
-      break;
-    case WireDtype::kBf16:
-      mean_impl<WireDtype::kBf16>(in, out);
-      break;
-  }
+  with_wire(wire, [&]<WireDtype W>() { mean_impl<W>(in, out); });
 }
 
 static double tree_sum_d(std::span<const double> v) {

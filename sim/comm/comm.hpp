@@ -99,6 +99,21 @@ void mean_over_workers(const WorkerBuffers& in, std::span<float> out, WireDtype 
 // The same tree over n doubles (losses).
 double tree_mean(std::span<const double> values);
 
+// The pieces of mean_over_workers for a caller that builds the same fixed
+// pairwise tree in parts (the Cluster's streamed gradient mean: rows made a
+// block at a time, never all held at once). sum_over_workers writes the tree's
+// node over the rows of `in` (the wire-rounded rows' sum, not divided); a
+// node's value depends only on its rows, so a tree assembled from such nodes
+// (left += right, split as mean_over_workers splits: lo + n/2) and finished by
+// finish_mean gives mean_over_workers' bits. Single-threaded: callers run
+// several at once on distinct nodes.
+void sum_over_workers(const WorkerBuffers& in, std::span<float> out, WireDtype wire);
+// out = wire((left + right) / n) elementwise: the root's add fused with the
+// mean's division and rounding (the same float operations, in that order).
+// `right` may be empty (a one-node tree: out = wire(left / n)). Parallel.
+void finish_mean(std::span<const float> left, std::span<const float> right, int n,
+                 std::span<float> out, WireDtype wire);
+
 // mean_over_workers with the fp32 wire for rows that are not all held at once
 // (the MPI backend: a rank holds its own workers' rows and receives the others' as
 // compressed images). fill(i, dst) writes worker i's len values into dst. The

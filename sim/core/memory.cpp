@@ -1,5 +1,6 @@
 #include "sim/core/memory.hpp"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,12 @@ uint64_t machine_memory_bytes() {
   uint64_t limit = 0;
   if (cg >> limit && limit > 0) total = total == 0 ? limit : std::min(total, limit);
   return total;  // "max" (no limit) fails the read above and leaves the physical size
+}
+
+uint64_t peak_resident_bytes() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0 || usage.ru_maxrss < 0) return 0;
+  return static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 uint64_t saturating_mul(uint64_t a, uint64_t b, uint64_t c) {

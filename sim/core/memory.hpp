@@ -19,6 +19,10 @@ uint64_t machine_memory_bytes();
 void check_memory_fits(uint64_t bytes, const std::string& what, const std::string& how,
                        const std::string& advice);
 
+// The most resident memory this process has held so far (getrusage's
+// ru_maxrss), in bytes; 0 when it cannot be read.
+uint64_t peak_resident_bytes();
+
 // a·b·c, or UINT64_MAX when it does not fit.
 uint64_t saturating_mul(uint64_t a, uint64_t b, uint64_t c = 1);
 

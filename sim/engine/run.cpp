@@ -24,6 +24,7 @@
 
 #include "sim/core/files.hpp"
 #include "sim/core/human.hpp"
+#include "sim/core/memory.hpp"
 #include "sim/engine/simulation.hpp"
 
 namespace bitlab {
@@ -729,6 +730,17 @@ Json measured_totals(const RunContext& run, const MeasuredTotals& totals) {
           {"train_samples_held_max_other_rank", held_others}};
 }
 
+// What the run held in memory (this process; under MPI, rank 0's).
+Json memory_summary(const RunContext& run) {
+  const Cluster& cluster = run.sim.cluster();
+  return {{"peak_resident_bytes", peak_resident_bytes()},
+          // streamed_mean: each gradient folded into the mean as computed
+          // (Optimizer::gradient_mean_wire); rows: n × d gradient rows held
+          {"gradients", cluster.streams_mean() ? "streamed_mean" : "rows"},
+          {"cluster_buffer_bytes", cluster.worker_buffer_bytes()},
+          {"optimizer_worker_state_bytes", run.sim.optimizer().worker_state_bytes()}};
+}
+
 // summary.json. Built on every rank: under MPI it gathers over the ranks.
 Json make_summary(const RunContext& run, const RunTally& tally) {
   const Experiment& e = run.experiment;
@@ -757,6 +769,7 @@ Json make_summary(const RunContext& run, const RunTally& tally) {
   summary["dim"] = run.sim.cluster().dim();
   if (run.timed) summary["time"] = simulated_time(run, tally);
   summary["wall_s"] = tally.wall_s;
+  summary["memory"] = memory_summary(run);
   if (run.measured) summary["measured"] = measured_totals(run, tally.measured);
   summary["steps_per_s"] = tally.wall_s > 0 ? last.step / tally.wall_s : 0.0;
   summary["bitlab_version"] = bitlab_version();

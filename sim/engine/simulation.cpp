@@ -25,19 +25,26 @@ Simulation::Simulation(const Experiment& experiment, Transport* transport)
           comm_.local_workers());
     };
   }
+  optimizer_ = oe->make(experiment.optimizer);
+  // The simulator streams the gradients into their mean when that is all the
+  // optimizer reads (memory: log n rows, not n); under MPI a rank holds its
+  // own workers' rows and the exchange needs them.
+  std::optional<StreamedMean> streamed;
+  if (const auto wire = optimizer_->gradient_mean_wire(); wire && !comm_.distributed()) {
+    streamed = StreamedMean{*wire, experiment.run.grad_norm_every > 0};
+  }
   agree_on_config_errors(ranks, [&] {
     problem_ = pe->make(experiment.problem, scope);
     cluster_ = std::make_unique<Cluster>(experiment.cluster, *problem_, experiment.run.seed,
-                                         comm_.local_workers());
+                                         comm_.local_workers(), streamed);
   });
   timed_ = experiment.network.preset != "none";
   if (timed_) {
     topology_ = make_topology(experiment.network, experiment.cluster.workers);
     cluster_->set_gpus_per_node(cluster_->workers() / topology_.nodes);
   }
-  optimizer_ = oe->make(experiment.optimizer);
   optimizer_->setup(*cluster_);
-  mean_grad_.assign(cluster_->dim(), 0.0f);
+  if (!cluster_->streams_mean()) mean_grad_.assign(cluster_->dim(), 0.0f);
   if (timed_) {
     // Each worker's compute scales with its batch (problems without data
     // count one sample).
@@ -73,16 +80,26 @@ const StepMetrics& Simulation::step() {
 void Simulation::compute_gradients() {
   // Every worker: loss and gradient on its batch.
   StepMetrics& m = last_;
-  cluster_->compute_gradients(step_);
+  const int64_t every = experiment_.run.grad_norm_every;
+  const bool norm_due = every > 0 && step_ % every == 0;
+  if (cluster_->streams_mean()) {
+    cluster_->compute_gradient_mean(step_, norm_due);
+  } else {
+    cluster_->compute_gradients(step_);
+  }
   // Under MPI every rank needs every worker's loss (8 bytes each) for the
   // same tree mean.
   comm_.share_rows(cluster_->losses().data(), sizeof(double));
   m.train_loss = tree_mean(cluster_->losses());
-  const int64_t every = experiment_.run.grad_norm_every;
-  if (every > 0 && step_ % every == 0) {
-    // A measurement of the simulator, not traffic: no CommRecord.
-    comm_.exact_mean(cluster_->grads(), mean_grad_, WireDtype::kFp32);
-    m.grad_norm = norm2(mean_grad_);
+  if (norm_due) {
+    // A measurement of the simulator, not traffic: no CommRecord. A streamed
+    // cluster folded the same fp32 mean while computing the gradients.
+    if (cluster_->streams_mean()) {
+      m.grad_norm = norm2(cluster_->streamed_mean(WireDtype::kFp32));
+    } else {
+      comm_.exact_mean(cluster_->grads(), mean_grad_, WireDtype::kFp32);
+      m.grad_norm = norm2(mean_grad_);
+    }
   } else {
     m.grad_norm = std::numeric_limits<double>::quiet_NaN();
   }

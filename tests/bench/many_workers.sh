@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Benchmark (run on demand, not a test): N = 1024 and 4096 workers, d = 2^20
+# and 2^22, Adam and 1-bit Adam on the quadratic, one process per
+# configuration (bench_workers.cpp: what it counts and why), then a table.
+#   tests/bench/many_workers.sh [BUILD_DIR]     (default build/; ~15 min on 2 cores)
+# BENCH_WORKERS, BENCH_LOG2_DIMS, BENCH_OPTIMIZERS, BENCH_REPEATS override the grid.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD="${1:-build}"
+BIN="$BUILD/bench_workers"
+[ -x "$BIN" ] || { echo "many_workers: $BIN not built (cmake --build $BUILD)" >&2; exit 2; }
+WORKERS=(${BENCH_WORKERS:-1024 4096})
+DIMS=(${BENCH_LOG2_DIMS:-20 22})
+OPTS=(${BENCH_OPTIMIZERS:-adam onebit_adam})
+REPEATS="${BENCH_REPEATS:-3}"
+rows=()
+for k in "${DIMS[@]}"; do
+  for n in "${WORKERS[@]}"; do
+    for o in "${OPTS[@]}"; do
+      out="$("$BIN" --workers "$n" --log2-dim "$k" --optimizer "$o" --repeats "$REPEATS")"
+      echo "$out" >&2
+      rows+=("$(printf '%-12s %5s  2^%-3s %s' "$o" "$n" "$k" "$(grep '^result:' <<<"$out" | cut -d' ' -f2-)")")
+    done
+  done
+done
+echo
+echo "optimizer        N  d      result"
+printf '%s\n' "${rows[@]}"
