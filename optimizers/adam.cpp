@@ -30,11 +30,11 @@ void Adam::setup(Cluster& cluster) {
 
 void Adam::step(StepContext& ctx) {
   // ḡ = mean_i g_i
-  allreduce_gradients(ctx, g_mean_, wire_);
+  const std::span<const float> g_mean = allreduce_gradients(ctx, g_mean_, wire_);
   // m, v, then x = x − lr·(m̂ ⊘ (sqrt(v̂)+ε) + wd·x)
   const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
                                         opts_.weight_decay, opts_.bias_correction, ctx.step);
-  adam_update_elements(ctx.cluster.params(), m_, v_, g_mean_, c);
+  adam_update_elements(ctx.cluster.params(), m_, v_, g_mean, c);
 }
 
 // One phase: the gradient allreduce of every step.

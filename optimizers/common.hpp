@@ -2,7 +2,6 @@
 // allreduce, and the one call that averages the workers' gradients.
 #pragma once
 
-#include <algorithm>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -30,18 +29,19 @@ void add_wire_field(Schema<Options>& s) {
 // ḡ = mean_i g_i: the exact (up to the wire type) ring allreduce of every
 // worker's gradient. The communicator does the arithmetic and counts the
 // bytes; this is the only place a baseline optimizer combines gradients.
-// On a streamed cluster (Optimizer::gradient_mean_wire) the mean was folded
-// while the gradients were computed, with the same arithmetic; the collective
+// Returns the mean to read: `g_mean`, or on a streamed cluster
+// (Optimizer::gradient_mean_wire) the cluster's own, folded while the
+// gradients were computed with the same arithmetic (no copy); the collective
 // is logged all the same.
-inline void allreduce_gradients(StepContext& ctx, std::span<float> g_mean, WireDtype wire) {
+inline std::span<const float> allreduce_gradients(StepContext& ctx, std::span<float> g_mean,
+                                                  WireDtype wire) {
   if (ctx.cluster.streams_mean()) {
-    const std::span<const float> mean = ctx.cluster.streamed_mean(wire);
-    std::copy(mean.begin(), mean.end(), g_mean.begin());
     ctx.comm.record(
         allreduce_record(ctx.comm.workers(), static_cast<int64_t>(g_mean.size()), wire, "ring"));
-    return;
+    return ctx.cluster.streamed_mean(wire);
   }
   ctx.comm.allreduce_mean(ctx.cluster.grads(), g_mean, wire, "ring");
+  return g_mean;
 }
 
 // The record allreduce_gradients logs for d = shape.params.

@@ -70,7 +70,7 @@ void Lamb::setup(Cluster& cluster) {
 
 void Lamb::step(StepContext& ctx) {
   // ḡ = mean_i g_i
-  allreduce_gradients(ctx, g_mean_, wire_);
+  const std::span<const float> g_mean = allreduce_gradients(ctx, g_mean_, wire_);
 
   // m = β1 m + (1−β1) ḡ ; v = β2 v + (1−β2) ḡ² ; u = m ⊘ (sqrt(v)+ε) + wd·x
   // (the Adam element update without its step, so 1-bit LAMB can share it)
@@ -82,7 +82,7 @@ void Lamb::step(StepContext& ctx) {
     float* m = m_.data();
     float* v = v_.data();
     float* u = u_.data();
-    const float* g = g_mean_.data();
+    const float* g = g_mean.data();
     const int64_t d = static_cast<int64_t>(u_.size());
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
     for (int64_t k = 0; k < d; ++k) {

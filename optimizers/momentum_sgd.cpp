@@ -29,7 +29,7 @@ void MomentumSgd::setup(Cluster& cluster) {
 
 void MomentumSgd::step(StepContext& ctx) {
   // ḡ = mean_i g_i
-  allreduce_gradients(ctx, g_mean_, wire_);
+  const std::span<const float> g_mean = allreduce_gradients(ctx, g_mean_, wire_);
 
   const float lr = static_cast<float>(opts_.lr);
   const float mu = static_cast<float>(opts_.momentum);
@@ -37,8 +37,8 @@ void MomentumSgd::step(StepContext& ctx) {
   const bool nesterov = opts_.nesterov;
   float* x = ctx.cluster.params().data();
   float* m = m_.data();
-  const float* g = g_mean_.data();
-  const int64_t d = static_cast<int64_t>(g_mean_.size());
+  const float* g = g_mean.data();
+  const int64_t d = static_cast<int64_t>(g_mean.size());
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
   for (int64_t k = 0; k < d; ++k) {
     float dk = g[k] + wd * x[k];  // coupled weight decay

@@ -22,14 +22,14 @@ void Sgd::setup(Cluster& cluster) {
 
 void Sgd::step(StepContext& ctx) {
   // ḡ = mean_i g_i (exact allreduce, rounded to the wire type).
-  allreduce_gradients(ctx, g_mean_, wire_);
+  const std::span<const float> g_mean = allreduce_gradients(ctx, g_mean_, wire_);
 
   // x = x − lr·(ḡ + wd·x)
   const float lr = static_cast<float>(opts_.lr);
   const float wd = static_cast<float>(opts_.weight_decay);
   float* x = ctx.cluster.params().data();
-  const float* g = g_mean_.data();
-  const int64_t d = static_cast<int64_t>(g_mean_.size());
+  const float* g = g_mean.data();
+  const int64_t d = static_cast<int64_t>(g_mean.size());
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
   for (int64_t k = 0; k < d; ++k) {
     x[k] -= lr * (g[k] + wd * x[k]);

@@ -165,15 +165,17 @@ TEST_SUITE("cluster") {
     // The noisy quadratic (σ = 1, κ = 100): every worker's gradient differs,
     // so a node summed in another order gives other bits. d = 5000 spans
     // three of the tree's 2048-element chunks, the last one partial. n covers
-    // a single block (1, 3, 16), blocks with levels above them (17, 37, 64),
-    // and frontiers cut at depth 1, 2 and 3 (2, 3, 5 and 8 threads).
+    // rows that fit in the threads' blocks at once (the rows path: 1, 3, 16,
+    // and 37, 64 on 8 threads) and trees of blocks with levels above them
+    // (17 on 1 thread, 37, 64 and 100), frontiers cut at depth 0 to 3 (1, 2,
+    // 3, 5 and 8 threads).
     const auto* entry = find_entry(problem_registry(), "quadratic");
     REQUIRE(entry != nullptr);
     const Json raw = {{"name", "quadratic"}, {"dim", 5000}, {"noise", 1.0},
                       {"condition_number", 100.0}};
     const auto problem = entry->make(entry->resolve(raw, "problem"), DataScope{});
     const int threads_before = omp_get_max_threads();
-    for (const int n : {1, 3, 16, 17, 37, 64}) {
+    for (const int n : {1, 3, 16, 17, 37, 64, 100}) {
       Cluster rows(opts(n, "iid"), *problem, 7);
       rows.compute_gradients(5);
       for (const WireDtype wire : {WireDtype::kFp32, WireDtype::kFp16, WireDtype::kBf16}) {

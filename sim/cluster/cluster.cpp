@@ -195,7 +195,9 @@ std::vector<std::vector<uint32_t>> make_shards(size_t m, std::span<const int32_t
 // node's output, its right half into the thread's partial sum of that level,
 // then left += right. The frontier is then combined up to the root, whose add
 // finish_mean fuses with the division. Every node's value is the tree's, so
-// the mean has mean_over_workers' bits for any thread count.
+// the mean has mean_over_workers' bits for any thread count. When every row
+// fits in the threads' blocks at once (n <= threads × block rows) the rows
+// path runs instead: no more memory, and the small-n speed of the rows path.
 struct Cluster::Stream {
   // Rows computed before they are summed: enough that the upper levels'
   // passes (3 row-sized streams per node, n/16 nodes) add about a tenth to
@@ -216,6 +218,8 @@ struct Cluster::Stream {
   std::vector<float> blocks;  // threads × block_rows × stride
   std::vector<Tree> trees;    // [0]: opts.wire; [1]: fp32, when fp32_too and wire is not fp32
   int folded = 0;             // trees the last compute_gradient_mean() folded
+  bool rows_fit = false;      // every row fits in the blocks at once: the rows path
+  size_t frontier_buffers = 0;
 
   Stream(StreamedMean o, int workers) : opts(o), threads(std::max(1, omp_get_max_threads())) {
     while ((1 << depth) < threads) ++depth;
@@ -226,6 +230,10 @@ struct Cluster::Stream {
     for (int s = largest; s > kBlockRows; s -= s / 2) ++levels;  // the right half, ceil(s/2)
     trees.resize(o.fp32_too && o.wire != WireDtype::kFp32 ? 2 : 1);
     trees[0].wire = o.wire;
+    rows_fit = workers <= threads * block_rows;
+    // The rows path needs neither the frontier's nodes nor partial sums.
+    frontier_buffers = rows_fit ? 0 : frontier.size();
+    if (rows_fit) levels = 0;
   }
   void cut(int lo, int hi, int d) {
     if (d == depth || hi - lo == 1) {
@@ -238,7 +246,7 @@ struct Cluster::Stream {
   }
   // Floats held, for rows of `stride` floats and `dim` parameters.
   uint64_t floats(size_t stride, size_t dim) const {
-    const uint64_t per_tree = saturating_mul(frontier.size() + static_cast<size_t>(threads) *
+    const uint64_t per_tree = saturating_mul(frontier_buffers + static_cast<size_t>(threads) *
                                                                    static_cast<size_t>(levels),
                                              stride) +
                               dim;
@@ -248,7 +256,7 @@ struct Cluster::Stream {
   void allocate(size_t stride, size_t dim) {
     blocks.assign(static_cast<size_t>(threads) * block_rows * stride, 0.0f);
     for (Tree& t : trees) {
-      t.nodes.assign(frontier.size() * stride, 0.0f);
+      t.nodes.assign(frontier_buffers * stride, 0.0f);
       t.partial.assign(static_cast<size_t>(threads) * levels * stride, 0.0f);
       t.mean.assign(dim, 0.0f);
     }
@@ -400,6 +408,20 @@ void Cluster::compute_gradient_mean(int64_t step, bool with_fp32) {
   if (!stream_) throw std::logic_error("Cluster::compute_gradient_mean: not a streamed cluster");
   Stream& st = *stream_;
   st.folded = with_fp32 && st.trees.size() > 1 ? 2 : 1;
+  if (st.rows_fit) {
+    // Every row fits in the threads' blocks at once (up to 32 workers on 2
+    // threads): the rows path itself, workers in parallel, then the tree
+    // summed chunk by chunk in parallel.
+    const WorkerBuffers rows{st.blocks.data(), stride_, dim_, workers_};
+#pragma omp parallel for schedule(dynamic, 1) num_threads(st.threads)
+    for (int i = 0; i < workers_; ++i) {
+      fill_gradient(i, step, rows[i], *workspaces_[omp_get_thread_num()]);
+    }
+    for (int t = 0; t < st.folded; ++t) {
+      mean_over_workers(rows, st.trees[t].mean, st.trees[t].wire);
+    }
+    return;
+  }
   const int frontier = static_cast<int>(st.frontier.size());
 #pragma omp parallel for schedule(dynamic, 1) num_threads(st.threads)
   for (int f = 0; f < frontier; ++f) {
