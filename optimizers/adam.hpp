@@ -55,6 +55,8 @@ class Adam : public Optimizer {
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
   std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
+  // ḡ, m, v (d floats each).
+  uint64_t state_bytes(const StateShape& s) const override { return 12 * uint64_t{s.dim}; }
   CommPlan comm_plan(const PlanShape& shape) const override;
   void state(StateArchive& io) override;
 

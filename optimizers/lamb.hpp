@@ -62,6 +62,8 @@ class Lamb : public Optimizer {
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
   std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
+  // ḡ, m, v, u (d floats each); per tensor two doubles, left out.
+  uint64_t state_bytes(const StateShape& s) const override { return 16 * uint64_t{s.dim}; }
   CommPlan comm_plan(const PlanShape& shape) const override;
   void state(StateArchive& io) override;
 

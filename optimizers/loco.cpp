@@ -168,6 +168,26 @@ std::vector<std::string> Loco::warnings(int64_t steps) const {
   return out;
 }
 
+// What setup() allocates: ḡ, m (Adam: and v), d floats each; then the
+// exchange's buffers: two_stage its codes and errors (every worker); flat and
+// allgather every resident worker's compensated gradient h and error row, and
+// the quantized reduce-scatter's or the compressed allgather's buffers.
+uint64_t Loco::state_bytes(const StateShape& s) const {
+  const uint64_t d = s.dim;
+  const uint64_t base = (adam_ ? 12 : 8) * d;
+  if (opts_.exchange == "two_stage") {
+    return base + LocoTwoStageExchange::resident_bytes_for(
+                      s.workers, two_stage_node_size(opts_, s.workers, s.gpus_per_node), d);
+  }
+  const uint64_t rows = 8 * d * static_cast<uint64_t>(s.resident);
+  if (opts_.exchange == "flat") {
+    return base + rows + QuantizedReduceScatter::resident_bytes_for(s.workers, s.resident, d);
+  }
+  return base + rows +
+         CompressedAllgatherMean::resident_bytes_for(s.workers, static_cast<int>(opts_.node_size),
+                                                     s.resident, d);
+}
+
 void Loco::setup(Cluster& cluster) {
   workers_ = cluster.workers();
   dim_ = cluster.dim();

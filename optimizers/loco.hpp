@@ -136,6 +136,7 @@ class Loco : public Optimizer {
   // chunks, decoded; allgather: the gathered wire images and log2(n) partial
   // sums of the streamed tree mean).
   // two_stage: the exchange's q1, e1, q2, e2 rows (every worker's: simulator only).
+  uint64_t state_bytes(const StateShape& s) const override;
   size_t worker_state_bytes() const override {
     if (two_) return two_->resident_bytes();
     return h_.size() * sizeof(float) + ef_->resident_bytes() +

@@ -138,6 +138,19 @@ CommPlan OneBitAdam::comm_plan(const PlanShape& shape) const {
   return plan;
 }
 
+// What setup() allocates: ḡ, m, v (APMSqueeze: and the previous v; a momentum
+// mask: the mask), each d floats; every resident worker's momentum row; the
+// compressed allreduce's buffers (OneBitAllreduce::resident_bytes_for).
+uint64_t OneBitAdam::state_bytes(const StateShape& s) const {
+  const uint64_t d = s.dim;
+  uint64_t bytes = (12 + (variance_stable_ ? 4 : 0) + (opts_.momentum_mask.empty() ? 0 : 4)) * d;
+  bytes += 4 * d * static_cast<uint64_t>(s.resident);
+  if (compress_) {
+    bytes += OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.reference());
+  }
+  return bytes;
+}
+
 void OneBitAdam::setup(Cluster& cluster) {
   workers_ = cluster.workers();
   dim_ = cluster.dim();

@@ -148,6 +148,7 @@ class OneBitAdam : public Optimizer {
   // step 1).
   const char* phase() const override { return phase_; }
   size_t worker_state_bytes() const override { return m_workers_.size() * sizeof(float); }
+  uint64_t state_bytes(const StateShape& s) const override;
 
   const OneBitAdamOptions& options() const { return opts_; }
   // The synchronised momentum m and the second moment v (frozen as v* once

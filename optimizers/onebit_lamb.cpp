@@ -113,6 +113,16 @@ CommPlan OneBitLamb::comm_plan(const PlanShape& shape) const {
   return plan;
 }
 
+// What setup() allocates: m, m_prev, v, v_fresh, u_prelim, u, k_elem (d
+// floats each), the warm-up's Lamb (Lamb::state_bytes), every resident
+// worker's momentum row and the compressed allreduce's buffers; per-tensor
+// scalars left out.
+uint64_t OneBitLamb::state_bytes(const StateShape& s) const {
+  const uint64_t d = s.dim;
+  return 28 * d + warmup_.state_bytes(s) + 4 * d * static_cast<uint64_t>(s.resident) +
+         OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.reference());
+}
+
 void OneBitLamb::setup(Cluster& cluster) {
   warmup_.setup(cluster);  // checks that the tensors tile [0, dim)
   workers_ = cluster.workers();

@@ -142,6 +142,7 @@ class OneBitLamb : public Optimizer {
   std::vector<std::string> warnings(int64_t steps) const override;
   const char* phase() const override { return phase_; }
   size_t worker_state_bytes() const override { return worker_m_.size() * sizeof(float); }
+  uint64_t state_bytes(const StateShape& s) const override;
 
   const OneBitLambOptions& options() const { return opts_; }
   bool compressing() const { return switched_; }

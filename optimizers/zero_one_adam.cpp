@@ -133,6 +133,15 @@ CommPlan ZeroOneAdam::comm_plan(const PlanShape& shape) const {
   return plan;
 }
 
+// What setup() allocates: ḡ, m, v, the denominator and ū (d floats each);
+// every resident worker's parameters (Cluster::enable_local_params), local
+// momentum and accumulated update rows; the compressed allreduce's buffers.
+uint64_t ZeroOneAdam::state_bytes(const StateShape& s) const {
+  const uint64_t d = s.dim;
+  return 20 * d + 12 * d * static_cast<uint64_t>(s.resident) +
+         OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.reference());
+}
+
 void ZeroOneAdam::setup(Cluster& cluster) {
   workers_ = cluster.workers();
   local_ = cluster.local_workers();  // all workers in the simulator

@@ -201,6 +201,7 @@ class ZeroOneAdam : public Optimizer {
   // worker this process computes.
   std::span<const float> m_local(int i) const { return {row(m_local_, i), dim_}; }
   std::span<const float> u(int i) const { return {row(u_, i), dim_}; }
+  uint64_t state_bytes(const StateShape& s) const override;
   size_t worker_state_bytes() const override {
     return (m_local_.size() + u_.size()) * sizeof(float);
   }

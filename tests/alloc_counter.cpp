@@ -9,10 +9,12 @@ namespace {
 
 std::atomic<bool> g_counting{false};
 std::atomic<int64_t> g_allocations{0};
+std::atomic<int64_t> g_bytes{0};
 
 void* counted_malloc(std::size_t size) {
   if (g_counting.load(std::memory_order_relaxed)) {
     g_allocations.fetch_add(1, std::memory_order_relaxed);
+    g_bytes.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
   }
   return std::malloc(size == 0 ? 1 : size);
 }
@@ -20,6 +22,7 @@ void* counted_malloc(std::size_t size) {
 void* counted_aligned(std::size_t size, std::align_val_t align) {
   if (g_counting.load(std::memory_order_relaxed)) {
     g_allocations.fetch_add(1, std::memory_order_relaxed);
+    g_bytes.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
   }
   const auto a = static_cast<std::size_t>(align);
   // aligned_alloc wants a size that is a non-zero multiple of the alignment.
@@ -32,6 +35,7 @@ namespace bitlab::testing {
 
 CountAllocations::CountAllocations() {
   g_allocations.store(0);
+  g_bytes.store(0);
   g_counting.store(true);
 }
 CountAllocations::~CountAllocations() {
@@ -39,6 +43,9 @@ CountAllocations::~CountAllocations() {
 }
 int64_t CountAllocations::count() const {
   return g_allocations.load();
+}
+int64_t CountAllocations::bytes() const {
+  return g_bytes.load();
 }
 
 }  // namespace bitlab::testing

@@ -22,6 +22,8 @@ class CountAllocations {
   CountAllocations& operator=(const CountAllocations&) = delete;
   // Calls of operator new since construction.
   int64_t count() const;
+  // Bytes those calls asked for (what is freed again is not subtracted).
+  int64_t bytes() const;
 };
 
 // Optimizer configurations (JSON) that reach every phase of the optimizers

@@ -6,6 +6,10 @@
 // suite with the same function under mpirun.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
+#include "optimizers/optimizer.hpp"
+#include "problems/problem.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/simulation.hpp"
 #include "tests/alloc_counter.hpp"
@@ -55,6 +59,7 @@ int64_t steady_step_allocations(const std::string& optimizer, Transport* transpo
 }  // namespace bitlab::testing
 
 using bitlab::testing::CountAllocations;
+using namespace bitlab;
 
 TEST_SUITE("alloc") {
   TEST_CASE("the counter counts (so a zero below means something)") {
@@ -69,6 +74,45 @@ TEST_SUITE("alloc") {
       const std::string optimizer = *o;
       CAPTURE(optimizer);
       CHECK(bitlab::testing::steady_step_allocations(*o) == 0);
+    }
+  }
+
+  TEST_CASE("an optimizer's state_bytes is what its setup() allocates, for every optimizer") {
+    // The memory check adds Optimizer::state_bytes to the cluster's buffers
+    // before anything is allocated; here it is compared with the bytes
+    // setup() asks operator new for. d = 2^16 in 4 tensors (no padding: d is
+    // a multiple of 8n and of LoCo's n·group), 8 and 16 workers, 4 per node.
+    // Tolerance ±5 %: the estimates leave out what does not scale with d
+    // (per-tensor scalars, the 1-bit worker stage's per-worker tables of 2048
+    // floats: 1.6 % of 1-bit Adam's state at n = 16), and the counter adds
+    // what setup() frees again. A missing buffer is at least d floats of
+    // 12 d + (4 to 16)·n·d bytes: 10 % or more, outside.
+    const auto* pe = find_entry(problem_registry(), "quadratic");
+    REQUIRE(pe != nullptr);
+    const size_t d = size_t{1} << 16;
+    const Json raw = {{"name", "quadratic"}, {"dim", d}, {"tensors", 4}};
+    const auto problem = pe->make(pe->resolve(raw, "problem"), DataScope{});
+    for (const char* const* o = testing::steady_step_optimizers(); *o != nullptr; ++o) {
+      for (const int n : {8, 16}) {
+        const std::string optimizer = *o;
+        CAPTURE(optimizer);
+        CAPTURE(n);
+        ClusterOptions co;
+        co.workers = n;
+        Cluster cluster(co, *problem, 1);
+        cluster.set_gpus_per_node(4);
+        const Json j = Json::parse(optimizer);
+        const auto* oe = find_entry(optimizer_registry(), j.at("name").get<std::string>());
+        REQUIRE(oe != nullptr);
+        const auto opt = oe->make(oe->resolve(j, "optimizer"));
+        const double estimate = static_cast<double>(opt->state_bytes({n, n, d, 4}));
+        const CountAllocations counter;
+        opt->setup(cluster);
+        const double measured = static_cast<double>(counter.bytes());
+        CAPTURE(estimate);
+        CAPTURE(measured);
+        CHECK(std::abs(estimate / measured - 1.0) <= 0.05);
+      }
     }
   }
 }

@@ -178,7 +178,11 @@ TEST_SUITE("cli") {
         // would stream them into their mean: below).
         {R"({"problem": {"name": "quadratic", "dim": 4194304}, "cluster": {"workers": 1048576},
              "optimizer": {"name": "onebit_adam"}})",
-         "", "cluster.workers = 1048576 workers of d = 4194304 parameters need at least 17.6 TB"},
+         // 17.6 TB of rows and the parameters, and 1-bit Adam's state: a momentum
+         // row, an error row and signs per worker (8.125 bytes a parameter).
+         "", "cluster.workers = 1048576 workers of d = 4194304 parameters need at least 53.3 TB "
+             "(4-byte floats: one gradient row per worker and the parameters; the optimizer's "
+             "state 35.7 TB)"},
     };
     for (const auto& c : cases) {
       CAPTURE(c.expect);
@@ -244,7 +248,11 @@ TEST_SUITE("cli") {
     // floats, plus 6 parameters: (64 + 6)·4 = 280 B.
     r = run_bitlab(d, "validate " + d.file("good.json", kGood) + " --set optimizer.name=onebit_adam");
     CHECK(r.status == 0);
-    CHECK(r.err.find("memory: at least 280 B for the workers' gradients (a row per worker)") !=
+    // Its state: ḡ, m, v (3·6 floats), a momentum row per worker (4·6) and
+    // the 1-bit allreduce's buffers for d = 6 (OneBitAllreduce's estimate:
+    // 6·(4·(4 + 1/8 + 8/4) + 1/8) = 147.75 B): 72 + 96 + 147 = 315 B.
+    CHECK(r.err.find("memory: at least 595 B: 280 B for the workers' gradients (a row per "
+                     "worker) and the parameters, 315 B for the optimizer's state") !=
           std::string::npos);
   }
 

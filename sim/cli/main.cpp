@@ -115,11 +115,15 @@ int validate_experiment(const RunFlags& f) {
                sim.cluster().dim(), exp.optimizer.at("name").get<std::string>().c_str(),
                static_cast<long long>(exp.cluster.workers), static_cast<long long>(exp.run.steps));
   std::fprintf(stderr,
-               "  memory: at least %s for the workers' gradients (%s) and the parameters (the "
-               "optimizer's state comes on top); this machine has %s\n",
+               "  memory: at least %s: %s for the workers' gradients (%s) and the parameters, "
+               "%s for the optimizer's state; this machine has %s\n",
+               human_bytes(static_cast<double>(sim.cluster().memory_estimate())).c_str(),
                human_bytes(static_cast<double>(sim.cluster().memory_lower_bound())).c_str(),
                sim.cluster().streams_mean() ? "streamed into their mean: log n rows"
                                             : "a row per worker",
+               human_bytes(static_cast<double>(sim.cluster().memory_estimate() -
+                                               sim.cluster().memory_lower_bound()))
+                   .c_str(),
                human_bytes(static_cast<double>(machine_memory_bytes())).c_str());
   return 0;
 }

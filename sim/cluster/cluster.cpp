@@ -7,6 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "sim/core/human.hpp"
 #include "sim/core/memory.hpp"
 
 namespace bitlab {
@@ -271,26 +272,31 @@ void Cluster::throw_streamed(const char* what) {
 }
 
 Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t seed,
-                 WorkerRange local, std::optional<StreamedMean> streamed)
+                 WorkerRange local, std::optional<StreamedMean> streamed,
+                 uint64_t optimizer_bytes)
     : problem_(problem),
       workers_(static_cast<int>(opts.workers)),
       local_(local.size() > 0 ? local : WorkerRange{0, static_cast<int>(opts.workers)}),
       dim_(problem.dim()),
       stride_((problem.dim() + 15) / 16 * 16),
       seed_(seed) {
+  optimizer_bytes_ = optimizer_bytes;
   if (streamed) {
     if (local_.size() != workers_) {
       throw std::logic_error("Cluster: a streamed mean needs every worker local");
     }
     stream_ = std::make_unique<Stream>(*streamed, workers_);
   }
-  check_memory_fits(memory_lower_bound(),
+  check_memory_fits(memory_estimate(),
                     "cluster.workers = " + std::to_string(workers_) +
                         " workers of d = " + std::to_string(dim_) + " parameters",
-                    stream_ ? "4-byte floats: the streamed gradient mean's blocks and partial "
-                              "sums, and the parameters; the optimizer's state comes on top"
-                            : "4-byte floats: one gradient row per worker and the parameters; "
-                              "the optimizer's state comes on top",
+                    std::string(stream_ ? "4-byte floats: the streamed gradient mean's blocks "
+                                          "and partial sums, and the parameters"
+                                        : "4-byte floats: one gradient row per worker and the "
+                                          "parameters") +
+                        (optimizer_bytes_ > 0 ? "; the optimizer's state " +
+                                                    human_bytes(static_cast<double>(optimizer_bytes_))
+                                              : std::string()),
                     "use fewer workers or a smaller problem");
   params_.assign(dim_, 0.0f);
   problem_.init_params(params(), seed);
@@ -460,6 +466,11 @@ std::span<const float> Cluster::streamed_mean(WireDtype wire) const {
 size_t Cluster::worker_buffer_bytes() const {
   const size_t rows = grads_.size() + local_params_.size();
   return (stream_ ? rows + stream_->floats(stride_, dim_) : rows) * sizeof(float);
+}
+
+uint64_t Cluster::memory_estimate() const {
+  const uint64_t own = memory_lower_bound();
+  return own > UINT64_MAX - optimizer_bytes_ ? UINT64_MAX : own + optimizer_bytes_;
 }
 
 uint64_t Cluster::memory_lower_bound() const {

@@ -99,8 +99,12 @@ class Cluster {
   // `streamed`: deliver only the gradients' mean (StreamedMean); then
   // grads() is not available and compute_gradient_mean() replaces
   // compute_gradients(). Needs every worker local (the simulator).
+  // `optimizer_bytes`: what the optimizer's setup() will allocate
+  // (Optimizer::state_bytes), checked with the cluster's own buffers before
+  // anything is allocated.
   Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t seed,
-          WorkerRange local = {}, std::optional<StreamedMean> streamed = std::nullopt);
+          WorkerRange local = {}, std::optional<StreamedMean> streamed = std::nullopt,
+          uint64_t optimizer_bytes = 0);
   ~Cluster();
 
   int workers() const { return workers_; }
@@ -114,6 +118,9 @@ class Cluster {
   // Bytes of the buffers every run holds: the local workers' gradient rows and
   // the parameters (checked against the machine's memory before allocating).
   uint64_t memory_lower_bound() const;
+  // memory_lower_bound() plus the optimizer's state (the constructor's
+  // optimizer_bytes): what the memory check compares with the machine.
+  uint64_t memory_estimate() const;
   const Problem& problem() const { return problem_; }
   // The parameter vector's tensors (the problem's layout; may be empty).
   const std::vector<TensorInfo>& tensors() const { return problem_.tensors(); }
@@ -184,6 +191,7 @@ class Cluster {
   WorkerRange local_;
   size_t dim_;
   size_t stride_;
+  uint64_t optimizer_bytes_ = 0;
   uint64_t seed_;
   std::vector<float> params_;
   std::vector<float> local_params_;

@@ -82,6 +82,15 @@ class CompressedAllgatherMean {
   // simulator; under MPI those of the nodes the rank leads, none when it
   // leads none). Excludes the receive scratch.
   size_t resident_bytes() const { return (compressed_.size() + node_mean_.size()) * sizeof(float); }
+  // The same before construction (the memory check): a compressed row per
+  // resident worker and, hierarchical, a node mean per node it leads (every
+  // node in the simulator), d floats each.
+  static uint64_t resident_bytes_for(int workers, int node_size, int resident, size_t dim) {
+    const int g = node_size > 0 ? node_size : 1;
+    const bool by_node = workers / g > 1 && g > 1;
+    const uint64_t rows = static_cast<uint64_t>(resident) + (by_node ? (resident + g - 1) / g : 0);
+    return rows * 4 * uint64_t{dim};
+  }
   // Saves or loads the rows a later step may read (a checkpoint).
   void state(StateArchive& io);
 
@@ -128,6 +137,13 @@ class QuantizedReduceScatter {
   // Bytes of the resident workers' Q(x_i) rows (padded length); excludes the
   // receive scratch.
   size_t resident_bytes() const { return quantized_.size() * sizeof(float); }
+  // What the constructor allocates (the memory check): a quantized row per
+  // resident worker, across ranks every worker's codes of this rank's chunks
+  // (as many floats again), and the mean, d floats each (padding left out).
+  static uint64_t resident_bytes_for(int workers, int resident, size_t dim) {
+    const uint64_t rows = static_cast<uint64_t>(resident) * (resident < workers ? 2 : 1) + 1;
+    return rows * 4 * uint64_t{dim};
+  }
   size_t padded_dim() const { return D_; }
   // Bytes one worker sends per call.
   double sent_bytes_per_call() const;

@@ -123,6 +123,14 @@ class LocoTwoStageExchange {
   std::span<const float> stage2(int w) const { return row(q2_, stage2_len_, w); }
   std::span<const float> error2(int w) const { return row(e2_, stage2_len_, w); }
   int64_t reset_counter() const { return counter_; }
+  // What the constructor allocates (the memory check): every worker's
+  // first-stage codes and error (d floats each) and, with more than one node,
+  // its second-stage ones (d/g each at most: the compressed tensors' share).
+  static uint64_t resident_bytes_for(int workers, int node_size, size_t dim) {
+    const int g = node_size > 0 ? node_size : workers;
+    const uint64_t n = static_cast<uint64_t>(workers), d = dim;
+    return 8 * n * d + (workers / g > 1 ? 8 * n * (d / static_cast<uint64_t>(g)) : 0);
+  }
   size_t resident_bytes() const {
     return (q1_.size() + e1_.size() + q2_.size() + e2_.size()) * sizeof(float);
   }

@@ -75,6 +75,14 @@ OneBitAllreduce::OneBitAllreduce(int workers, size_t dim, size_t pad_multiple, W
   acc_.assign(D_ / n_ * resident, 0.0f);
 }
 
+uint64_t OneBitAllreduce::resident_bytes_for(int workers, int resident, size_t dim, bool general) {
+  const double d = static_cast<double>(dim);
+  const double per_worker = 4.0 + 0.125 + 8.0 / workers;
+  double bytes = d * (per_worker * resident + 0.125);
+  if (general) bytes += d * (4.0 * workers + 4.0);
+  return static_cast<uint64_t>(bytes);
+}
+
 void OneBitAllreduce::set_stages(const OneBitStage& worker, const OneBitStage& server) {
   worker_ = worker;
   server_ = server;

@@ -101,6 +101,14 @@ class OneBitAllreduce {
   void set_stages(const OneBitStage& worker, const OneBitStage& server);
   bool general() const { return !worker_.reference() || !server_.reference(); }
 
+  // Bytes one allreduce of `dim` values holds on a process with `resident`
+  // of the `workers` workers (the memory check's estimate, before anything is
+  // allocated; padding left out): per resident worker its error e (4 bytes a
+  // value), signs (1/8) and its server chunk's error s and accumulator (8/n);
+  // the server's signs (1/8); and with general stages (not the reference
+  // sign) every worker's image w (4n) and the decoded mean (4).
+  static uint64_t resident_bytes_for(int workers, int resident, size_t dim, bool general);
+
   // Padding of each call: fresh zeros (false, the default) or the D − d
   // values the previous call decoded there (true; zeros before the first call
   // and after reset_errors()).

@@ -33,16 +33,20 @@ Simulation::Simulation(const Experiment& experiment, Transport* transport)
   if (const auto wire = optimizer_->gradient_mean_wire(); wire && !comm_.distributed()) {
     streamed = StreamedMean{*wire, experiment.run.grad_norm_every > 0};
   }
+  timed_ = experiment.network.preset != "none";
+  if (timed_) topology_ = make_topology(experiment.network, experiment.cluster.workers);
+  const int workers = static_cast<int>(experiment.cluster.workers);
+  const int gpus_per_node = timed_ ? workers / topology_.nodes : 0;
   agree_on_config_errors(ranks, [&] {
     problem_ = pe->make(experiment.problem, scope);
+    // What the optimizer's setup() will allocate, checked with the cluster's
+    // buffers before either allocates.
+    const uint64_t optimizer_bytes = optimizer_->state_bytes(
+        {workers, comm_.local_workers().size(), problem_->dim(), gpus_per_node});
     cluster_ = std::make_unique<Cluster>(experiment.cluster, *problem_, experiment.run.seed,
-                                         comm_.local_workers(), streamed);
+                                         comm_.local_workers(), streamed, optimizer_bytes);
   });
-  timed_ = experiment.network.preset != "none";
-  if (timed_) {
-    topology_ = make_topology(experiment.network, experiment.cluster.workers);
-    cluster_->set_gpus_per_node(cluster_->workers() / topology_.nodes);
-  }
+  if (timed_) cluster_->set_gpus_per_node(gpus_per_node);
   optimizer_->setup(*cluster_);
   if (!cluster_->streams_mean()) mean_grad_.assign(cluster_->dim(), 0.0f);
   if (timed_) {

@@ -17,7 +17,9 @@ rows=()
 for k in "${DIMS[@]}"; do
   for n in "${WORKERS[@]}"; do
     for o in "${OPTS[@]}"; do
-      out="$("$BIN" --workers "$n" --log2-dim "$k" --optimizer "$o" --repeats "$REPEATS")"
+      # A configuration killed by the system (out of memory) is a row, not the end.
+      out="$("$BIN" --workers "$n" --log2-dim "$k" --optimizer "$o" --repeats "$REPEATS" 2>&1)" ||
+        out="result: ended with exit status $? ($out)"
       echo "$out" >&2
       rows+=("$(printf '%-12s %5s  2^%-3s %s' "$o" "$n" "$k" "$(grep '^result:' <<<"$out" | cut -d' ' -f2-)")")
     done
