@@ -19,7 +19,8 @@
 #
 # Leaks are checked (LeakSanitizer) with one suppression file,
 # tests/sanitize.supp: Open MPI's own allocations that MPI_Finalize never
-# frees (third-party, not ours). Nothing of bitlab is suppressed.
+# frees and LLVM OpenMP's thread-team structures (third-party, not ours).
+# Nothing of bitlab is suppressed.
 # Exit status: CTest's (0 only when every entry passed). docs/building.md
 # says how long it takes.
 set -euo pipefail
