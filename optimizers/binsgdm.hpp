@@ -67,9 +67,6 @@ class BinSgdm : public Optimizer {
   CommPlan comm_plan(const PlanShape& shape) const override;
   void state(StateArchive& io) override;
   const char* phase() const override { return "onebit"; }
-  // Counted: m_i, b_i, z_i (and b̂_i) of the resident workers, plus the
-  // allgather's resident rows (q_i of those workers and, hierarchical, the
-  // node means this process forms); not its transient receive scratch.
   // m, b, z (AMSGrad: and b̂) rows of every resident worker, ū (d floats),
   // and the allgather's buffers.
   uint64_t state_bytes(const StateShape& s) const override {
@@ -78,6 +75,9 @@ class BinSgdm : public Optimizer {
            CompressedAllgatherMean::resident_bytes_for(s.workers, static_cast<int>(opts_.node_size),
                                                        s.resident, d);
   }
+  // Counted: m_i, b_i, z_i (and b̂_i) of the resident workers, plus the
+  // allgather's resident rows (q_i of those workers and, hierarchical, the
+  // node means this process forms); not its transient receive scratch.
   size_t worker_state_bytes() const override {
     return (m_.size() + b_.size() + bmax_.size() + z_.size()) * sizeof(float) +
            (ag_ ? ag_->resident_bytes() : 0);

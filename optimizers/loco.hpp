@@ -128,6 +128,7 @@ class Loco : public Optimizer {
   std::vector<std::string> warnings(int64_t steps) const override;
   void state(StateArchive& io) override;
   const char* phase() const override { return "compressed"; }
+  uint64_t state_bytes(const StateShape& s) const override;
   // Counted, for this process's workers (its rank's block under MPI): h_i,
   // the error-feedback rows e_i, and the collective's resident rows — the
   // reduce-scatter's Q(h_i) (padded length), or the allgather's C(h_i) and the
@@ -136,7 +137,6 @@ class Loco : public Optimizer {
   // chunks, decoded; allgather: the gathered wire images and log2(n) partial
   // sums of the streamed tree mean).
   // two_stage: the exchange's q1, e1, q2, e2 rows (every worker's: simulator only).
-  uint64_t state_bytes(const StateShape& s) const override;
   size_t worker_state_bytes() const override {
     if (two_) return two_->resident_bytes();
     return h_.size() * sizeof(float) + ef_->resident_bytes() +

@@ -42,7 +42,7 @@ class Optimizer {
   // Bytes setup() will allocate (moments, per-worker rows, the collectives'
   // buffers), known before anything is allocated: the memory check adds it
   // to the cluster's buffers (docs/experiments.md, "Memory"). Each optimizer
-  // lists its buffers; the `optimizers` suite checks the figure against what
+  // lists its buffers; the `alloc` suite checks the figure against what
   // setup() allocates. 0: unknown (a plug-in's default).
   struct StateShape {
     int workers = 1;
@@ -50,10 +50,7 @@ class Optimizer {
     size_t dim = 0;          // parameters
     int gpus_per_node = 0;   // the network's (Cluster::gpus_per_node), 0: one node
   };
-  virtual uint64_t state_bytes(const StateShape& shape) const {
-    (void)shape;
-    return 0;
-  }
+  virtual uint64_t state_bytes(const StateShape& /*shape*/) const { return 0; }
   // Phase of the last step (algorithm-specific; the baselines are "full").
   virtual const char* phase() const { return "full"; }
   // Bytes of per-worker state (one row per worker) this process holds, the

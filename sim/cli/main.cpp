@@ -121,9 +121,7 @@ int validate_experiment(const RunFlags& f) {
                human_bytes(static_cast<double>(sim.cluster().memory_lower_bound())).c_str(),
                sim.cluster().streams_mean() ? "streamed into their mean: log n rows"
                                             : "a row per worker",
-               human_bytes(static_cast<double>(sim.cluster().memory_estimate() -
-                                               sim.cluster().memory_lower_bound()))
-                   .c_str(),
+               human_bytes(static_cast<double>(sim.cluster().optimizer_bytes())).c_str(),
                human_bytes(static_cast<double>(machine_memory_bytes())).c_str());
   return 0;
 }

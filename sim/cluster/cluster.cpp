@@ -210,7 +210,6 @@ struct Cluster::Stream {
     std::vector<float> partial;  // threads × levels × stride
     std::vector<float> mean;     // dim
   };
-  StreamedMean opts;
   int threads = 1;
   int depth = 0;                             // the frontier's depth in the tree
   std::vector<std::pair<int, int>> frontier;  // nodes [lo, hi), in tree order
@@ -220,9 +219,8 @@ struct Cluster::Stream {
   std::vector<Tree> trees;    // [0]: opts.wire; [1]: fp32, when fp32_too and wire is not fp32
   int folded = 0;             // trees the last compute_gradient_mean() folded
   bool rows_fit = false;      // every row fits in the blocks at once: the rows path
-  size_t frontier_buffers = 0;
 
-  Stream(StreamedMean o, int workers) : opts(o), threads(std::max(1, omp_get_max_threads())) {
+  Stream(StreamedMean o, int workers) : threads(std::max(1, omp_get_max_threads())) {
     while ((1 << depth) < threads) ++depth;
     cut(0, workers, 0);
     int largest = 0;
@@ -232,12 +230,29 @@ struct Cluster::Stream {
     trees.resize(o.fp32_too && o.wire != WireDtype::kFp32 ? 2 : 1);
     trees[0].wire = o.wire;
     rows_fit = workers <= threads * block_rows;
-    // The rows path needs neither the frontier's nodes nor partial sums.
-    frontier_buffers = rows_fit ? 0 : frontier.size();
-    if (rows_fit) levels = 0;
+    if (rows_fit) levels = 0;  // the rows path needs no partial sums
   }
+  // Whether the node [lo, hi) at depth d is on the frontier (cut and the
+  // combination above it agree through this).
+  bool on_frontier(int lo, int hi, int d) const { return d == depth || hi - lo == 1; }
+  // The node [lo, hi) at depth d above the frontier: its value is left in
+  // the buffer of its leftmost frontier node (`next` counts the frontier
+  // nodes in tree order); the root's add goes to finish_mean instead.
+  float* combine(float* nodes, size_t stride, size_t dim, int lo, int hi, int d,
+                 size_t& next) const {
+    if (on_frontier(lo, hi, d)) return nodes + (next++) * stride;
+    const int mid = lo + (hi - lo) / 2;
+    float* left = combine(nodes, stride, dim, lo, mid, d + 1, next);
+    float* right = combine(nodes, stride, dim, mid, hi, d + 1, next);
+    const int64_t m = static_cast<int64_t>(dim);
+#pragma omp parallel for simd schedule(static) if (m > 8192)
+    for (int64_t k = 0; k < m; ++k) left[k] += right[k];
+    return left;
+  }
+  // Node buffers per tree: one per frontier node, none on the rows path.
+  size_t node_buffers() const { return rows_fit ? 0 : frontier.size(); }
   void cut(int lo, int hi, int d) {
-    if (d == depth || hi - lo == 1) {
+    if (on_frontier(lo, hi, d)) {
       frontier.emplace_back(lo, hi);
       return;
     }
@@ -247,7 +262,7 @@ struct Cluster::Stream {
   }
   // Floats held, for rows of `stride` floats and `dim` parameters.
   uint64_t floats(size_t stride, size_t dim) const {
-    const uint64_t per_tree = saturating_mul(frontier_buffers + static_cast<size_t>(threads) *
+    const uint64_t per_tree = saturating_mul(node_buffers() + static_cast<size_t>(threads) *
                                                                    static_cast<size_t>(levels),
                                              stride) +
                               dim;
@@ -257,7 +272,7 @@ struct Cluster::Stream {
   void allocate(size_t stride, size_t dim) {
     blocks.assign(static_cast<size_t>(threads) * block_rows * stride, 0.0f);
     for (Tree& t : trees) {
-      t.nodes.assign(frontier_buffers * stride, 0.0f);
+      t.nodes.assign(node_buffers() * stride, 0.0f);
       t.partial.assign(static_cast<size_t>(threads) * levels * stride, 0.0f);
       t.mean.assign(dim, 0.0f);
     }
@@ -279,8 +294,8 @@ Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t se
       local_(local.size() > 0 ? local : WorkerRange{0, static_cast<int>(opts.workers)}),
       dim_(problem.dim()),
       stride_((problem.dim() + 15) / 16 * 16),
+      optimizer_bytes_(optimizer_bytes),
       seed_(seed) {
-  optimizer_bytes_ = optimizer_bytes;
   if (streamed) {
     if (local_.size() != workers_) {
       throw std::logic_error("Cluster: a streamed mean needs every worker local");
@@ -390,26 +405,6 @@ void Cluster::fold_subtree(int lo, int hi, int level, int thread, float* const* 
   }
 }
 
-namespace {
-
-// The nodes of the streamed tree above its frontier (Cluster::Stream::cut's
-// recursion, replayed): returns the node over [lo, hi) at depth d, leaving
-// its value in the buffer of its leftmost frontier node; the root's add goes
-// to finish_mean instead.
-float* combine_frontier(float* nodes, size_t stride, int depth, int lo, int hi, int d,
-                        size_t& next, size_t dim) {
-  if (d == depth || hi - lo == 1) return nodes + (next++) * stride;
-  const int mid = lo + (hi - lo) / 2;
-  float* left = combine_frontier(nodes, stride, depth, lo, mid, d + 1, next, dim);
-  float* right = combine_frontier(nodes, stride, depth, mid, hi, d + 1, next, dim);
-  const int64_t m = static_cast<int64_t>(dim);
-#pragma omp parallel for simd schedule(static) if (m > 8192)
-  for (int64_t k = 0; k < m; ++k) left[k] += right[k];
-  return left;
-}
-
-}  // namespace
-
 void Cluster::compute_gradient_mean(int64_t step, bool with_fp32) {
   if (!stream_) throw std::logic_error("Cluster::compute_gradient_mean: not a streamed cluster");
   Stream& st = *stream_;
@@ -447,9 +442,8 @@ void Cluster::compute_gradient_mean(int64_t step, bool with_fp32) {
     // The root's halves, then the root: (left + right) / n in the wire.
     const int mid = workers_ / 2;
     size_t next = 0;
-    float* left = combine_frontier(tree.nodes.data(), stride_, st.depth, 0, mid, 1, next, dim_);
-    float* right =
-        combine_frontier(tree.nodes.data(), stride_, st.depth, mid, workers_, 1, next, dim_);
+    float* left = st.combine(tree.nodes.data(), stride_, dim_, 0, mid, 1, next);
+    float* right = st.combine(tree.nodes.data(), stride_, dim_, mid, workers_, 1, next);
     finish_mean({left, dim_}, {right, dim_}, workers_, tree.mean, tree.wire);
   }
 }

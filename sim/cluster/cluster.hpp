@@ -121,6 +121,7 @@ class Cluster {
   // memory_lower_bound() plus the optimizer's state (the constructor's
   // optimizer_bytes): what the memory check compares with the machine.
   uint64_t memory_estimate() const;
+  uint64_t optimizer_bytes() const { return optimizer_bytes_; }
   const Problem& problem() const { return problem_; }
   // The parameter vector's tensors (the problem's layout; may be empty).
   const std::vector<TensorInfo>& tensors() const { return problem_.tensors(); }

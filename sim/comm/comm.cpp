@@ -115,26 +115,32 @@ void tree_sum(const WorkerBuffers& in, int lo, int hi, size_t off, size_t len, f
   for (size_t k = 0; k < len; ++k) out[k] += scratch[k];
 }
 
+// tree_sum's scratch for `n` rows on this thread: one chunk per tree level,
+// grown once per thread, reused.
+float* tree_scratch(int n) {
+  int depth = 1;
+  while ((1 << (depth - 1)) < n) ++depth;
+  thread_local std::vector<float> scratch;
+  if (scratch.size() < static_cast<size_t>(depth + 1) * kChunk)
+    scratch.resize(static_cast<size_t>(depth + 1) * kChunk);
+  return scratch.data();
+}
+
 template <WireDtype W>
 void mean_impl(const WorkerBuffers& in, std::span<float> out) {
   const size_t len = in.len;
   const int n = in.count;
-  int depth = 1;
-  while ((1 << (depth - 1)) < n) ++depth;
   const float inv_check = static_cast<float>(n);
   const int64_t chunks = static_cast<int64_t>((len + kChunk - 1) / kChunk);
 #pragma omp parallel
   {
-    // One scratch chunk per tree level; grown once per thread, reused.
-    thread_local std::vector<float> scratch;
-    if (scratch.size() < static_cast<size_t>(depth + 1) * kChunk)
-      scratch.resize(static_cast<size_t>(depth + 1) * kChunk);
+    float* const scratch = tree_scratch(n);
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < chunks; ++c) {
       const size_t off = static_cast<size_t>(c) * kChunk;
       const size_t m = std::min(kChunk, len - off);
       float* o = out.data() + off;
-      tree_sum<W>(in, 0, n, off, m, o, scratch.data());
+      tree_sum<W>(in, 0, n, off, m, o, scratch);
 #pragma omp simd
       for (size_t k = 0; k < m; ++k) o[k] = to_wire<W>(o[k] / inv_check);
     }
@@ -144,13 +150,9 @@ void mean_impl(const WorkerBuffers& in, std::span<float> out) {
 // The tree's node over every row of `in`, chunk by chunk on this thread.
 template <WireDtype W>
 void sum_impl(const WorkerBuffers& in, float* out) {
-  int depth = 1;
-  while ((1 << (depth - 1)) < in.count) ++depth;
-  thread_local std::vector<float> scratch;
-  if (scratch.size() < static_cast<size_t>(depth + 1) * kChunk)
-    scratch.resize(static_cast<size_t>(depth + 1) * kChunk);
+  float* const scratch = tree_scratch(in.count);
   for (size_t off = 0; off < in.len; off += kChunk) {
-    tree_sum<W>(in, 0, in.count, off, std::min(kChunk, in.len - off), out + off, scratch.data());
+    tree_sum<W>(in, 0, in.count, off, std::min(kChunk, in.len - off), out + off, scratch);
   }
 }
 
