@@ -28,35 +28,72 @@ void fill_fan_in_normal(std::span<float> x, size_t fan_in, double gain, RngStrea
 }
 
 double ClassifierProblem::loss_grad(std::span<const float> x, std::span<const uint32_t> batch,
-                                    std::span<float> g, const RngStream& /*noise*/,
+                                    std::span<float> g, const RngStream& noise,
                                     Workspace& ws) const {
-  if (batch.empty()) {
-    std::fill(g.begin(), g.end(), 0.0f);
-    return 0.0;
-  }
-  auto& cws = static_cast<ClassifierWorkspace&>(ws);
-  gather(batch, cws.rows);
-  forward_logits(x, cws.rows, ws, cws.logits);
-  const double loss = softmax_xent_backward(batch, cws.logits);
-  backward(x, g, ws);
-  return loss;
+  WorkerBatch one{batch, g, &noise};
+  loss_grad_workers(x, {&one, 1}, ws);
+  return one.loss;
 }
 
-void ClassifierProblem::gather(std::span<const uint32_t> batch, RowMatrixF& rows) const {
-  rows.resize(static_cast<Eigen::Index>(batch.size()), data_.train.x.cols());
+void ClassifierProblem::loss_grad_workers(std::span<const float> x,
+                                          std::span<WorkerBatch> workers, Workspace& ws) const {
+  auto& cws = static_cast<ClassifierWorkspace&>(ws);
+  cws.workers.clear();
+  Eigen::Index total = 0;
+  for (WorkerBatch& w : workers) {
+    w.loss = 0.0;
+    if (w.batch.empty()) {
+      std::fill(w.g.begin(), w.g.end(), 0.0f);
+      continue;
+    }
+    cws.workers.push_back({total, static_cast<Eigen::Index>(w.batch.size()), w.g});
+    total += static_cast<Eigen::Index>(w.batch.size());
+  }
+  if (total == 0) return;
+  cws.rows.resize(total, data_.train.x.cols());
+  size_t k = 0;
+  for (const WorkerBatch& w : workers) {
+    if (!w.batch.empty()) gather(w.batch, cws.workers[k++].begin, cws.rows);
+  }
+  forward_logits(x, cws.rows, ws, cws.logits);
+  k = 0;
+  for (WorkerBatch& w : workers) {
+    if (!w.batch.empty()) w.loss = softmax_xent_backward(w.batch, cws.workers[k++].begin, cws.logits);
+  }
+  backward(x, cws.workers, ws);
+}
+
+void sum_rows_into(const RowMatrixF& d, Eigen::Index begin, Eigen::Index count, float* b) {
+  const Eigen::Index cols = d.cols();
+  std::fill(b, b + cols, 0.0f);
+  for (Eigen::Index r = begin; r < begin + count; ++r) {
+    const float* row = d.row(r).data();
+    for (Eigen::Index j = 0; j < cols; ++j) b[j] += row[j];
+  }
+}
+
+void add_to_rows(RowMatrixF& z, const float* b) {
+  for (Eigen::Index r = 0; r < z.rows(); ++r) {
+    float* row = z.row(r).data();
+    for (Eigen::Index j = 0; j < z.cols(); ++j) row[j] += b[j];
+  }
+}
+
+void ClassifierProblem::gather(std::span<const uint32_t> batch, Eigen::Index begin,
+                               RowMatrixF& rows) const {
   for (size_t r = 0; r < batch.size(); ++r) {
-    rows.row(static_cast<Eigen::Index>(r)) = data_.train.row(batch[r]);
+    rows.row(begin + static_cast<Eigen::Index>(r)) = data_.train.row(batch[r]);
   }
 }
 
 double ClassifierProblem::softmax_xent_backward(std::span<const uint32_t> batch,
-                                                RowMatrixF& logits) const {
+                                                Eigen::Index begin, RowMatrixF& logits) const {
   const Eigen::Index classes = logits.cols();
   const double inv_n = 1.0 / static_cast<double>(batch.size());
   double loss = 0.0;
-  for (Eigen::Index r = 0; r < logits.rows(); ++r) {
-    const int32_t y = data_.train.labels[batch[static_cast<size_t>(r)]];
-    float* row = logits.row(r).data();
+  for (size_t r = 0; r < batch.size(); ++r) {
+    const int32_t y = data_.train.labels[batch[r]];
+    float* row = logits.row(begin + static_cast<Eigen::Index>(r)).data();
     const double lse = log_sum_exp_row(row, classes);
     loss += lse - row[y];
     for (Eigen::Index c = 0; c < classes; ++c) {

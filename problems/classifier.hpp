@@ -17,19 +17,40 @@
 
 namespace bitlab {
 
+// One worker's rows of a batched pass (loss_grad_workers): rows
+// [begin, begin + count) of the gathered samples, and its gradient.
+struct WorkerRows {
+  Eigen::Index begin = 0, count = 0;
+  std::span<float> g;
+};
+
 // What every classifier's workspace holds: the gathered batch and its logits
 // (then dloss/dlogits).
 struct ClassifierWorkspace : Workspace {
   RowMatrixF rows;
   RowMatrixF logits;
+  std::vector<WorkerRows> workers;
+  std::vector<float> packed;  // a transposed weight matrix (matmul_nt)
 };
+
+// b[j] = Σ_r d(r, j) over rows [begin, begin + count), r in order, from 0: the
+// bias gradient, in an order that does not depend on where the rows sit.
+void sum_rows_into(const RowMatrixF& d, Eigen::Index begin, Eigen::Index count, float* b);
+
+// z.row(r) += b for every row (one rounding per element).
+void add_to_rows(RowMatrixF& z, const float* b);
 
 class ClassifierProblem : public Problem {
  public:
-  // Gathers the batch, runs forward_logits, the softmax cross-entropy and
-  // backward; an empty batch has loss 0 and gradient 0.
+  // loss_grad_workers for one worker.
   double loss_grad(std::span<const float> x, std::span<const uint32_t> batch, std::span<float> g,
                    const RngStream& noise, Workspace& ws) const final;
+
+  // Gathers every worker's batch into one matrix, runs forward_logits over
+  // all of it, the softmax cross-entropy per worker (each over its own batch
+  // size) and backward; an empty batch has loss 0 and gradient 0.
+  void loss_grad_workers(std::span<const float> x, std::span<WorkerBatch> workers,
+                         Workspace& ws) const final;
 
   size_t num_train() const override { return data_.train.count(); }
   size_t held_train_samples() const override { return data_.train.held(); }
@@ -51,25 +72,32 @@ class ClassifierProblem : public Problem {
 
   // Writes the logits (rows.rows() × classes) of the samples in `rows` at
   // parameters x into `logits`, using `ws` for temporaries (thread-safe for
-  // distinct workspaces).
+  // distinct workspaces). Each sample's logits must not depend on the other
+  // rows (sim/core/matmul.hpp's products, elementwise activations): that is
+  // what lets one call serve several workers.
   virtual void forward_logits(std::span<const float> x, const RowMatrixF& rows, Workspace& ws,
                               RowMatrixF& logits) const = 0;
 
-  // Writes the gradient into g from ws (a ClassifierWorkspace whose `logits`
-  // now hold dloss/dlogits, with the forward pass's temporaries intact).
-  virtual void backward(std::span<const float> x, std::span<float> g, Workspace& ws) const = 0;
+  // Writes each worker's gradient into its g from ws (a ClassifierWorkspace
+  // whose `logits` now hold dloss/dlogits, with the forward pass's
+  // temporaries intact): weight and bias gradients over the worker's own rows,
+  // input gradients over all rows at once.
+  virtual void backward(std::span<const float> x, std::span<const WorkerRows> workers,
+                        Workspace& ws) const = 0;
 
   DatasetSplit data_;
   size_t train_eval_samples_;
 
  private:
-  // Copies the batch's training rows into `rows`.
-  void gather(std::span<const uint32_t> batch, RowMatrixF& rows) const;
+  // Copies the batch's training rows into rows [begin, begin + batch.size()).
+  void gather(std::span<const uint32_t> batch, Eigen::Index begin, RowMatrixF& rows) const;
 
-  // Mean softmax cross-entropy of the batch; turns `logits` in place into
-  // dloss/dlogits = (softmax − onehot) / n. Log-sum-exp in double, shifted by
-  // the row maximum so exp() cannot overflow.
-  double softmax_xent_backward(std::span<const uint32_t> batch, RowMatrixF& logits) const;
+  // Mean softmax cross-entropy of the batch, whose logits are rows [begin,
+  // begin + batch.size()); turns them in place into dloss/dlogits =
+  // (softmax − onehot) / n. Log-sum-exp in double, shifted by the row maximum
+  // so exp() cannot overflow.
+  double softmax_xent_backward(std::span<const uint32_t> batch, Eigen::Index begin,
+                               RowMatrixF& logits) const;
 };
 
 // log Σ_c exp(logit_c) of one row, in double, shifted by the maximum.

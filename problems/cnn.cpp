@@ -3,7 +3,9 @@
 // (no padding, stride 1: 28 → 24 → 12 → 8 → 4), softmax cross-entropy.
 //
 // Activations are NHWC, one sample after the other, so a batch of feature maps
-// is a row-major (n·H·W) × C matrix. A convolution is im2col + one Eigen GEMM:
+// is a row-major (n·H·W) × C matrix. A convolution is im2col + one product
+// (sim/core/matmul.hpp; over all workers' samples at once, the weight
+// gradients per worker: ClassifierProblem::loss_grad_workers):
 // row (s, y, x) of the column matrix holds the k×k×C input patch in (ky, kx, c)
 // order — for each ky the k·C values are contiguous in NHWC, one memcpy — and
 //   forward:  out = cols · Wᵀ + b                 (W: C_out × k·k·C_in, row-major)
@@ -19,6 +21,7 @@
 
 #include "problems/classifier.hpp"
 #include "problems/real_problems.hpp"
+#include "sim/core/matmul.hpp"
 
 namespace bitlab {
 
@@ -161,31 +164,46 @@ class Cnn final : public ClassifierProblem {
     return std::make_unique<CnnWorkspace>();
   }
 
-  void backward(std::span<const float> x, std::span<float> g, Workspace& workspace) const override {
+  void backward(std::span<const float> x, std::span<const WorkerRows> workers,
+                Workspace& workspace) const override {
     auto& ws = static_cast<CnnWorkspace&>(workspace);
     const Eigen::Index n = ws.rows.rows();
     const RowMatrixF& dlogits = ws.logits;
+    // Rows per sample of each stage's matrices: worker w's rows of stage 1
+    // are [begin·576, (begin + count)·576), and so on.
+    const Eigen::Index rows1 = h1_ * h1_, rows2 = h2_ * h2_;
 
     // fc.
     const Eigen::Map<const RowMatrixF> flat_in(ws.s2.pooled.data(), n, flat());
-    grad_map(g, 4, data_.classes, flat()).noalias() = dlogits.transpose() * flat_in;
-    grad_vec(g, 5) = dlogits.colwise().sum().transpose();
+    for (const WorkerRows& w : workers) {
+      matmul_tn(dlogits.middleRows(w.begin, w.count), flat_in.middleRows(w.begin, w.count),
+                grad_map(w.g, 4, data_.classes, flat()));
+      sum_rows_into(dlogits, w.begin, w.count, grad_vec(w.g, 5).data());
+    }
     ws.dflat.resize(n, flat());
-    ws.dflat.noalias() = dlogits * param_map(x, 4, data_.classes, flat());
+    matmul_nn(dlogits, param_map(x, 4, data_.classes, flat()), ws.dflat);
 
     // Stage 2: unpool, relu, conv (∇W, ∇b, δcols), col2im onto pooled 1.
     unpool_relu(ws.dflat.data(), ws.s2);
-    grad_map(g, 2, c2_, kKernel * kKernel * c1_).noalias() = ws.s2.dout.transpose() * ws.s2.cols;
-    grad_vec(g, 3) = ws.s2.dout.colwise().sum().transpose();
+    for (const WorkerRows& w : workers) {
+      matmul_tn(ws.s2.dout.middleRows(w.begin * rows2, w.count * rows2),
+                ws.s2.cols.middleRows(w.begin * rows2, w.count * rows2),
+                grad_map(w.g, 2, c2_, kKernel * kKernel * c1_));
+      sum_rows_into(ws.s2.dout, w.begin * rows2, w.count * rows2, grad_vec(w.g, 3).data());
+    }
     ws.dcols2.resize(ws.s2.cols.rows(), ws.s2.cols.cols());
-    ws.dcols2.noalias() = ws.s2.dout * param_map(x, 2, c2_, kKernel * kKernel * c1_);
+    matmul_nn(ws.s2.dout, param_map(x, 2, c2_, kKernel * kKernel * c1_), ws.dcols2);
     ws.dpool1.resize(ws.s1.pooled.rows(), c1_);
     col2im(ws.dcols2, n, p1_, p1_, c1_, ws.dpool1.data());
 
     // Stage 1: unpool, relu, conv (∇W, ∇b; the input needs no gradient).
     unpool_relu(ws.dpool1.data(), ws.s1);
-    grad_map(g, 0, c1_, kKernel * kKernel).noalias() = ws.s1.dout.transpose() * ws.s1.cols;
-    grad_vec(g, 1) = ws.s1.dout.colwise().sum().transpose();
+    for (const WorkerRows& w : workers) {
+      matmul_tn(ws.s1.dout.middleRows(w.begin * rows1, w.count * rows1),
+                ws.s1.cols.middleRows(w.begin * rows1, w.count * rows1),
+                grad_map(w.g, 0, c1_, kKernel * kKernel));
+      sum_rows_into(ws.s1.dout, w.begin * rows1, w.count * rows1, grad_vec(w.g, 1).data());
+    }
   }
 
  protected:
@@ -193,12 +211,12 @@ class Cnn final : public ClassifierProblem {
                       RowMatrixF& logits) const override {
     auto& ws = static_cast<CnnWorkspace&>(workspace);
     const Eigen::Index n = rows.rows();
-    conv_relu_pool(x, 0, rows.data(), n, h0_, 1, c1_, ws.s1);
-    conv_relu_pool(x, 2, ws.s1.pooled.data(), n, p1_, c1_, c2_, ws.s2);
+    conv_relu_pool(x, 0, rows.data(), n, h0_, 1, c1_, ws.s1, ws.packed);
+    conv_relu_pool(x, 2, ws.s1.pooled.data(), n, p1_, c1_, c2_, ws.s2, ws.packed);
     const Eigen::Map<const RowMatrixF> flat_in(ws.s2.pooled.data(), n, flat());
     logits.resize(n, data_.classes);
-    logits.noalias() = flat_in * param_map(x, 4, data_.classes, flat()).transpose();
-    logits.rowwise() += param_vec(x, 5).transpose();
+    matmul_nt(flat_in, param_map(x, 4, data_.classes, flat()), logits, ws.packed);
+    add_to_rows(logits, param_vec(x, 5).data());
   }
 
  private:
@@ -223,12 +241,14 @@ class Cnn final : public ClassifierProblem {
 
   // conv (weights tensor t, bias t+1) of n maps side × side × cin → relu → pool.
   void conv_relu_pool(std::span<const float> x, size_t t, const float* in, Eigen::Index n,
-                      Eigen::Index side, Eigen::Index cin, Eigen::Index cout, Stage& s) const {
+                      Eigen::Index side, Eigen::Index cin, Eigen::Index cout, Stage& s,
+                      std::vector<float>& packed) const {
     im2col(in, n, side, side, cin, s.cols);
     s.out.resize(s.cols.rows(), cout);
-    s.out.noalias() = s.cols * param_map(x, t, cout, s.cols.cols()).transpose();
-    s.out.rowwise() += param_vec(x, t + 1).transpose();
-    s.out = s.out.cwiseMax(0.0f);
+    matmul_nt(s.cols, param_map(x, t, cout, s.cols.cols()), s.out, packed);
+    add_to_rows(s.out, param_vec(x, t + 1).data());
+    float* out = s.out.data();
+    for (Eigen::Index i = 0; i < s.out.size(); ++i) out[i] = out[i] > 0.0f ? out[i] : 0.0f;
     const Eigen::Index side_out = side - kKernel + 1;
     max_pool(s.out, n, side_out, side_out, s.pooled, s.argmax);
   }

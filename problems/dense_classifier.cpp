@@ -3,9 +3,12 @@
 // is the MLP without hidden layers (convex); deep_mlp has any number of hidden
 // layers (`widths`) with relu, tanh or gelu.
 //
-// Forward and backward are hand-written over the whole batch with Eigen matrix
-// products (the cost of a step); the finite-difference test in
-// tests/test_real_problems.cpp checks the gradient.
+// Forward and backward are hand-written over the whole batch with the
+// deterministic products of sim/core/matmul.hpp (the cost of a step). Several
+// workers' batches go through one pass (ClassifierProblem::loss_grad_workers):
+// the forward and input-gradient products run over all their samples, the
+// weight and bias gradients over each worker's rows. The finite-difference
+// test in tests/test_real_problems.cpp checks the gradient.
 //
 // Parameters, layer l = 1..L (L = hidden layers + 1):
 //   [W_l (out_l × in_l, row-major), b_l (out_l)] for l = 1..L, tensors
@@ -18,6 +21,7 @@
 
 #include "problems/classifier.hpp"
 #include "problems/real_problems.hpp"
+#include "sim/core/matmul.hpp"
 
 namespace bitlab {
 
@@ -99,16 +103,21 @@ class DenseClassifier final : public ClassifierProblem {
     return std::make_unique<DenseWorkspace>();
   }
 
-  void backward(std::span<const float> x, std::span<float> g, Workspace& workspace) const override {
+  void backward(std::span<const float> x, std::span<const WorkerRows> workers,
+                Workspace& workspace) const override {
     auto& ws = static_cast<DenseWorkspace&>(workspace);
     ws.delta.swap(ws.logits);
     const size_t layers = sizes_.size() - 1;
     for (size_t l = layers; l >= 1; --l) {
       const RowMatrixF& input = l == 1 ? ws.rows : ws.act[l - 2];
-      weight_grad(g, l).noalias() = ws.delta.transpose() * input;
-      bias_grad(g, l) = ws.delta.colwise().sum().transpose();
+      for (const WorkerRows& w : workers) {
+        matmul_tn(ws.delta.middleRows(w.begin, w.count), input.middleRows(w.begin, w.count),
+                  weight_grad(w.g, l));
+        sum_rows_into(ws.delta, w.begin, w.count, bias_grad(w.g, l).data());
+      }
       if (l == 1) break;
-      ws.next.noalias() = ws.delta * weight(x, l);
+      ws.next.resize(ws.delta.rows(), sizes_[l - 1]);
+      matmul_nn(ws.delta, weight(x, l), ws.next);
       apply_activation_grad(ws.pre[l - 2], ws.act[l - 2], ws.next);
       ws.delta.swap(ws.next);
     }
@@ -125,8 +134,8 @@ class DenseClassifier final : public ClassifierProblem {
     for (size_t l = 1; l <= layers; ++l) {
       RowMatrixF& z = l == layers ? logits : ws.pre[l - 1];
       z.resize(rows.rows(), sizes_[l]);
-      z.noalias() = *input * weight(x, l).transpose();
-      z.rowwise() += bias(x, l).transpose();
+      matmul_nt(*input, weight(x, l), z, ws.packed);
+      add_to_rows(z, bias(x, l).data());
       if (l == layers) break;
       apply_activation(z, ws.act[l - 1]);
       input = &ws.act[l - 1];
@@ -151,40 +160,52 @@ class DenseClassifier final : public ClassifierProblem {
     return Eigen::Map<Eigen::VectorXf>(g.data() + tensors_[2 * l - 1].offset, sizes_[l]);
   }
 
+  // a = act(z), element by element with one scalar function each, so that an
+  // element's value does not depend on its position in the matrix (Eigen's
+  // vectorised tanh is a different approximation from its scalar tail, and
+  // which elements fall in the tail depends on the row count and alignment:
+  // the batch of one worker or of several would round differently).
   void apply_activation(const RowMatrixF& z, RowMatrixF& a) const {
+    a.resize(z.rows(), z.cols());
+    const float* in = z.data();
+    float* out = a.data();
+    const Eigen::Index size = z.size();
     switch (activation_) {
       case Activation::kRelu:
-        a = z.cwiseMax(0.0f);
+        for (Eigen::Index i = 0; i < size; ++i) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
         break;
       case Activation::kTanh:
-        a = z.array().tanh();
+        for (Eigen::Index i = 0; i < size; ++i) out[i] = std::tanh(in[i]);
         break;
       case Activation::kGelu:
-        a.resize(z.rows(), z.cols());
-        for (Eigen::Index i = 0; i < z.size(); ++i) {
-          const double v = z.data()[i];
-          a.data()[i] = static_cast<float>(v * 0.5 * (1.0 + std::erf(v * M_SQRT1_2)));
+        for (Eigen::Index i = 0; i < size; ++i) {
+          const double v = in[i];
+          out[i] = static_cast<float>(v * 0.5 * (1.0 + std::erf(v * M_SQRT1_2)));
         }
         break;
     }
   }
 
-  // d ⊙= act'(z) (a = act(z) is at hand for tanh).
+  // d ⊙= act'(z) (a = act(z) is at hand for tanh), element by element.
   void apply_activation_grad(const RowMatrixF& z, const RowMatrixF& a, RowMatrixF& d) const {
+    const float* zp = z.data();
+    const float* ap = a.data();
+    float* dp = d.data();
+    const Eigen::Index size = z.size();
     switch (activation_) {
       case Activation::kRelu:
-        d.array() *= (z.array() > 0.0f).cast<float>();
+        for (Eigen::Index i = 0; i < size; ++i) dp[i] = zp[i] > 0.0f ? dp[i] : 0.0f * dp[i];
         break;
       case Activation::kTanh:
-        d.array() *= 1.0f - a.array().square();
+        for (Eigen::Index i = 0; i < size; ++i) dp[i] *= 1.0f - ap[i] * ap[i];
         break;
       case Activation::kGelu:
         // d/dz z·Φ(z) = Φ(z) + z·φ(z).
-        for (Eigen::Index i = 0; i < z.size(); ++i) {
-          const double v = z.data()[i];
+        for (Eigen::Index i = 0; i < size; ++i) {
+          const double v = zp[i];
           const double cdf = 0.5 * (1.0 + std::erf(v * M_SQRT1_2));
           const double pdf = std::exp(-0.5 * v * v) * 0.5 * M_2_SQRTPI * M_SQRT1_2;
-          d.data()[i] = static_cast<float>(d.data()[i] * (cdf + v * pdf));
+          dp[i] = static_cast<float>(dp[i] * (cdf + v * pdf));
         }
         break;
     }

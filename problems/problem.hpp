@@ -54,6 +54,15 @@ struct Workspace {
   virtual ~Workspace() = default;
 };
 
+// One worker's part of Problem::loss_grad_workers: its batch, where its
+// gradient goes, its noise stream, and (written) its mean loss.
+struct WorkerBatch {
+  std::span<const uint32_t> batch;
+  std::span<float> g;
+  const RngStream* noise = nullptr;
+  double loss = 0.0;
+};
+
 class Problem {
  public:
   virtual ~Problem() = default;
@@ -84,6 +93,18 @@ class Problem {
   // noise. Must be thread-safe for distinct workspaces.
   virtual double loss_grad(std::span<const float> x, std::span<const uint32_t> batch,
                            std::span<float> g, const RngStream& noise, Workspace& ws) const = 0;
+
+  // loss_grad for several workers at the same parameters x: each worker's
+  // loss and gradient, bit for bit what loss_grad gives it alone, so the
+  // bits do not depend on how the caller groups workers (thread count,
+  // streamed blocks, MPI ranks). The default calls loss_grad per worker. The
+  // real problems override it to run the forward and input-gradient products
+  // over all the workers' samples at once (rows of a product are independent:
+  // sim/core/matmul.hpp); only the weight gradients are per worker.
+  virtual void loss_grad_workers(std::span<const float> x, std::span<WorkerBatch> workers,
+                                 Workspace& ws) const {
+    for (WorkerBatch& w : workers) w.loss = loss_grad(x, w.batch, w.g, *w.noise, ws);
+  }
 
   // Evaluation: named columns written to metrics.csv at eval steps.
   virtual std::vector<std::string> eval_columns() const = 0;

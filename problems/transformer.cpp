@@ -1,5 +1,7 @@
 // transformer: the network (forward and hand-written backward over the whole
-// batch with Eigen matrix products) and the problem wrapping it (see
+// batch, or several workers' batches at once, with the fixed-order products of
+// sim/core/matmul.hpp; Eigen's in double for the tests) and the problem
+// wrapping it (see
 // transformer.hpp for the architecture). tests/test_transformer.cpp checks the
 // gradient against central finite differences in double for coordinates of
 // every tensor.
@@ -10,9 +12,12 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <type_traits>
 
 #include "problems/synthetic.hpp"
 #include "problems/text_corpus.hpp"
+#include "sim/core/activations.hpp"
+#include "sim/core/matmul.hpp"
 
 namespace bitlab {
 
@@ -65,7 +70,82 @@ struct TransformerWorkspace final : Workspace {
   Matrix logits;   // N × vocab
   Matrix dlogits;  // N × vocab
   Matrix da, dqkv, datt, dpre, dprobs;
+  Matrix product;            // N × d: a projection before it is added to h
+  Vector row;                // d: one row's dloss/dxhat
+  std::vector<float> packed;  // a transposed operand (matmul_nt)
+  std::vector<typename TransformerNet<S>::Group> groups;  // loss_grad_workers' workers
 };
+
+// Sums in a fixed order (left to right), so that a row's result does not
+// depend on where the row sits in memory. Eigen's vectorised reductions peel
+// elements until an aligned address: a window's rows would round differently
+// as the first window of a worker's batch and as the fifth of a batched pass.
+template <class S>
+S sum_of(const S* a, Eigen::Index n) {
+  S s = 0;
+  for (Eigen::Index i = 0; i < n; ++i) s += a[i];
+  return s;
+}
+template <class S>
+S dot_of(const S* a, const S* b, Eigen::Index n) {
+  S s = 0;
+  for (Eigen::Index i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// out[j] = Σ_r m(r, j) over rows [begin, begin + count), r in order (bias
+// gradients per worker); with `times`, Σ_r m(r, j)·times(r, j) (layer-norm
+// gains).
+template <class Matrix, class S>
+void sum_rows(const Matrix& m, Eigen::Index begin, Eigen::Index count, S* out,
+              const Matrix* times = nullptr) {
+  const Eigen::Index cols = m.cols();
+  std::fill(out, out + cols, S(0));
+  for (Eigen::Index r = begin; r < begin + count; ++r) {
+    const S* row = m.row(r).data();
+    if (times) {
+      const S* t = times->row(r).data();
+      for (Eigen::Index j = 0; j < cols; ++j) out[j] += row[j] * t[j];
+    } else {
+      for (Eigen::Index j = 0; j < cols; ++j) out[j] += row[j];
+    }
+  }
+}
+
+template <class Matrix, class Row>
+void add_to_rows(Matrix& m, const Row& b) {
+  for (Eigen::Index r = 0; r < m.rows(); ++r) {
+    auto* row = m.row(r).data();
+    for (Eigen::Index j = 0; j < m.cols(); ++j) row[j] += b[j];
+  }
+}
+
+// c = a·b, c = aᵀ·b and c = a·bᵀ: float through sim/core/matmul.hpp (fixed
+// order; the runs), double through Eigen (the finite-difference tests).
+template <class A, class B, class C>
+void prod_nn(const A& a, const B& b, C&& c, std::vector<float>& /*scratch*/) {
+  if constexpr (std::is_same_v<typename A::Scalar, float>) {
+    matmul_nn(a, b, c);
+  } else {
+    c.noalias() = a * b;
+  }
+}
+template <class A, class B, class C>
+void prod_tn(const A& a, const B& b, C&& c, std::vector<float>& /*scratch*/) {
+  if constexpr (std::is_same_v<typename A::Scalar, float>) {
+    matmul_tn(a, b, c);
+  } else {
+    c.noalias() = a.transpose() * b;
+  }
+}
+template <class A, class B, class C>
+void prod_nt(const A& a, const B& b, C&& c, std::vector<float>& scratch) {
+  if constexpr (std::is_same_v<typename A::Scalar, float>) {
+    matmul_nt(a, b, c, scratch);
+  } else {
+    c.noalias() = a * b.transpose();
+  }
+}
 
 // out = LN(x)·gain + bias row by row; keeps xhat and rstd for the backward.
 template <class S, class Gain>
@@ -77,31 +157,32 @@ void layer_norm(const typename TransformerNet<S>::Matrix& x, const Gain& gain, c
   out.resize(n, d);
   rstd.resize(n);
   for (Eigen::Index r = 0; r < n; ++r) {
-    const S mu = x.row(r).mean();
+    const S mu = sum_of(x.row(r).data(), d) / static_cast<S>(d);
     xhat.row(r).array() = x.row(r).array() - mu;
-    const S var = xhat.row(r).squaredNorm() / static_cast<S>(d);
+    const S var = dot_of(xhat.row(r).data(), xhat.row(r).data(), d) / static_cast<S>(d);
     rstd(r) = static_cast<S>(1.0 / std::sqrt(static_cast<double>(var) + kLnEps));
     xhat.row(r) *= rstd(r);
     out.row(r).array() = xhat.row(r).array() * gain.array() + bias.array();
   }
 }
 
-// Backward of layer_norm: writes dgain, dbias; ADDS dloss/dx into dx.
-template <class S, class Gain, class GainGrad>
+// Backward of layer_norm: ADDS dloss/dx into dx (row by row; `dxhat` is a
+// d-vector of scratch). The gain and bias gradients are per worker:
+// layer_norm_param_grads.
+template <class S, class Gain>
 void layer_norm_backward(const typename TransformerNet<S>::Matrix& dout,
                          const typename TransformerNet<S>::Matrix& xhat,
                          const Eigen::Matrix<S, Eigen::Dynamic, 1>& rstd, const Gain& gain,
-                         GainGrad dgain, GainGrad dbias, typename TransformerNet<S>::Matrix& dx) {
-  dgain = (dout.array() * xhat.array()).colwise().sum();
-  dbias = dout.colwise().sum();
-  const auto d = static_cast<S>(dout.cols());
-  // dxhat = dout ∘ gain is formed twice rather than kept in a temporary:
-  // a dynamic-size temporary would allocate in the step loop.
+                         Eigen::Matrix<S, Eigen::Dynamic, 1>& dxhat,
+                         typename TransformerNet<S>::Matrix& dx) {
+  const Eigen::Index d = dout.cols();
+  dxhat.resize(d);
   for (Eigen::Index r = 0; r < dout.rows(); ++r) {
-    const auto dxhat = dout.row(r).array() * gain.array();
-    const S m1 = dxhat.sum() / d;
-    const S m2 = (dxhat * xhat.row(r).array()).sum() / d;
-    dx.row(r).array() += rstd(r) * (dxhat - m1 - xhat.row(r).array() * m2);
+    dxhat.array() = dout.row(r).transpose().array() * gain.transpose().array();
+    const S m1 = sum_of(dxhat.data(), d) / static_cast<S>(d);
+    const S m2 = dot_of(dxhat.data(), xhat.row(r).data(), d) / static_cast<S>(d);
+    dx.row(r).array() +=
+        rstd(r) * (dxhat.transpose().array() - m1 - xhat.row(r).array() * m2);
   }
 }
 
@@ -185,6 +266,14 @@ const typename TransformerNet<S>::Matrix& TransformerNet<S>::logits(const Worksp
 template <class S>
 double TransformerNet<S>::loss(std::span<const S> x, std::span<const int32_t> windows, size_t count,
                                std::span<S> g, Workspace& workspace) const {
+  Group one{count, g};
+  loss_groups(x, windows, {&one, 1}, workspace);
+  return one.loss;
+}
+
+template <class S>
+void TransformerNet<S>::loss_groups(std::span<const S> x, std::span<const int32_t> windows,
+                                    std::span<Group> groups, Workspace& workspace) const {
   using RowVector = Eigen::Matrix<S, 1, Eigen::Dynamic>;
   using CMat = Eigen::Map<const Matrix>;
   using CVec = Eigen::Map<const RowVector>;
@@ -193,20 +282,20 @@ double TransformerNet<S>::loss(std::span<const S> x, std::span<const int32_t> wi
   auto& ws = static_cast<TransformerWorkspace<S>&>(workspace);
   const Eigen::Index T = shape_.context, d = shape_.d_model, H = shape_.heads, dh = d / H,
                      V = shape_.vocab, F = shape_.mlp_ratio * shape_.d_model;
-  const auto B = static_cast<Eigen::Index>(count);
+  Eigen::Index B = 0;
+  for (const Group& grp : groups) B += static_cast<Eigen::Index>(grp.count);
   const Eigen::Index N = B * T;
+  std::vector<float>& scratch = ws.packed;
   const auto mat = [&](size_t k, Eigen::Index rows, Eigen::Index cols) {
     return CMat(x.data() + tensors_[k].offset, rows, cols);
   };
   const auto vec = [&](size_t k) {
     return CVec(x.data() + tensors_[k].offset, static_cast<Eigen::Index>(tensors_[k].size));
   };
-  const auto gmat = [&](size_t k, Eigen::Index rows, Eigen::Index cols) {
-    return GMat(g.data() + tensors_[k].offset, rows, cols);
+  const auto gmat = [&](const Group& grp, size_t k, Eigen::Index rows, Eigen::Index cols) {
+    return GMat(grp.g.data() + tensors_[k].offset, rows, cols);
   };
-  const auto gvec = [&](size_t k) {
-    return GVec(g.data() + tensors_[k].offset, static_cast<Eigen::Index>(tensors_[k].size));
-  };
+  const auto gptr = [&](const Group& grp, size_t k) { return grp.g.data() + tensors_[k].offset; };
   const auto blk = [](int64_t l, size_t role) { return kFirstBlock + kPerBlock * l + role; };
   const size_t ln_f = kFirstBlock + kPerBlock * static_cast<size_t>(shape_.layers);
   const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(dh)));
@@ -215,6 +304,22 @@ double TransformerNet<S>::loss(std::span<const S> x, std::span<const int32_t> wi
   const auto head_qkv = [&](const Matrix& qkv, Eigen::Index b, Eigen::Index hd) {
     return std::tuple{qkv.block(b * T, hd * dh, T, dh), qkv.block(b * T, d + hd * dh, T, dh),
                       qkv.block(b * T, 2 * d + hd * dh, T, dh)};
+  };
+  // For each group, its rows [begin, begin + rows) of the N token rows.
+  const auto for_groups = [&](auto&& f) {
+    Eigen::Index begin = 0;
+    for (Group& grp : groups) {
+      const Eigen::Index rows = static_cast<Eigen::Index>(grp.count) * T;
+      if (rows > 0) f(grp, begin, rows);
+      begin += rows;
+    }
+  };
+  // h += a·Wᵀ + bias (the residual branches' projections).
+  const auto add_projection = [&](const Matrix& a, size_t w, Eigen::Index rows, Eigen::Index cols) {
+    ws.product.resize(N, rows);
+    prod_nt(a, mat(w, rows, cols), ws.product, scratch);
+    add_to_rows(ws.product, vec(w + 1));
+    ws.h += ws.product;
   };
 
   // ---- forward ----
@@ -230,56 +335,68 @@ double TransformerNet<S>::loss(std::span<const S> x, std::span<const int32_t> wi
     auto& L = ws.blocks[static_cast<size_t>(l)];
     layer_norm<S>(ws.h, vec(blk(l, kLn1Gain)), vec(blk(l, kLn1Bias)), L.xhat1, L.rstd1, L.a1);
     L.qkv.resize(N, 3 * d);
-    L.qkv.noalias() = L.a1 * mat(blk(l, kQkvWeight), 3 * d, d).transpose();
-    L.qkv.rowwise() += vec(blk(l, kQkvBias));
+    prod_nt(L.a1, mat(blk(l, kQkvWeight), 3 * d, d), L.qkv, scratch);
+    add_to_rows(L.qkv, vec(blk(l, kQkvBias)));
     // Causal self-attention, one (window, head) at a time: P = softmax(Q·Kᵀ/√dh)
-    // over keys j ≤ i, output P·V.
+    // over keys j ≤ i, output P·V. exp() element by element (Eigen's
+    // vectorised exp differs from its scalar tail, which moves with alignment).
     L.probs.resize(B * H * T, T);
     L.att.resize(N, d);
     for (Eigen::Index b = 0; b < B; ++b) {
       for (Eigen::Index hd = 0; hd < H; ++hd) {
         const auto [q, k, v] = head_qkv(L.qkv, b, hd);
         auto p = L.probs.block((b * H + hd) * T, 0, T, T);
-        p.noalias() = q * k.transpose();
+        prod_nt(q, k, p, scratch);
         for (Eigen::Index i = 0; i < T; ++i) {
           const Eigen::Index last = shape_.causal ? i : T - 1;
-          auto row = p.row(i).head(last + 1);
-          row *= scale;
-          const S m = row.maxCoeff();
-          row = (row.array() - m).exp();
-          row /= row.sum();
-          p.row(i).tail(T - 1 - last).setZero();
+          S* row = p.row(i).data();
+          S m = row[0] * scale;
+          for (Eigen::Index j = 0; j <= last; ++j) {
+            row[j] *= scale;
+            m = std::max(m, row[j]);
+          }
+          // In double, rounded once: the C library's float and double exp
+          // are both chosen at run time by CPU (with or without FMA); the
+          // double result rounded to float is the same whichever ran.
+          for (Eigen::Index j = 0; j <= last; ++j) {
+            row[j] = static_cast<S>(std::exp(static_cast<double>(row[j] - m)));
+          }
+          const S total = sum_of(row, last + 1);
+          for (Eigen::Index j = 0; j <= last; ++j) row[j] /= total;
+          for (Eigen::Index j = last + 1; j < T; ++j) row[j] = S(0);
         }
-        L.att.block(b * T, hd * dh, T, dh).noalias() = p * v;
+        prod_nn(p, v, L.att.block(b * T, hd * dh, T, dh), scratch);
       }
     }
-    ws.h.noalias() += L.att * mat(blk(l, kProjWeight), d, d).transpose();
-    ws.h.rowwise() += vec(blk(l, kProjBias));
+    add_projection(L.att, blk(l, kProjWeight), d, d);
     layer_norm<S>(ws.h, vec(blk(l, kLn2Gain)), vec(blk(l, kLn2Bias)), L.xhat2, L.rstd2, L.a2);
     L.pre.resize(N, F);
-    L.pre.noalias() = L.a2 * mat(blk(l, kFcWeight), F, d).transpose();
-    L.pre.rowwise() += vec(blk(l, kFcBias));
+    prod_nt(L.a2, mat(blk(l, kFcWeight), F, d), L.pre, scratch);
+    add_to_rows(L.pre, vec(blk(l, kFcBias)));
     L.act.resize(N, F);
-    L.act = L.pre.unaryExpr([](S z) {
-      return static_cast<S>(0.5) * z *
-             (S(1) + std::tanh(static_cast<S>(kGeluC) * (z + static_cast<S>(kGeluA) * z * z * z)));
-    });
-    ws.h.noalias() += L.act * mat(blk(l, kMlpProjWeight), d, F).transpose();
-    ws.h.rowwise() += vec(blk(l, kMlpProjBias));
+    if constexpr (std::is_same_v<S, float>) {
+      gelu_tanh(L.pre.data(), L.act.data(), static_cast<size_t>(L.pre.size()));
+    } else {
+      L.act = L.pre.unaryExpr([](S z) {
+        return static_cast<S>(0.5) * z *
+               (S(1) + std::tanh(static_cast<S>(kGeluC) * (z + static_cast<S>(kGeluA) * z * z * z)));
+      });
+    }
+    add_projection(L.act, blk(l, kMlpProjWeight), d, F);
   }
   layer_norm<S>(ws.h, vec(ln_f), vec(ln_f + 1), ws.xhatf, ws.rstdf, ws.af);
   const CMat head = mat(ln_f + 2, V, d);
   ws.logits.resize(N, V);
-  ws.logits.noalias() = ws.af * head.transpose();
+  prod_nt(ws.af, head, ws.logits, scratch);
 
-  // ---- loss: log-sum-exp in double, shifted by the row maximum ----
-  const bool grad = !g.empty();
+  // ---- loss per group: log-sum-exp in double, shifted by the row maximum ----
+  const bool grad = !groups.empty() && !groups.front().g.empty();
   if (grad) ws.dlogits.resize(N, V);
-  double loss = 0.0;
-  const double inv_n = 1.0 / static_cast<double>(N);
-  for (Eigen::Index b = 0; b < B; ++b) {
-    for (Eigen::Index t = 0; t < T; ++t) {
-      const Eigen::Index r = b * T + t;
+  for_groups([&](Group& grp, Eigen::Index begin, Eigen::Index rows) {
+    double loss = 0.0;
+    const double inv_n = 1.0 / static_cast<double>(rows);
+    for (Eigen::Index r = begin; r < begin + rows; ++r) {
+      const Eigen::Index b = r / T, t = r % T;
       const int32_t y = windows[b * (T + 1) + t + 1];
       const double m = ws.logits.row(r).maxCoeff();
       double s = 0.0;
@@ -293,42 +410,67 @@ double TransformerNet<S>::loss(std::span<const S> x, std::span<const int32_t> wi
         }
       }
     }
+    grp.loss = loss * inv_n;
+  });
+  for (Group& grp : groups) {
+    if (grp.count == 0) {
+      grp.loss = 0.0;
+      std::fill(grp.g.begin(), grp.g.end(), S(0));
+    }
   }
-  if (!grad) return loss * inv_n;
+  if (!grad || N == 0) return;
 
-  // ---- backward ----
-  gmat(ln_f + 2, V, d).noalias() = ws.dlogits.transpose() * ws.af;
+  // ---- backward: input gradients over all rows, parameter gradients per group ----
+  // The weight gradient of y = a·Wᵀ (W: rows × cols) from dy, and the bias's.
+  const auto weight_grads = [&](const Matrix& dy, const Matrix& a, size_t w, Eigen::Index rows,
+                                Eigen::Index cols, bool bias) {
+    for_groups([&](const Group& grp, Eigen::Index begin, Eigen::Index n) {
+      prod_tn(dy.middleRows(begin, n), a.middleRows(begin, n), gmat(grp, w, rows, cols), scratch);
+      if (bias) sum_rows(dy, begin, n, gptr(grp, w + 1));
+    });
+  };
+  // Layer norm's gain and bias gradients (tensors k, k + 1) and dx += ….
+  const auto layer_norm_grads = [&](const Matrix& dout, const Matrix& xhat,
+                                    const Eigen::Matrix<S, Eigen::Dynamic, 1>& rstd, size_t k) {
+    for_groups([&](const Group& grp, Eigen::Index begin, Eigen::Index n) {
+      sum_rows(dout, begin, n, gptr(grp, k), &xhat);
+      sum_rows(dout, begin, n, gptr(grp, k + 1));
+    });
+    layer_norm_backward<S>(dout, xhat, rstd, vec(k), ws.row, ws.h);
+  };
+  weight_grads(ws.dlogits, ws.af, ln_f + 2, V, d, false);
   ws.da.resize(N, d);
-  ws.da.noalias() = ws.dlogits * head;
+  prod_nn(ws.dlogits, head, ws.da, scratch);
   ws.h.setZero();  // from here on: dloss/dh
-  layer_norm_backward<S>(ws.da, ws.xhatf, ws.rstdf, vec(ln_f), gvec(ln_f), gvec(ln_f + 1), ws.h);
+  layer_norm_grads(ws.da, ws.xhatf, ws.rstdf, ln_f);
   for (int64_t l = shape_.layers - 1; l >= 0; --l) {
     auto& L = ws.blocks[static_cast<size_t>(l)];
     // MLP: h_out = h_mid + GELU(LN2(h_mid)·Wfcᵀ + bfc)·Wprojᵀ + bproj.
-    gmat(blk(l, kMlpProjWeight), d, F).noalias() = ws.h.transpose() * L.act;
-    gvec(blk(l, kMlpProjBias)) = ws.h.colwise().sum();
+    weight_grads(ws.h, L.act, blk(l, kMlpProjWeight), d, F, true);
     ws.dpre.resize(N, F);
-    ws.dpre.noalias() = ws.h * mat(blk(l, kMlpProjWeight), d, F);
-    ws.dpre.array() *=
-        L.pre
-            .unaryExpr([](S z) {
-              const S u = static_cast<S>(kGeluC) * (z + static_cast<S>(kGeluA) * z * z * z);
-              const S th = std::tanh(u);
-              const S du = static_cast<S>(kGeluC) * (S(1) + static_cast<S>(3.0 * kGeluA) * z * z);
-              return static_cast<S>(0.5) * (S(1) + th) +
-                     static_cast<S>(0.5) * z * (S(1) - th * th) * du;
-            })
-            .array();
-    gmat(blk(l, kFcWeight), F, d).noalias() = ws.dpre.transpose() * L.a2;
-    gvec(blk(l, kFcBias)) = ws.dpre.colwise().sum();
-    ws.da.noalias() = ws.dpre * mat(blk(l, kFcWeight), F, d);
-    layer_norm_backward<S>(ws.da, L.xhat2, L.rstd2, vec(blk(l, kLn2Gain)), gvec(blk(l, kLn2Gain)),
-                           gvec(blk(l, kLn2Bias)), ws.h);
+    prod_nn(ws.h, mat(blk(l, kMlpProjWeight), d, F), ws.dpre, scratch);
+    if constexpr (std::is_same_v<S, float>) {
+      gelu_tanh_backward(L.pre.data(), ws.dpre.data(), static_cast<size_t>(L.pre.size()));
+    } else {
+      ws.dpre.array() *=
+          L.pre
+              .unaryExpr([](S z) {
+                const S u = static_cast<S>(kGeluC) * (z + static_cast<S>(kGeluA) * z * z * z);
+                const S th = std::tanh(u);
+                const S du =
+                    static_cast<S>(kGeluC) * (S(1) + static_cast<S>(3.0 * kGeluA) * z * z);
+                return static_cast<S>(0.5) * (S(1) + th) +
+                       static_cast<S>(0.5) * z * (S(1) - th * th) * du;
+              })
+              .array();
+    }
+    weight_grads(ws.dpre, L.a2, blk(l, kFcWeight), F, d, true);
+    prod_nn(ws.dpre, mat(blk(l, kFcWeight), F, d), ws.da, scratch);
+    layer_norm_grads(ws.da, L.xhat2, L.rstd2, blk(l, kLn2Gain));
     // Attention: h_mid = h_in + att·Wprojᵀ + bproj.
-    gmat(blk(l, kProjWeight), d, d).noalias() = ws.h.transpose() * L.att;
-    gvec(blk(l, kProjBias)) = ws.h.colwise().sum();
+    weight_grads(ws.h, L.att, blk(l, kProjWeight), d, d, true);
     ws.datt.resize(N, d);
-    ws.datt.noalias() = ws.h * mat(blk(l, kProjWeight), d, d);
+    prod_nn(ws.h, mat(blk(l, kProjWeight), d, d), ws.datt, scratch);
     ws.dqkv.resize(N, 3 * d);
     ws.dprobs.resize(T, T);
     for (Eigen::Index b = 0; b < B; ++b) {
@@ -336,35 +478,33 @@ double TransformerNet<S>::loss(std::span<const S> x, std::span<const int32_t> wi
         const auto [q, k, v] = head_qkv(L.qkv, b, hd);
         const auto p = L.probs.block((b * H + hd) * T, 0, T, T);
         const auto dy = ws.datt.block(b * T, hd * dh, T, dh);
-        ws.dqkv.block(b * T, 2 * d + hd * dh, T, dh).noalias() = p.transpose() * dy;
-        ws.dprobs.noalias() = dy * v.transpose();
+        prod_tn(p, dy, ws.dqkv.block(b * T, 2 * d + hd * dh, T, dh), scratch);
+        prod_nt(dy, v, ws.dprobs, scratch);
         // Softmax backward: dS = P ∘ (dP − rowsum(dP ∘ P)), times the 1/√dh
         // of the scores; masked entries have P = 0 and get dS = 0.
         for (Eigen::Index i = 0; i < T; ++i) {
-          const S s = (ws.dprobs.row(i).array() * p.row(i).array()).sum();
+          const S s = dot_of(ws.dprobs.row(i).data(), p.row(i).data(), T);
           ws.dprobs.row(i).array() = p.row(i).array() * (ws.dprobs.row(i).array() - s) * scale;
         }
-        ws.dqkv.block(b * T, hd * dh, T, dh).noalias() = ws.dprobs * k;
-        ws.dqkv.block(b * T, d + hd * dh, T, dh).noalias() = ws.dprobs.transpose() * q;
+        prod_nn(ws.dprobs, k, ws.dqkv.block(b * T, hd * dh, T, dh), scratch);
+        prod_tn(ws.dprobs, q, ws.dqkv.block(b * T, d + hd * dh, T, dh), scratch);
       }
     }
-    gmat(blk(l, kQkvWeight), 3 * d, d).noalias() = ws.dqkv.transpose() * L.a1;
-    gvec(blk(l, kQkvBias)) = ws.dqkv.colwise().sum();
-    ws.da.noalias() = ws.dqkv * mat(blk(l, kQkvWeight), 3 * d, d);
-    layer_norm_backward<S>(ws.da, L.xhat1, L.rstd1, vec(blk(l, kLn1Gain)), gvec(blk(l, kLn1Gain)),
-                           gvec(blk(l, kLn1Bias)), ws.h);
+    weight_grads(ws.dqkv, L.a1, blk(l, kQkvWeight), 3 * d, d, true);
+    prod_nn(ws.dqkv, mat(blk(l, kQkvWeight), 3 * d, d), ws.da, scratch);
+    layer_norm_grads(ws.da, L.xhat1, L.rstd1, blk(l, kLn1Gain));
   }
   // Embeddings: scatter-add dloss/dh_0 into the rows that were looked up.
-  GMat dtok = gmat(kTokEmb, V, d), dpos = gmat(kPosEmb, T, d);
-  dtok.setZero();
-  dpos.setZero();
-  for (Eigen::Index b = 0; b < B; ++b) {
-    for (Eigen::Index t = 0; t < T; ++t) {
-      dtok.row(windows[b * (T + 1) + t]) += ws.h.row(b * T + t);
-      dpos.row(t) += ws.h.row(b * T + t);
+  for_groups([&](const Group& grp, Eigen::Index begin, Eigen::Index n) {
+    GMat dtok = gmat(grp, kTokEmb, V, d), dpos = gmat(grp, kPosEmb, T, d);
+    dtok.setZero();
+    dpos.setZero();
+    for (Eigen::Index r = begin; r < begin + n; ++r) {
+      const Eigen::Index b = r / T, t = r % T;
+      dtok.row(windows[b * (T + 1) + t]) += ws.h.row(r);
+      dpos.row(t) += ws.h.row(r);
     }
-  }
-  return loss * inv_n;
+  });
 }
 
 template class TransformerNet<float>;
@@ -457,16 +597,35 @@ class Transformer final : public Problem {
   std::unique_ptr<Workspace> make_workspace() const override { return net_.make_workspace(); }
 
   double loss_grad(std::span<const float> x, std::span<const uint32_t> batch, std::span<float> g,
-                   const RngStream& /*noise*/, Workspace& workspace) const override {
-    if (batch.empty()) {
-      std::fill(g.begin(), g.end(), 0.0f);
-      return 0.0;
-    }
+                   const RngStream& noise, Workspace& workspace) const override {
+    WorkerBatch one{batch, g, &noise};
+    loss_grad_workers(x, {&one, 1}, workspace);
+    return one.loss;
+  }
+
+  // Every worker's windows through one pass (TransformerNet::loss_groups):
+  // the products run over all of them, the parameter gradients per worker.
+  void loss_grad_workers(std::span<const float> x, std::span<WorkerBatch> workers,
+                         Workspace& workspace) const override {
     auto& ws = static_cast<TransformerWorkspace<float>&>(workspace);
-    gather(
-        corpus_.train_tokens, batch.size(), [&](size_t i) { return train_starts_[batch[i]]; },
-        ws.windows);
-    return net_.loss(x, ws.windows, batch.size(), g, ws);
+    ws.groups.clear();
+    size_t total = 0;
+    for (const WorkerBatch& w : workers) {
+      ws.groups.push_back({w.batch.size(), w.g});
+      total += w.batch.size();
+    }
+    const auto w = static_cast<size_t>(net_.shape().context + 1);
+    ws.windows.resize(total * w);
+    auto out = ws.windows.begin();
+    for (const WorkerBatch& wb : workers) {
+      for (const uint32_t sample : wb.batch) {
+        out = std::copy_n(corpus_.train_tokens.begin() +
+                              static_cast<std::ptrdiff_t>(train_starts_[sample]),
+                          w, out);
+      }
+    }
+    net_.loss_groups(x, ws.windows, ws.groups, ws);
+    for (size_t k = 0; k < workers.size(); ++k) workers[k].loss = ws.groups[k].loss;
   }
 
   std::vector<std::string> eval_columns() const override {

@@ -80,6 +80,22 @@ class TransformerNet {
   double loss(std::span<const S> x, std::span<const int32_t> windows, size_t count, std::span<S> g,
               Workspace& ws) const;
 
+  // One worker's part of loss_groups: its `count` windows (the next ones in
+  // `windows`), its gradient (empty in every group: no backward pass) and its
+  // mean loss (written).
+  struct Group {
+    size_t count = 0;
+    std::span<S> g;
+    double loss = 0.0;
+  };
+  // loss() for several workers at once: every product runs over all their
+  // windows, the weight gradients over each group's rows. Each group's loss
+  // and gradient are bit for bit what loss() gives it alone (for float: the
+  // products are sim/core/matmul.hpp's and every row reduction has a fixed
+  // order, so nothing depends on where a window sits in the batch).
+  void loss_groups(std::span<const S> x, std::span<const int32_t> windows, std::span<Group> groups,
+                   Workspace& ws) const;
+
   // The logits of the last loss() call on `ws`.
   static const Matrix& logits(const Workspace& ws);
 

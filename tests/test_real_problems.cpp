@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "gradient_check.hpp"
 #include "problems/problem.hpp"
@@ -135,6 +136,72 @@ TEST_SUITE("real_problems") {
       CHECK(out[1] <= 1.0);
       REQUIRE(p->train_labels().size() == p->num_train());
     }
+  }
+
+  TEST_CASE("several workers in one pass get the bits each gets alone") {
+    // loss_grad_workers runs the forward and input-gradient products over all
+    // the workers' samples; each worker's loss and gradient must be what
+    // loss_grad gives it alone, for any grouping (the cluster groups by
+    // thread count). Unequal batches and an empty one.
+    const std::vector<size_t> sizes = {4, 0, 7, 1, 5};
+    for (const Json& raw : small_cases()) {
+      CAPTURE(raw.dump());
+      const auto p = make_problem(raw);
+      std::vector<float> x(p->dim());
+      p->init_params(x, 11);
+      std::vector<std::vector<uint32_t>> batches;
+      uint32_t next = 0;
+      for (const size_t n : sizes) {
+        std::vector<uint32_t> b;
+        for (size_t i = 0; i < n; ++i) b.push_back((next += 13) % uint32_t(p->num_train()));
+        batches.push_back(b);
+      }
+      const RngStream noise(1, Purpose::kGradNoise);
+      std::vector<std::vector<float>> alone(sizes.size(), std::vector<float>(p->dim()));
+      std::vector<double> alone_loss(sizes.size());
+      for (size_t w = 0; w < sizes.size(); ++w) {
+        const auto ws = p->make_workspace();
+        alone_loss[w] = p->loss_grad(x, batches[w], alone[w], noise, *ws);
+      }
+      for (const size_t split : {size_t{5}, size_t{2}}) {  // one pass; passes of 2, 2, 1
+        CAPTURE(split);
+        std::vector<std::vector<float>> together(sizes.size(), std::vector<float>(p->dim(), 9.0f));
+        std::vector<WorkerBatch> jobs;
+        for (size_t w = 0; w < sizes.size(); ++w) jobs.push_back({batches[w], together[w], &noise});
+        const auto ws = p->make_workspace();
+        for (size_t lo = 0; lo < jobs.size(); lo += split) {
+          p->loss_grad_workers(x, std::span(jobs).subspan(lo, std::min(split, jobs.size() - lo)),
+                               *ws);
+        }
+        for (size_t w = 0; w < sizes.size(); ++w) {
+          CAPTURE(w);
+          CHECK(std::memcmp(&jobs[w].loss, &alone_loss[w], sizeof(double)) == 0);
+          CHECK(std::memcmp(together[w].data(), alone[w].data(), p->dim() * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("a run's metrics are bit-identical for 1, 2 and 3 threads") {
+    // The cluster groups workers by thread count (Cluster::group_size); the
+    // parameters after a few Adam steps must not change with it.
+    const Experiment e = resolve_experiment(
+        Json::parse(R"({"steps": 3, "problem": {"name": "deep_mlp", "dataset": "digits",
+                        "widths": [12], "activation": "tanh"},
+                        "cluster": {"workers": 7, "batch_size": 5},
+                        "optimizer": {"name": "adam", "lr": 0.01}})"),
+        "t");
+    const int before = omp_get_max_threads();
+    std::vector<std::vector<float>> params;
+    for (const int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      Simulation sim(e);
+      for (int s = 0; s < 3; ++s) sim.step();
+      params.emplace_back(sim.cluster().params().begin(), sim.cluster().params().end());
+    }
+    omp_set_num_threads(before);
+    CHECK(params[0] == params[1]);
+    CHECK(params[0] == params[2]);
   }
 
   TEST_CASE("evaluation is bit-identical for 1 and 2 threads") {

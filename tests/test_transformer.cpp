@@ -130,6 +130,38 @@ TEST_SUITE("transformer") {
     CHECK(std::sqrt(diff) <= 1e-4 * std::sqrt(norm));
   }
 
+  TEST_CASE("several workers' windows in one pass get the bits each gets alone") {
+    // loss_groups runs every product over all groups' windows; each group's
+    // loss and gradient must be loss()'s for its windows alone, for any
+    // grouping (the cluster groups workers by thread count). Tiny shapes whose
+    // rows are not a multiple of any vector width; an empty group.
+    const TransformerShape s = tiny_shape();
+    const TransformerNet<float> net(s);
+    const std::vector<size_t> counts = {2, 0, 3, 1};
+    const auto windows = random_windows(s, 6, 21);
+    const std::vector<float> x = random_params(net, 8);
+    const size_t w = static_cast<size_t>(s.context + 1);
+    std::vector<std::vector<float>> alone(counts.size(), std::vector<float>(net.dim()));
+    std::vector<double> alone_loss(counts.size());
+    size_t first = 0;
+    for (size_t k = 0; k < counts.size(); ++k) {
+      auto ws = net.make_workspace();
+      alone_loss[k] = net.loss(x, std::span(windows).subspan(first * w, counts[k] * w), counts[k],
+                               alone[k], *ws);
+      first += counts[k];
+    }
+    std::vector<std::vector<float>> together(counts.size(), std::vector<float>(net.dim(), 9.0f));
+    std::vector<TransformerNet<float>::Group> groups;
+    for (size_t k = 0; k < counts.size(); ++k) groups.push_back({counts[k], together[k]});
+    auto ws = net.make_workspace();
+    net.loss_groups(x, windows, groups, *ws);
+    for (size_t k = 0; k < counts.size(); ++k) {
+      CAPTURE(k);
+      CHECK(std::memcmp(&groups[k].loss, &alone_loss[k], sizeof(double)) == 0);
+      CHECK(std::memcmp(together[k].data(), alone[k].data(), net.dim() * sizeof(float)) == 0);
+    }
+  }
+
   TEST_CASE("the causal mask: logits at position t do not depend on tokens after t") {
     for (const bool causal : {true, false}) {
       CAPTURE(causal);

@@ -3,8 +3,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 
 #include "sim/core/human.hpp"
@@ -204,6 +206,7 @@ struct Cluster::Stream {
   // passes (3 row-sized streams per node, n/16 nodes) add about a tenth to
   // the rows' own write-and-read.
   static constexpr int kBlockRows = 16;
+  static_assert(kBlockRows <= kGroupWorkers, "a block's workers are one fill_gradients call");
   struct Tree {
     WireDtype wire = WireDtype::kFp32;
     std::vector<float> nodes;    // frontier.size() × stride
@@ -367,10 +370,41 @@ void Cluster::fill_gradient(int worker, int64_t step, std::span<float> g, Worksp
   losses_[worker] = problem_.loss_grad(params(worker), batches_[worker], g, noise, ws);
 }
 
+void Cluster::fill_gradients(int lo, int hi, int64_t step, float* rows, Workspace& ws) {
+  if (has_local_params() || hi - lo == 1) {
+    for (int i = lo; i < hi; ++i) {
+      fill_gradient(i, step, {rows + static_cast<size_t>(i - lo) * stride_, dim_}, ws);
+    }
+    return;
+  }
+  // Every worker in the group reads the shared parameters: one batched pass.
+  std::array<std::optional<RngStream>, kGroupWorkers> noise;
+  std::array<WorkerBatch, kGroupWorkers> jobs;
+  for (int i = lo; i < hi; ++i) {
+    const size_t k = static_cast<size_t>(i - lo);
+    samplers_[i].sample(step, batches_[i]);
+    noise[k].emplace(seed_, Purpose::kGradNoise, static_cast<uint32_t>(i),
+                     static_cast<uint64_t>(step));
+    jobs[k] = {batches_[i], {rows + k * stride_, dim_}, &*noise[k]};
+  }
+  problem_.loss_grad_workers(params(), {jobs.data(), static_cast<size_t>(hi - lo)}, ws);
+  for (int i = lo; i < hi; ++i) losses_[i] = jobs[static_cast<size_t>(i - lo)].loss;
+}
+
+int Cluster::group_size(int count, int threads) {
+  const int per_thread = (count + std::max(1, threads) - 1) / std::max(1, threads);
+  return std::clamp(per_thread, 1, kGroupWorkers);
+}
+
 void Cluster::compute_gradients(int64_t step) {
   if (stream_) throw_streamed("compute_gradients()");
+  const int group = group_size(local_.size(), omp_get_max_threads());
+  const int groups = (local_.size() + group - 1) / group;
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int i = local_.begin; i < local_.end; ++i) fill_gradient(i, step, grad(i), *workspaces_[i]);
+  for (int k = 0; k < groups; ++k) {
+    const int lo = local_.begin + k * group, hi = std::min(local_.end, lo + group);
+    fill_gradients(lo, hi, step, grad(lo).data(), *workspaces_[lo]);
+  }
 }
 
 // The tree's node over workers [lo, hi) into outs[t] for each folded tree
@@ -380,10 +414,7 @@ void Cluster::fold_subtree(int lo, int hi, int level, int thread, float* const* 
   Stream& st = *stream_;
   if (hi - lo <= st.block_rows) {
     float* block = st.blocks.data() + static_cast<size_t>(thread) * st.block_rows * stride_;
-    for (int i = lo; i < hi; ++i) {
-      fill_gradient(i, step, {block + static_cast<size_t>(i - lo) * stride_, dim_},
-                    *workspaces_[thread]);
-    }
+    fill_gradients(lo, hi, step, block, *workspaces_[thread]);
     for (int t = 0; t < trees; ++t) {
       sum_over_workers({block, stride_, dim_, hi - lo}, {outs[t], dim_}, st.trees[t].wire);
     }
@@ -414,9 +445,12 @@ void Cluster::compute_gradient_mean(int64_t step, bool with_fp32) {
     // threads): the rows path itself, workers in parallel, then the tree
     // summed chunk by chunk in parallel.
     const WorkerBuffers rows{st.blocks.data(), stride_, dim_, workers_};
+    const int group = group_size(workers_, st.threads);
+    const int groups = (workers_ + group - 1) / group;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(st.threads)
-    for (int i = 0; i < workers_; ++i) {
-      fill_gradient(i, step, rows[i], *workspaces_[omp_get_thread_num()]);
+    for (int k = 0; k < groups; ++k) {
+      const int lo = k * group, hi = std::min(workers_, lo + group);
+      fill_gradients(lo, hi, step, rows[lo].data(), *workspaces_[omp_get_thread_num()]);
     }
     for (int t = 0; t < st.folded; ++t) {
       mean_over_workers(rows, st.trees[t].mean, st.trees[t].wire);

@@ -186,6 +186,15 @@ class Cluster {
   void fold_subtree(int lo, int hi, int level, int thread, float* const* outs, int trees,
                     int64_t step);
   void fill_gradient(int worker, int64_t step, std::span<float> g, Workspace& ws);
+  // Workers [lo, hi) (at most kGroupWorkers), worker i's gradient into
+  // rows + (i − lo)·stride_: one Problem::loss_grad_workers call when they
+  // share the parameters, else fill_gradient each.
+  void fill_gradients(int lo, int hi, int64_t step, float* rows, Workspace& ws);
+  // Groups of workers for fill_gradients when `count` workers are split over
+  // `threads` threads: as many workers as give each thread one group, at most
+  // kGroupWorkers (the bits do not depend on the grouping).
+  static int group_size(int count, int threads);
+  static constexpr int kGroupWorkers = 16;
   const Problem& problem_;
   int workers_;
   int gpus_per_node_ = 0;

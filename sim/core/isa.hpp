@@ -24,4 +24,11 @@ Isa active_isa();
 // Parses "sse2", "avx2", "avx512"; ConfigError otherwise.
 Isa parse_isa(const std::string& name);
 
+// The one of three per-variant things (kernel tables, function pointers) for
+// `isa`.
+template <class T>
+T for_isa(Isa isa, T sse2, T avx2, T avx512) {
+  return isa == Isa::kAvx512 ? avx512 : isa == Isa::kAvx2 ? avx2 : sse2;
+}
+
 }  // namespace bitlab

@@ -1,7 +1,9 @@
 // Benchmark (run on demand, not a test): the gradient computation of the real
 // problems — every emulated worker's forward + backward on its batch, OpenMP
-// over workers, Eigen GEMMs inside — timed as whole simulated steps
-// (Cluster::compute_gradients), reported as simulated worker-samples per
+// over groups of workers whose samples go through one pass
+// (Problem::loss_grad_workers, sim/core/matmul.hpp's products) — timed as
+// whole simulated steps (the gradients and their mean, as Adam's step computes
+// them: Cluster::compute_gradient_mean), reported as simulated worker-samples per
 // second and as the fraction of the machine's measured fp32 peak
 // (bench_util.hpp: peak_fp32_gflops) that the matrix products reach.
 //
@@ -23,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/core/isa.hpp"
 #include "sim/engine/simulation.hpp"
 #include "tests/bench/bench_util.hpp"
 
@@ -44,11 +47,20 @@ Timing time_gradients(const Json& problem, int workers, int batch, int repeats) 
                     {"optimizer", {{"name", "adam"}}}};
   Simulation sim(resolve_experiment(raw, "bench"));
   Cluster& cluster = sim.cluster();
-  for (int64_t w = 0; w < 2; ++w) cluster.compute_gradients(w);  // workspaces, first touches
+  // Adam reads the gradients' mean only, so the cluster streams it (the
+  // gradients plus their fixed-tree sum, as a step computes them).
+  const auto gradients = [&](int64_t step) {
+    if (cluster.streams_mean()) {
+      cluster.compute_gradient_mean(step);
+    } else {
+      cluster.compute_gradients(step);
+    }
+  };
+  for (int64_t w = 0; w < 2; ++w) gradients(w);  // workspaces, first touches
   std::vector<double> t;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = Clock::now();
-    cluster.compute_gradients(2 + r);
+    gradients(2 + r);
     t.push_back(seconds_since(t0));
   }
   return {median(t), *std::min_element(t.begin(), t.end()), *std::max_element(t.begin(), t.end())};
@@ -104,14 +116,14 @@ int main(int argc, char** argv) {
   const PeakFlops peak = peak_fp32_gflops();
   std::printf(
       "bench_real: %d workers × batch %d, %d threads; measured fp32 peak %.1f GFLOP/s "
-      "(%s)%s\n",
-      workers, batch, omp_get_max_threads(), peak.gflops, peak.isa,
+      "(%s); products dispatched to %s%s\n",
+      workers, batch, omp_get_max_threads(), peak.gflops, peak.isa, isa_name(active_isa()),
 #if defined(__AVX512F__)
       ", built with AVX-512"
 #elif defined(__AVX2__)
       ", built with AVX2"
 #else
-      ", built without AVX (BITLAB_NATIVE=OFF: Eigen uses SSE2)"
+      ", built without AVX (BITLAB_NATIVE=OFF, the default)"
 #endif
   );
   const double samples = double(workers) * batch;

@@ -9,11 +9,14 @@
 //   whole step      Simulation::step(): every worker's loss + gradient (in
 //                   parallel over workers), the allreduce, Adam. Simulated
 //                   worker-samples/s = N·B / median step time (tokens/s = ×64).
-//   gradients only  the same N loss_grad calls, OpenMP over workers as the
-//                   cluster runs them: what the model itself costs.
+//   gradients only  the same N workers' losses and gradients, in groups of
+//                   workers as the cluster runs them (Cluster::group_size:
+//                   one group per thread, each one loss_grad_workers pass):
+//                   what the model itself costs.
 //   one GEMM shape  the largest product of the model, the MLP's (N_tok × d) ·
 //                   (d × 4d) with N_tok = B·64, every thread multiplying its
-//                   own matrices: what Eigen reaches on these shapes.
+//                   own matrices with sim/core/matmul.hpp: what the product
+//                   alone reaches on these shapes.
 // FLOPs are the matrix products' by formula (transformer_matmul_flops: 2 per
 // multiply-add, forward + backward), so GFLOP/s and "% of peak" (against
 // bench_util.hpp's measured FMA peak over all threads) leave out layer norm,
@@ -29,6 +32,8 @@
 
 #include "problems/synthetic.hpp"
 #include "problems/transformer.hpp"
+#include "sim/core/isa.hpp"
+#include "sim/core/matmul.hpp"
 #include "sim/engine/simulation.hpp"
 #include "tests/bench/bench_util.hpp"
 
@@ -94,13 +99,8 @@ int main(int argc, char** argv) {
   const PeakFlops peak = peak_fp32_gflops();
   std::printf("peak fp32 (%s, %d threads, measured): %.1f GFLOP/s\n", peak.isa, peak.threads,
               peak.gflops);
-#if defined(__AVX512F__)
-  std::printf("this build: AVX-512 Eigen kernels (BITLAB_NATIVE=ON)\n");
-#elif defined(__AVX2__)
-  std::printf("this build: AVX2 Eigen kernels (BITLAB_NATIVE=ON)\n");
-#else
-  std::printf("this build: SSE2 Eigen kernels (BITLAB_NATIVE=OFF, the default)\n");
-#endif
+  std::printf("products and GELU dispatched to %s (sim/core/matmul.hpp; BITLAB_ISA forces one)\n",
+              isa_name(active_isa()));
 
   // Whole simulated steps.
   for (int w = 0; w < 2; ++w) sim.step();
@@ -125,13 +125,20 @@ int main(int argc, char** argv) {
     batch_ids[i] = static_cast<uint32_t>((i * 7919) % problem.num_train());
   }
   const RngStream noise(0, Purpose::kGradNoise);
+  std::vector<WorkerBatch> jobs;
+  for (int w = 0; w < workers; ++w) {
+    jobs.push_back({std::span<const uint32_t>(batch_ids).subspan(static_cast<size_t>(w * batch),
+                                                                 static_cast<size_t>(batch)),
+                    grads[static_cast<size_t>(w)], &noise});
+  }
+  const int group = std::min(16, (workers + omp_get_max_threads() - 1) / omp_get_max_threads());
+  const int groups = (workers + group - 1) / group;
   const auto grads_once = [&] {
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int w = 0; w < workers; ++w) {
-      problem.loss_grad(x,
-                        std::span<const uint32_t>(batch_ids).subspan(static_cast<size_t>(w * batch),
-                                                                     static_cast<size_t>(batch)),
-                        grads[static_cast<size_t>(w)], noise, *ws[static_cast<size_t>(w)]);
+    for (int k = 0; k < groups; ++k) {
+      const int lo = k * group, hi = std::min(workers, lo + group);
+      problem.loss_grad_workers(x, std::span(jobs).subspan(size_t(lo), size_t(hi - lo)),
+                                *ws[static_cast<size_t>(k)]);
     }
   };
   grads_once();
@@ -151,13 +158,14 @@ int main(int argc, char** argv) {
       b(static_cast<size_t>(threads), RowMatrixF::Ones(f, d)),
       c(static_cast<size_t>(threads), RowMatrixF::Zero(n_tok, f));
   const int gemm_reps = 20;
+  std::vector<std::vector<float>> packed(static_cast<size_t>(threads));
   t.clear();
   for (int r = 0; r < repeats + 1; ++r) {
     const auto t0 = Clock::now();
 #pragma omp parallel
     {
       const auto k = static_cast<size_t>(omp_get_thread_num());
-      for (int i = 0; i < gemm_reps; ++i) c[k].noalias() = a[k] * b[k].transpose();
+      for (int i = 0; i < gemm_reps; ++i) matmul_nt(a[k], b[k], c[k], packed[k]);
     }
     if (r > 0) t.push_back(seconds_since(t0));
   }
