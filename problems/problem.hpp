@@ -105,6 +105,10 @@ class Problem {
                                  Workspace& ws) const {
     for (WorkerBatch& w : workers) w.loss = loss_grad(x, w.batch, w.g, *w.noise, ws);
   }
+  // How many samples one loss_grad_workers call should cover for its products
+  // to run near their best (more only grows the workspace and spills the
+  // caches); the cluster groups workers up to it. 1: no gain from grouping.
+  virtual size_t pass_samples() const { return 1; }
 
   // Evaluation: named columns written to metrics.csv at eval steps.
   virtual std::vector<std::string> eval_columns() const = 0;

@@ -391,9 +391,17 @@ void Cluster::fill_gradients(int lo, int hi, int64_t step, float* rows, Workspac
   for (int i = lo; i < hi; ++i) losses_[i] = jobs[static_cast<size_t>(i - lo)].loss;
 }
 
-int Cluster::group_size(int count, int threads) {
+int Cluster::group_size(int count, int threads, size_t batch_samples, size_t pass_samples) {
   const int per_thread = (count + std::max(1, threads) - 1) / std::max(1, threads);
-  return std::clamp(per_thread, 1, kGroupWorkers);
+  const size_t wanted = (pass_samples + std::max<size_t>(1, batch_samples) - 1) /
+                        std::max<size_t>(1, batch_samples);
+  const int cap = static_cast<int>(std::min<size_t>(wanted, kGroupWorkers));
+  return std::clamp(std::min(per_thread, cap), 1, kGroupWorkers);
+}
+
+int Cluster::group_size(int count, int threads) const {
+  return group_size(count, threads, batch_samples_[static_cast<size_t>(local_.begin)],
+                    problem_.pass_samples());
 }
 
 void Cluster::compute_gradients(int64_t step) {

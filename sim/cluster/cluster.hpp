@@ -180,6 +180,13 @@ class Cluster {
   // A streamed cluster counts its tree's blocks and partial sums here.
   size_t worker_buffer_bytes() const;
 
+  // Workers whose gradients one Problem::loss_grad_workers call computes
+  // when `count` workers are split over `threads` threads: enough for the
+  // problem's pass_samples() (at batch_samples each), at most one thread's
+  // share and at most kGroupWorkers. The bits do not depend on the grouping.
+  static int group_size(int count, int threads, size_t batch_samples, size_t pass_samples);
+  static constexpr int kGroupWorkers = 16;
+
  private:
   struct Stream;
   [[noreturn]] static void throw_streamed(const char* what);
@@ -190,11 +197,7 @@ class Cluster {
   // rows + (i − lo)·stride_: one Problem::loss_grad_workers call when they
   // share the parameters, else fill_gradient each.
   void fill_gradients(int lo, int hi, int64_t step, float* rows, Workspace& ws);
-  // Groups of workers for fill_gradients when `count` workers are split over
-  // `threads` threads: as many workers as give each thread one group, at most
-  // kGroupWorkers (the bits do not depend on the grouping).
-  static int group_size(int count, int threads);
-  static constexpr int kGroupWorkers = 16;
+  int group_size(int count, int threads) const;
   const Problem& problem_;
   int workers_;
   int gpus_per_node_ = 0;

@@ -10,8 +10,8 @@
 //                   parallel over workers), the allreduce, Adam. Simulated
 //                   worker-samples/s = N·B / median step time (tokens/s = ×64).
 //   gradients only  the same N workers' losses and gradients, in groups of
-//                   workers as the cluster runs them (Cluster::group_size:
-//                   one group per thread, each one loss_grad_workers pass):
+//                   workers as the cluster forms them (Cluster::group_size),
+//                   one loss_grad_workers pass each, OpenMP over groups:
 //                   what the model itself costs.
 //   one GEMM shape  the largest product of the model, the MLP's (N_tok × d) ·
 //                   (d × 4d) with N_tok = B·64, every thread multiplying its
@@ -131,7 +131,8 @@ int main(int argc, char** argv) {
                                                                  static_cast<size_t>(batch)),
                     grads[static_cast<size_t>(w)], &noise});
   }
-  const int group = std::min(16, (workers + omp_get_max_threads() - 1) / omp_get_max_threads());
+  const int group = Cluster::group_size(workers, omp_get_max_threads(), size_t(batch),
+                                        problem.pass_samples());
   const int groups = (workers + group - 1) / group;
   const auto grads_once = [&] {
 #pragma omp parallel for schedule(dynamic, 1)
