@@ -16,6 +16,20 @@
 // Every emulated worker reads the parameters and its problem data as a real
 // worker would; nothing else (no metrics pass: grad_norm_every = 0 for the
 // headline figure) is counted. Writes are counted once, as STREAM does.
+//
+// Floors, each from rates measured in the same run:
+//   noise-free Adam   bytes / triad bandwidth;
+//   noisy Adam        that + N·d normals at the rate fill_normal reaches into a
+//                     cache-resident buffer (the transform alone, no memory
+//                     traffic: a floor that assumes no overlap of the two);
+//   1-bit Adam        its bytes / triad: gradients N·16d as above; worker stage
+//                     read m once (4d: the stage runs block by block, every
+//                     worker on a block while m's block is in cache) + N·(read
+//                     g_i + read and write e_i + write d/8 signs) = 4d +
+//                     N·(12d + d/8); server read N·d/8 signs + read and write
+//                     its error 8d + write d/8; decode read d/8 + write 4d;
+//                     update read m, v, x + write m, x = 20d. Its floor over
+//                     Adam's is the bound on the 1.5 target the bytes allow.
 #include <omp.h>
 
 #include <algorithm>
@@ -26,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/core/rng.hpp"
 #include "sim/engine/simulation.hpp"
 #include "tests/bench/bench_util.hpp"
 
@@ -57,6 +72,28 @@ StepTiming time_steps(int workers, int log2_dim, int64_t grad_norm_every, int re
     t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   return {median(t), *std::min_element(t.begin(), t.end()), *std::max_element(t.begin(), t.end())};
+}
+
+// Seconds to draw `count` normals with fill_normal into one cache-resident
+// buffer per thread (the transform alone), median of `repeats`.
+double normals_alone_s(double count, int repeats) {
+  constexpr size_t kChunk = size_t{1} << 14;  // 64 KiB: stays in L2
+  const auto chunks = static_cast<int64_t>(count / kChunk);
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+#pragma omp parallel
+    {
+      std::vector<float> buf(kChunk);
+      const RngStream rng(7, Purpose::kGradNoise, static_cast<uint32_t>(omp_get_thread_num()), 1);
+#pragma omp for schedule(static)
+      for (int64_t c = 0; c < chunks; ++c) {
+        fill_normal(rng, buf, 0.1f, static_cast<uint64_t>(c) * kChunk);
+      }
+    }
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return median(t);
 }
 
 std::string adam_json(const char* wire) {
@@ -117,6 +154,13 @@ int main(int argc, char** argv) {
       "%s; bench_normals measures the transform alone)\n",
       (noisy_s - clean_s) * 1e3, n * d / 1e6, n * d / (noisy_s - clean_s) / 1e6,
       isa_name(active_isa()));
+  const double bytes_floor_s = bytes / (triad * 1e9);
+  const double normals_s = normals_alone_s(n * d, repeats);
+  std::printf(
+      "floors: noise-free Adam %.2f ms (bytes at the triad): step/floor %.2f; noisy Adam %.2f ms "
+      "(+ N·d normals in cache, %.0f M/s): step/floor %.2f\n",
+      bytes_floor_s * 1e3, clean_s / bytes_floor_s, (bytes_floor_s + normals_s) * 1e3,
+      n * d / normals_s / 1e6, noisy_s / (bytes_floor_s + normals_s));
   std::printf(
       "(GB/s = the bytes above / median step time; the grad_norm row reads the N "
       "gradients once more and the fp16 row rounds on the fly, neither counted)\n");
@@ -130,6 +174,15 @@ int main(int argc, char** argv) {
                  R"({"name": "onebit_adam", "lr": 0.001, "freeze_step": 2})", 0.0);
   std::printf("%-34s %10.2f %10.2f %10.2f\n", "onebit_adam compression stage", ob.median_s * 1e3,
               ob.min_s * 1e3, ob.max_s * 1e3);
+  const double onebit_bytes =
+      n * 16.0 * d + (4.0 * d + n * (12.0 * d + d / 8)) + (n * d / 8 + 8.0 * d + d / 8) +
+      (d / 8 + 4.0 * d) + 20.0 * d;
+  const double onebit_floor_s = onebit_bytes / (triad * 1e9);
+  std::printf(
+      "onebit_adam floor %.2f ms (%.1f MB at the triad): step/floor %.2f; floors' ratio to "
+      "Adam's %.2f\n",
+      onebit_floor_s * 1e3, onebit_bytes / 1e6, ob.median_s / onebit_floor_s,
+      onebit_bytes / bytes);
   const double ratio = ob.median_s / clean_s;
   std::printf("onebit_adam / adam step (medians): %.2f (limit %.1f: %s), instruction set %s\n",
               ratio, kOneBitLimit, ratio <= kOneBitLimit ? "met" : "NOT met",
