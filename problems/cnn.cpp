@@ -164,6 +164,11 @@ class Cnn final : public ClassifierProblem {
     return std::make_unique<CnnWorkspace>();
   }
 
+  // A sample is already 576 rows of the first convolution's product and 64
+  // of the second's: one worker's batch fills the products, and grouping
+  // workers would only multiply the workspace (about 0.2 MB a sample).
+  size_t pass_samples() const override { return 1; }
+
   void backward(std::span<const float> x, std::span<const WorkerRows> workers,
                 Workspace& workspace) const override {
     auto& ws = static_cast<CnnWorkspace&>(workspace);
