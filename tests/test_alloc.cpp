@@ -7,9 +7,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "optimizers/optimizer.hpp"
 #include "problems/problem.hpp"
+#include "problems/text_corpus.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/simulation.hpp"
 #include "tests/alloc_counter.hpp"
@@ -74,6 +76,38 @@ TEST_SUITE("alloc") {
       const std::string optimizer = *o;
       CAPTURE(optimizer);
       CHECK(bitlab::testing::steady_step_allocations(*o) == 0);
+    }
+  }
+
+  TEST_CASE("after a warm-up, steps of the real problems allocate nothing (grouped passes)") {
+    // The classifiers and the transformer run several workers per
+    // Problem::loss_grad_workers pass (6 workers: groups of 3 on 2 threads,
+    // 6 on 1); their workspaces, packed operands and group lists must be
+    // reused from step to step.
+    std::vector<std::string> problems = {
+        R"({"name": "deep_mlp", "dataset": "digits", "widths": [11], "activation": "gelu"})",
+        R"({"name": "cnn", "channels": [3, 4], "train_samples": 64, "test_samples": 40,
+            "train_eval_samples": 32})"};
+    bool fortunes = true;
+    for (const auto& f : default_fortune_files()) fortunes = fortunes && std::filesystem::exists(f);
+    if (fortunes) {
+      problems.push_back(R"({"name": "transformer", "context": 8, "d_model": 12, "layers": 1,
+                             "heads": 2, "eval_windows": 8})");
+    } else {
+      MESSAGE("transformer case skipped: the Debian package fortunes-min is not installed");
+    }
+    for (const std::string& problem : problems) {
+      CAPTURE(problem);
+      const Json raw = Json::parse(R"({"name": "alloc", "seed": 3, "steps": 1000,
+          "eval_every": 0, "grad_norm_every": 0, "problem": )" + problem + R"(,
+          "cluster": {"workers": 6, "batch_size": 5},
+          "optimizer": {"name": "adam", "lr": 0.001}})");
+      Simulation sim(resolve_experiment(raw, "alloc"));
+      sim.comm().log().reserve(100000);
+      for (int t = 0; t < 10; ++t) sim.step();
+      const CountAllocations counter;
+      for (int t = 0; t < 10; ++t) sim.step();
+      CHECK(counter.count() == 0);
     }
   }
 
