@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sim/core/det_math.hpp"
 #include "sim/core/rng.hpp"
 
 namespace bitlab {
@@ -18,8 +19,8 @@ double log_sum_exp_row(const float* logits, Eigen::Index classes) {
   double m = logits[0];
   for (Eigen::Index c = 1; c < classes; ++c) m = std::max(m, double(logits[c]));
   double s = 0.0;
-  for (Eigen::Index c = 0; c < classes; ++c) s += std::exp(double(logits[c]) - m);
-  return m + std::log(s);
+  for (Eigen::Index c = 0; c < classes; ++c) s += det_math::exp(double(logits[c]) - m);
+  return m + det_math::log(s);
 }
 
 void fill_fan_in_normal(std::span<float> x, size_t fan_in, double gain, RngStream& rng) {
@@ -97,7 +98,7 @@ double ClassifierProblem::softmax_xent_backward(std::span<const uint32_t> batch,
     const double lse = log_sum_exp_row(row, classes);
     loss += lse - row[y];
     for (Eigen::Index c = 0; c < classes; ++c) {
-      const double p = std::exp(double(row[c]) - lse);
+      const double p = det_math::exp(double(row[c]) - lse);
       row[c] = static_cast<float>((p - (c == y ? 1.0 : 0.0)) * inv_n);
     }
   }

@@ -21,6 +21,8 @@
 
 #include "problems/classifier.hpp"
 #include "problems/real_problems.hpp"
+#include "sim/core/activations.hpp"
+#include "sim/core/det_math.hpp"
 #include "sim/core/matmul.hpp"
 
 namespace bitlab {
@@ -160,11 +162,14 @@ class DenseClassifier final : public ClassifierProblem {
     return Eigen::Map<Eigen::VectorXf>(g.data() + tensors_[2 * l - 1].offset, sizes_[l]);
   }
 
-  // a = act(z), element by element with one scalar function each, so that an
+  // a = act(z), element by element with one function each, so that an
   // element's value does not depend on its position in the matrix (Eigen's
   // vectorised tanh is a different approximation from its scalar tail, and
   // which elements fall in the tail depends on the row count and alignment:
-  // the batch of one worker or of several would round differently).
+  // the batch of one worker or of several would round differently). tanh is
+  // sim/core/activations.hpp's; gelu's erf is the C library's (glibc's erf
+  // calls its exp, which is chosen by CPU: a last-bit caveat the other
+  // activations do not have).
   void apply_activation(const RowMatrixF& z, RowMatrixF& a) const {
     a.resize(z.rows(), z.cols());
     const float* in = z.data();
@@ -175,7 +180,7 @@ class DenseClassifier final : public ClassifierProblem {
         for (Eigen::Index i = 0; i < size; ++i) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
         break;
       case Activation::kTanh:
-        for (Eigen::Index i = 0; i < size; ++i) out[i] = std::tanh(in[i]);
+        tanh_array(in, out, static_cast<size_t>(size));
         break;
       case Activation::kGelu:
         for (Eigen::Index i = 0; i < size; ++i) {
@@ -204,7 +209,7 @@ class DenseClassifier final : public ClassifierProblem {
         for (Eigen::Index i = 0; i < size; ++i) {
           const double v = zp[i];
           const double cdf = 0.5 * (1.0 + std::erf(v * M_SQRT1_2));
-          const double pdf = std::exp(-0.5 * v * v) * 0.5 * M_2_SQRTPI * M_SQRT1_2;
+          const double pdf = det_math::exp(-0.5 * v * v) * 0.5 * M_2_SQRTPI * M_SQRT1_2;
           dp[i] = static_cast<float>(dp[i] * (cdf + v * pdf));
         }
         break;

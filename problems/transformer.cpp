@@ -17,6 +17,7 @@
 #include "problems/synthetic.hpp"
 #include "problems/text_corpus.hpp"
 #include "sim/core/activations.hpp"
+#include "sim/core/det_math.hpp"
 #include "sim/core/matmul.hpp"
 
 namespace bitlab {
@@ -355,11 +356,10 @@ void TransformerNet<S>::loss_groups(std::span<const S> x, std::span<const int32_
             row[j] *= scale;
             m = std::max(m, row[j]);
           }
-          // In double, rounded once: the C library's float and double exp
-          // are both chosen at run time by CPU (with or without FMA); the
-          // double result rounded to float is the same whichever ran.
+          // In double with sim/core/det_math.hpp's exp (the C library's is
+          // chosen at run time by CPU), rounded once.
           for (Eigen::Index j = 0; j <= last; ++j) {
-            row[j] = static_cast<S>(std::exp(static_cast<double>(row[j] - m)));
+            row[j] = static_cast<S>(det_math::exp(static_cast<double>(row[j] - m)));
           }
           const S total = sum_of(row, last + 1);
           for (Eigen::Index j = 0; j <= last; ++j) row[j] /= total;
@@ -400,12 +400,12 @@ void TransformerNet<S>::loss_groups(std::span<const S> x, std::span<const int32_
       const int32_t y = windows[b * (T + 1) + t + 1];
       const double m = ws.logits.row(r).maxCoeff();
       double s = 0.0;
-      for (Eigen::Index c = 0; c < V; ++c) s += std::exp(double(ws.logits(r, c)) - m);
-      const double lse = m + std::log(s);
+      for (Eigen::Index c = 0; c < V; ++c) s += det_math::exp(double(ws.logits(r, c)) - m);
+      const double lse = m + det_math::log(s);
       loss += lse - double(ws.logits(r, y));
       if (grad) {
         for (Eigen::Index c = 0; c < V; ++c) {
-          const double p = std::exp(double(ws.logits(r, c)) - lse);
+          const double p = det_math::exp(double(ws.logits(r, c)) - lse);
           ws.dlogits(r, c) = static_cast<S>((p - (c == y ? 1.0 : 0.0)) * inv_n);
         }
       }
@@ -645,7 +645,7 @@ class Transformer final : public Problem {
   // the chunks are summed in order, so the result is too).
   void evaluate(std::span<const float> x, std::span<double> out) const override {
     out[0] = mean_loss(x, corpus_.test_tokens, test_starts_);
-    out[1] = std::exp(out[0]);
+    out[1] = det_math::exp(out[0]);
     out[2] = mean_loss(x, corpus_.train_tokens, subset_starts_);
   }
 
