@@ -13,11 +13,20 @@
 #pragma once
 
 #include <bit>
+#include <cstddef>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
 namespace bitlab::det_math {
+
+// c[0] + x·(c[1] + x·(… + x·c[N−1])), from the last coefficient inwards.
+template <size_t N>
+inline double horner(double x, const double (&c)[N]) {
+  double p = c[N - 1];
+  for (size_t i = N - 1; i-- > 0;) p = p * x + c[i];
+  return p;
+}
 
 // 2^k as a double for k in [−1022, 1023] (exact).
 inline double pow2(int64_t k) {
@@ -25,8 +34,8 @@ inline double pow2(int64_t k) {
 }
 
 // e^x. x = k·ln2 + r with k = round(x/ln2) (ties to even, by the 1.5·2^52
-// shift) and |r| ≤ ln2/2 ≈ 0.347 (ln2 in two parts: ln2_hi has 11 trailing zero
-// bits, so k·ln2_hi is exact for |k| < 2^11); e^r by its Taylor series to r^13
+// shift) and |r| ≤ ln2/2 ≈ 0.347 (ln2 in two parts: ln2_hi has 21 trailing zero
+// bits, so k·ln2_hi is exact for every |k| ≤ 1075 met here); e^r by its Taylor series to r^13
 // (the next term, r^14/14!, is below 5e−18 relative); then × 2^k, in two steps
 // when the result is subnormal.
 inline double exp(double x) {
@@ -39,18 +48,20 @@ inline double exp(double x) {
   constexpr double kShift = 6755399441055744.0;          // 1.5·2^52
   const double kd = (x * kInvLn2 + kShift) - kShift;
   const double r = (x - kd * kLn2Hi) - kd * kLn2Lo;
-  double p = 1.0 / 6227020800.0;  // 1/13!
-  p = p * r + 1.0 / 479001600.0;
-  p = p * r + 1.0 / 39916800.0;
-  p = p * r + 1.0 / 3628800.0;
-  p = p * r + 1.0 / 362880.0;
-  p = p * r + 1.0 / 40320.0;
-  p = p * r + 1.0 / 5040.0;
-  p = p * r + 1.0 / 720.0;
-  p = p * r + 1.0 / 120.0;
-  p = p * r + 1.0 / 24.0;
-  p = p * r + 1.0 / 6.0;
-  p = p * r + 0.5;
+  // 1/2!, 1/3!, …, 1/13!
+  constexpr double kInvFact[] = {0.5,
+                                 1.0 / 6.0,
+                                 1.0 / 24.0,
+                                 1.0 / 120.0,
+                                 1.0 / 720.0,
+                                 1.0 / 5040.0,
+                                 1.0 / 40320.0,
+                                 1.0 / 362880.0,
+                                 1.0 / 3628800.0,
+                                 1.0 / 39916800.0,
+                                 1.0 / 479001600.0,
+                                 1.0 / 6227020800.0};
+  double p = horner(r, kInvFact);
   p = p * r * r + r;  // r + r²·(½ + r/6 + …): the small part first
   const double er = 1.0 + p;
   const auto k = static_cast<int64_t>(kd);
@@ -82,15 +93,9 @@ inline double log(double x) {
   constexpr double kLn2Lo = 1.90821492927058770002e-10;
   const double s = (m - 1.0) / (m + 1.0);
   const double s2 = s * s;
-  double p = 1.0 / 19.0;
-  p = p * s2 + 1.0 / 17.0;
-  p = p * s2 + 1.0 / 15.0;
-  p = p * s2 + 1.0 / 13.0;
-  p = p * s2 + 1.0 / 11.0;
-  p = p * s2 + 1.0 / 9.0;
-  p = p * s2 + 1.0 / 7.0;
-  p = p * s2 + 1.0 / 5.0;
-  p = p * s2 + 1.0 / 3.0;
+  constexpr double kInvOdd[] = {1.0 / 3.0,  1.0 / 5.0,  1.0 / 7.0,  1.0 / 9.0, 1.0 / 11.0,
+                                1.0 / 13.0, 1.0 / 15.0, 1.0 / 17.0, 1.0 / 19.0};
+  const double p = horner(s2, kInvOdd);
   const double atanh2 = 2.0 * s + 2.0 * s * s2 * p;  // 2s + 2s³·(1/3 + s²/5 + …)
   const auto ed = static_cast<double>(e);
   return ed * kLn2Hi + (ed * kLn2Lo + atanh2);
