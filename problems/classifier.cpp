@@ -64,22 +64,6 @@ void ClassifierProblem::loss_grad_workers(std::span<const float> x,
   backward(x, cws.workers, ws);
 }
 
-void sum_rows_into(const RowMatrixF& d, Eigen::Index begin, Eigen::Index count, float* b) {
-  const Eigen::Index cols = d.cols();
-  std::fill(b, b + cols, 0.0f);
-  for (Eigen::Index r = begin; r < begin + count; ++r) {
-    const float* row = d.row(r).data();
-    for (Eigen::Index j = 0; j < cols; ++j) b[j] += row[j];
-  }
-}
-
-void add_to_rows(RowMatrixF& z, const float* b) {
-  for (Eigen::Index r = 0; r < z.rows(); ++r) {
-    float* row = z.row(r).data();
-    for (Eigen::Index j = 0; j < z.cols(); ++j) row[j] += b[j];
-  }
-}
-
 void ClassifierProblem::gather(std::span<const uint32_t> batch, Eigen::Index begin,
                                RowMatrixF& rows) const {
   for (size_t r = 0; r < batch.size(); ++r) {

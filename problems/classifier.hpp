@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "problems/datasets.hpp"
+#include "problems/row_ops.hpp"
 
 namespace bitlab {
 
@@ -32,13 +33,6 @@ struct ClassifierWorkspace : Workspace {
   std::vector<WorkerRows> workers;
   std::vector<float> packed;  // a transposed weight matrix (matmul_nt)
 };
-
-// b[j] = Σ_r d(r, j) over rows [begin, begin + count), r in order, from 0: the
-// bias gradient, in an order that does not depend on where the rows sit.
-void sum_rows_into(const RowMatrixF& d, Eigen::Index begin, Eigen::Index count, float* b);
-
-// z.row(r) += b for every row (one rounding per element).
-void add_to_rows(RowMatrixF& z, const float* b);
 
 class ClassifierProblem : public Problem {
  public:

@@ -183,7 +183,7 @@ class Cnn final : public ClassifierProblem {
     for (const WorkerRows& w : workers) {
       matmul_tn(dlogits.middleRows(w.begin, w.count), flat_in.middleRows(w.begin, w.count),
                 grad_map(w.g, 4, data_.classes, flat()));
-      sum_rows_into(dlogits, w.begin, w.count, grad_vec(w.g, 5).data());
+      sum_rows(dlogits, w.begin, w.count, grad_vec(w.g, 5).data());
     }
     ws.dflat.resize(n, flat());
     matmul_nn(dlogits, param_map(x, 4, data_.classes, flat()), ws.dflat);
@@ -194,7 +194,7 @@ class Cnn final : public ClassifierProblem {
       matmul_tn(ws.s2.dout.middleRows(w.begin * rows2, w.count * rows2),
                 ws.s2.cols.middleRows(w.begin * rows2, w.count * rows2),
                 grad_map(w.g, 2, c2_, kKernel * kKernel * c1_));
-      sum_rows_into(ws.s2.dout, w.begin * rows2, w.count * rows2, grad_vec(w.g, 3).data());
+      sum_rows(ws.s2.dout, w.begin * rows2, w.count * rows2, grad_vec(w.g, 3).data());
     }
     ws.dcols2.resize(ws.s2.cols.rows(), ws.s2.cols.cols());
     matmul_nn(ws.s2.dout, param_map(x, 2, c2_, kKernel * kKernel * c1_), ws.dcols2);
@@ -207,7 +207,7 @@ class Cnn final : public ClassifierProblem {
       matmul_tn(ws.s1.dout.middleRows(w.begin * rows1, w.count * rows1),
                 ws.s1.cols.middleRows(w.begin * rows1, w.count * rows1),
                 grad_map(w.g, 0, c1_, kKernel * kKernel));
-      sum_rows_into(ws.s1.dout, w.begin * rows1, w.count * rows1, grad_vec(w.g, 1).data());
+      sum_rows(ws.s1.dout, w.begin * rows1, w.count * rows1, grad_vec(w.g, 1).data());
     }
   }
 

@@ -115,7 +115,7 @@ class DenseClassifier final : public ClassifierProblem {
       for (const WorkerRows& w : workers) {
         matmul_tn(ws.delta.middleRows(w.begin, w.count), input.middleRows(w.begin, w.count),
                   weight_grad(w.g, l));
-        sum_rows_into(ws.delta, w.begin, w.count, bias_grad(w.g, l).data());
+        sum_rows(ws.delta, w.begin, w.count, bias_grad(w.g, l).data());
       }
       if (l == 1) break;
       ws.next.resize(ws.delta.rows(), sizes_[l - 1]);

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "problems/row_ops.hpp"
 #include "problems/synthetic.hpp"
 #include "problems/text_corpus.hpp"
 #include "sim/core/activations.hpp"
@@ -77,50 +78,6 @@ struct TransformerWorkspace final : Workspace {
   std::vector<typename TransformerNet<S>::Group> groups;  // loss_grad_workers' workers
 };
 
-// Sums in a fixed order (left to right), so that a row's result does not
-// depend on where the row sits in memory. Eigen's vectorised reductions peel
-// elements until an aligned address: a window's rows would round differently
-// as the first window of a worker's batch and as the fifth of a batched pass.
-template <class S>
-S sum_of(const S* a, Eigen::Index n) {
-  S s = 0;
-  for (Eigen::Index i = 0; i < n; ++i) s += a[i];
-  return s;
-}
-template <class S>
-S dot_of(const S* a, const S* b, Eigen::Index n) {
-  S s = 0;
-  for (Eigen::Index i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-// out[j] = Σ_r m(r, j) over rows [begin, begin + count), r in order (bias
-// gradients per worker); with `times`, Σ_r m(r, j)·times(r, j) (layer-norm
-// gains).
-template <class Matrix, class S>
-void sum_rows(const Matrix& m, Eigen::Index begin, Eigen::Index count, S* out,
-              const Matrix* times = nullptr) {
-  const Eigen::Index cols = m.cols();
-  std::fill(out, out + cols, S(0));
-  for (Eigen::Index r = begin; r < begin + count; ++r) {
-    const S* row = m.row(r).data();
-    if (times) {
-      const S* t = times->row(r).data();
-      for (Eigen::Index j = 0; j < cols; ++j) out[j] += row[j] * t[j];
-    } else {
-      for (Eigen::Index j = 0; j < cols; ++j) out[j] += row[j];
-    }
-  }
-}
-
-template <class Matrix, class Row>
-void add_to_rows(Matrix& m, const Row& b) {
-  for (Eigen::Index r = 0; r < m.rows(); ++r) {
-    auto* row = m.row(r).data();
-    for (Eigen::Index j = 0; j < m.cols(); ++j) row[j] += b[j];
-  }
-}
-
 // c = a·b, c = aᵀ·b and c = a·bᵀ: float through sim/core/matmul.hpp (fixed
 // order; the runs), double through Eigen (the finite-difference tests).
 template <class A, class B, class C>
@@ -168,8 +125,8 @@ void layer_norm(const typename TransformerNet<S>::Matrix& x, const Gain& gain, c
 }
 
 // Backward of layer_norm: ADDS dloss/dx into dx (row by row; `dxhat` is a
-// d-vector of scratch). The gain and bias gradients are per worker:
-// layer_norm_param_grads.
+// d-vector of scratch). The gain and bias gradients are per worker (the
+// layer_norm_grads step of loss_groups).
 template <class S, class Gain>
 void layer_norm_backward(const typename TransformerNet<S>::Matrix& dout,
                          const typename TransformerNet<S>::Matrix& xhat,
