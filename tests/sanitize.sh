@@ -37,6 +37,8 @@ SANITIZE="-fsanitize=address,undefined"
 # (per cell, and for the CTest entry).
 config=(-DCMAKE_BUILD_TYPE=Release -DBITLAB_CUDA=OFF -DBITLAB_NOTEBOOKS_TIMEOUT=3600)
 targets=(bitlab bitlab_tests)
+# The benchmarks too: the bench_smoke entry runs each once (tests/bench/smoke.sh).
+for src in "$ROOT"/tests/bench/bench_*.cpp; do targets+=("$(basename "$src" .cpp)"); done
 if command -v clang++-14 >/dev/null; then
   SANITIZE="$SANITIZE -fsanitize=fuzzer-no-link"
   config+=(-DCMAKE_CXX_COMPILER=clang++-14 -DBITLAB_FUZZ=ON)
