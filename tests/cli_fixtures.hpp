@@ -57,4 +57,29 @@ inline Result run_bitlab(const TempDir& dir, const std::string& args, const std:
   return run_shell(dir, env + (env.empty() ? "" : " ") + BITLAB_BINARY + " " + args);
 }
 
+// metrics.csv without its last column (wall_s, the one column that differs
+// between runs of the same config).
+inline std::string without_wall_column(const std::string& csv) {
+  std::istringstream in(csv);
+  std::string line, out;
+  while (std::getline(in, line)) out += line.substr(0, line.rfind(',')) + "\n";
+  return out;
+}
+
+// `bitlab run CONFIG --quiet` into dir/NAME with BITLAB_ISA=isa and
+// OMP_NUM_THREADS=threads: how it ended, and its metrics.csv without wall_s.
+struct IsaRun {
+  Result result;
+  std::string metrics;
+};
+inline IsaRun run_with_isa(const TempDir& dir, const std::string& config, const std::string& name,
+                           const std::string& isa, int threads) {
+  const std::filesystem::path out = dir.path / name;
+  IsaRun run;
+  run.result = run_bitlab(dir, "run " + config + " --out " + out.string() + " --quiet",
+                          "BITLAB_ISA=" + isa + " OMP_NUM_THREADS=" + std::to_string(threads));
+  run.metrics = without_wall_column(slurp(out / "metrics.csv"));
+  return run;
+}
+
 }  // namespace bitlab::testing

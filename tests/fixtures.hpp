@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "optimizers/optimizer.hpp"
 #include "problems/problem.hpp"
+#include "problems/text_corpus.hpp"
 #include "sim/cluster/cluster.hpp"
 #include "sim/comm/comm.hpp"
 
@@ -139,6 +141,34 @@ std::string config_error_path(F&& f) {
     return e.path();
   }
   return "(no error)";
+}
+
+// Whether the Debian package fortunes-min's files (the transformer's default
+// corpus) are installed; tests of the transformer skip, saying so, when not.
+inline bool fortunes_installed() {
+  for (const auto& f : default_fortune_files()) {
+    if (!std::filesystem::exists(f)) return false;
+  }
+  return true;
+}
+
+// Tiny instances of the real models whose workers share a pass
+// (Problem::loss_grad_workers) as "problem" JSON: deep_mlp with the dispatched
+// tanh and with gelu, the CNN, and the transformer when its corpus is
+// installed (`skipped` says whether it was left out).
+inline std::vector<std::string> small_real_models(bool* skipped = nullptr) {
+  std::vector<std::string> out = {
+      R"({"name": "deep_mlp", "dataset": "digits", "widths": [11], "activation": "tanh"})",
+      R"({"name": "deep_mlp", "dataset": "digits", "widths": [11], "activation": "gelu"})",
+      R"({"name": "cnn", "channels": [3, 4], "train_samples": 64, "test_samples": 40,
+          "train_eval_samples": 32})"};
+  const bool fortunes = fortunes_installed();
+  if (fortunes) {
+    out.push_back(R"({"name": "transformer", "context": 8, "d_model": 12, "layers": 1,
+                      "heads": 2, "eval_windows": 8})");
+  }
+  if (skipped) *skipped = !fortunes;
+  return out;
 }
 
 }  // namespace bitlab::testing

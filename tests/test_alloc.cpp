@@ -7,14 +7,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <filesystem>
 
 #include "optimizers/optimizer.hpp"
 #include "problems/problem.hpp"
-#include "problems/text_corpus.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/simulation.hpp"
 #include "tests/alloc_counter.hpp"
+#include "tests/fixtures.hpp"
 
 namespace bitlab::testing {
 
@@ -84,16 +83,9 @@ TEST_SUITE("alloc") {
     // Problem::loss_grad_workers pass (6 workers: groups of 3 on 2 threads,
     // 6 on 1); their workspaces, packed operands and group lists must be
     // reused from step to step.
-    std::vector<std::string> problems = {
-        R"({"name": "deep_mlp", "dataset": "digits", "widths": [11], "activation": "gelu"})",
-        R"({"name": "cnn", "channels": [3, 4], "train_samples": 64, "test_samples": 40,
-            "train_eval_samples": 32})"};
-    bool fortunes = true;
-    for (const auto& f : default_fortune_files()) fortunes = fortunes && std::filesystem::exists(f);
-    if (fortunes) {
-      problems.push_back(R"({"name": "transformer", "context": 8, "d_model": 12, "layers": 1,
-                             "heads": 2, "eval_windows": 8})");
-    } else {
+    bool skipped = false;
+    const std::vector<std::string> problems = testing::small_real_models(&skipped);
+    if (skipped) {
       MESSAGE("transformer case skipped: the Debian package fortunes-min is not installed");
     }
     for (const std::string& problem : problems) {

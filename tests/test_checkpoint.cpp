@@ -24,6 +24,7 @@ using namespace bitlab;
 using bitlab::testing::Result;
 using bitlab::testing::run_bitlab;
 using bitlab::testing::slurp;
+using bitlab::testing::without_wall_column;
 using bitlab::testing::TempDir;
 
 namespace {
@@ -84,14 +85,6 @@ void check_same_step(const StepMetrics& a, const StepMetrics& b) {
   CHECK(same_bits(a.bytes_sent_cum, b.bytes_sent_cum));
   CHECK(a.messages_cum == b.messages_cum);
   CHECK(same_bits(a.sim_time_s, b.sim_time_s));
-}
-
-std::string metrics_without_wall(const fs::path& csv) {
-  // wall_s, the last column, is the one that is not deterministic.
-  std::istringstream in(slurp(csv));
-  std::string line, out;
-  while (std::getline(in, line)) out += line.substr(0, line.rfind(',')) + "\n";
-  return out;
 }
 
 // Starts `bitlab ARGS...` in the background; returns its process id.
@@ -259,8 +252,8 @@ TEST_SUITE("checkpoint") {
       CHECK_FALSE(fs::exists(killed / "summary.json"));
       const Result r = run_bitlab(d, "run --resume " + killed.string() + " --quiet");
       REQUIRE(r.status == 0);
-      CHECK(metrics_without_wall(killed / "metrics.csv") ==
-            metrics_without_wall(straight / "metrics.csv"));
+      CHECK(without_wall_column(slurp(killed / "metrics.csv")) ==
+            without_wall_column(slurp(straight / "metrics.csv")));
       CHECK(slurp(killed / "comm_log.csv") == slurp(straight / "comm_log.csv"));
       const Json a = Json::parse(slurp(straight / "summary.json"));
       const Json b = Json::parse(slurp(killed / "summary.json"));
@@ -298,8 +291,8 @@ TEST_SUITE("checkpoint") {
     CHECK(fs::exists(stopped / "checkpoint.bin"));  // at the stop, not at a multiple of K
     const Result r = run_bitlab(d, "run --resume " + stopped.string() + " --quiet");
     REQUIRE(r.status == 0);
-    CHECK(metrics_without_wall(stopped / "metrics.csv") ==
-          metrics_without_wall(straight / "metrics.csv"));
+    CHECK(without_wall_column(slurp(stopped / "metrics.csv")) ==
+          without_wall_column(slurp(straight / "metrics.csv")));
     CHECK(slurp(stopped / "comm_log.csv") == slurp(straight / "comm_log.csv"));
   }
 
@@ -358,13 +351,13 @@ TEST_SUITE("checkpoint") {
         run_bitlab(d, "sweep " + sweep + " --jobs 2 --checkpoint-every 10 --out " + out.string())
             .status == 0);
     const fs::path run = out / "run-001_seed=1";
-    const std::string metrics = metrics_without_wall(run / "metrics.csv");
+    const std::string metrics = without_wall_column(slurp(run / "metrics.csv"));
     // As a killed run leaves it: no summary, rows past the checkpoint (step 20).
     fs::remove(run / "summary.json");
     REQUIRE(run_bitlab(d, "sweep " + sweep + " --jobs 2 --resume --out " + out.string()).status ==
             0);
     const Json s = Json::parse(slurp(run / "summary.json"));
     CHECK(s["resumed_from_step"] == 20);
-    CHECK(metrics_without_wall(run / "metrics.csv") == metrics);
+    CHECK(without_wall_column(slurp(run / "metrics.csv")) == metrics);
   }
 }

@@ -24,6 +24,7 @@ using bitlab::testing::Result;
 using bitlab::testing::run_bitlab;
 using bitlab::testing::slurp;
 using bitlab::testing::TempDir;
+using bitlab::testing::without_wall_column;
 
 namespace {
 
@@ -34,14 +35,6 @@ const char* kGood = R"({
   "cluster": {"workers": 4, "batch_size": 8},
   "optimizer": {"name": "adam", "lr": 0.05}
 })";
-
-// metrics.csv without its last column (wall_s, the one that differs between runs).
-std::string strip_wall(const std::string& csv) {
-  std::istringstream in(csv);
-  std::string l, all;
-  while (std::getline(in, l)) all += l.substr(0, l.rfind(',')) + "\n";
-  return all;
-}
 
 }  // namespace
 
@@ -80,8 +73,8 @@ TEST_SUITE("cli") {
     // Same config and seed: the same metrics, but for the wall-time column.
     const auto out2 = (d.path / "run2").string();
     REQUIRE(run_bitlab(d, "run " + file + " --out " + out2 + " --quiet --threads 1").status == 0);
-    CHECK(strip_wall(slurp(fs::path(out) / "metrics.csv")) ==
-          strip_wall(slurp(fs::path(out2) / "metrics.csv")));
+    CHECK(without_wall_column(slurp(fs::path(out) / "metrics.csv")) ==
+          without_wall_column(slurp(fs::path(out2) / "metrics.csv")));
     CHECK(slurp(fs::path(out) / "comm_log.csv") == slurp(fs::path(out2) / "comm_log.csv"));
 
     // --out onto an existing run is refused (nothing lost)
@@ -106,7 +99,7 @@ TEST_SUITE("cli") {
     REQUIRE(
         run_bitlab(d, "run " + file + " --out " + ref + " --quiet --threads 2", "BITLAB_ISA=sse2")
             .status == 0);
-    const std::string ref_metrics = strip_wall(slurp(fs::path(ref) / "metrics.csv"));
+    const std::string ref_metrics = without_wall_column(slurp(fs::path(ref) / "metrics.csv"));
     CHECK(ref_metrics.find("nan") == std::string::npos);
     for (bitlab::Isa isa : bitlab::supported_isas()) {
       for (int threads : {1, 2}) {
@@ -118,7 +111,7 @@ TEST_SUITE("cli") {
                                std::to_string(threads),
                            std::string("BITLAB_ISA=") + bitlab::isa_name(isa))
                     .status == 0);
-        CHECK(strip_wall(slurp(fs::path(out) / "metrics.csv")) == ref_metrics);
+        CHECK(without_wall_column(slurp(fs::path(out) / "metrics.csv")) == ref_metrics);
         CHECK(slurp(fs::path(out) / "comm_log.csv") == slurp(fs::path(ref) / "comm_log.csv"));
       }
     }

@@ -363,18 +363,12 @@ TEST_SUITE("kernels") {
             "cluster": {"workers": 4, "batch_size": 8}, "optimizer": )") +
                           opt + "}");
       auto metrics = [&](const std::string& isa, int threads) {
-        const std::string out =
-            (dir.path / ("run" + std::to_string(o) + "_" + isa + std::to_string(threads))).string();
-        const Result r =
-            run_bitlab(dir, "run " + config + " --out " + out + " --quiet",
-                       "BITLAB_ISA=" + isa + " OMP_NUM_THREADS=" + std::to_string(threads));
-        INFO(opt << ", " << isa << ": " << r.err);
-        REQUIRE(r.status == 0);
-        // Without the last column, wall_s (the one that differs between runs).
-        std::istringstream in(slurp(std::filesystem::path(out) / "metrics.csv"));
-        std::string line, all;
-        while (std::getline(in, line)) all += line.substr(0, line.rfind(',')) + "\n";
-        return all;
+        const IsaRun run = run_with_isa(
+            dir, config, "run" + std::to_string(o) + "_" + isa + std::to_string(threads), isa,
+            threads);
+        INFO(opt << ", " << isa << ": " << run.result.err);
+        REQUIRE(run.result.status == 0);
+        return run.metrics;
       };
       const std::string want = metrics("sse2", 1);
       CHECK(want.size() > 100);

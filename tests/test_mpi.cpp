@@ -27,7 +27,7 @@
 #include "tests/cli_fixtures.hpp"
 
 namespace fs = std::filesystem;
-using namespace bitlab::testing;  // Result, TempDir, run_bitlab, run_shell, slurp
+using namespace bitlab::testing;  // Result, TempDir, run_bitlab, run_shell, slurp, without_wall_column
 
 namespace {
 
@@ -41,20 +41,6 @@ std::string experiment(const std::string& optimizer) {
     "network": {"preset": "ethernet_40g_v100x4"},
     "optimizer": )" +
          optimizer + "}";
-}
-
-// metrics.csv without its last column (wall_s, the only non-deterministic one).
-std::string without_wall_column(const std::string& csv) {
-  std::string out;
-  size_t pos = 0;
-  while (pos < csv.size()) {
-    size_t end = csv.find('\n', pos);
-    if (end == std::string::npos) end = csv.size();
-    const std::string line = csv.substr(pos, end - pos);
-    out += line.substr(0, line.rfind(',')) + '\n';
-    pos = end + 1;
-  }
-  return out;
 }
 
 #ifdef BITLAB_MPIEXEC

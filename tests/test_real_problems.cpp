@@ -10,13 +10,13 @@
 #include <sstream>
 
 #include "gradient_check.hpp"
-#include "problems/text_corpus.hpp"
 #include "problems/problem.hpp"
 #include "sim/core/isa.hpp"
 #include "sim/core/rng.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/simulation.hpp"
 #include "tests/cli_fixtures.hpp"
+#include "tests/fixtures.hpp"
 
 using namespace bitlab;
 
@@ -215,16 +215,9 @@ TEST_SUITE("real_problems") {
     // SSE2 variant on 1 thread against every variant this CPU runs on 2, with
     // 6 workers (one pass of 6 workers on 1 thread, two of 3 on 2).
     using namespace bitlab::testing;
-    std::vector<std::string> problems = {
-        R"({"name": "deep_mlp", "dataset": "digits", "widths": [11], "activation": "tanh"})",
-        R"({"name": "cnn", "channels": [3, 4], "train_samples": 64, "test_samples": 40,
-            "train_eval_samples": 32})"};
-    bool fortunes = true;
-    for (const auto& f : default_fortune_files()) fortunes = fortunes && std::filesystem::exists(f);
-    if (fortunes) {
-      problems.push_back(R"({"name": "transformer", "context": 8, "d_model": 12, "layers": 1,
-                             "heads": 2, "eval_windows": 8})");
-    } else {
+    bool skipped = false;
+    const std::vector<std::string> problems = small_real_models(&skipped);
+    if (skipped) {
       MESSAGE("transformer case skipped: the Debian package fortunes-min is not installed");
     }
     TempDir dir;
@@ -235,18 +228,12 @@ TEST_SUITE("real_problems") {
               R"(, "cluster": {"workers": 6, "batch_size": 5},
                  "optimizer": {"name": "adam", "lr": 0.01}})");
       const auto metrics = [&](const std::string& isa, int threads) {
-        const std::string out =
-            (dir.path / ("run" + std::to_string(k) + "_" + isa + std::to_string(threads))).string();
-        const Result r =
-            run_bitlab(dir, "run " + config + " --out " + out + " --quiet",
-                       "BITLAB_ISA=" + isa + " OMP_NUM_THREADS=" + std::to_string(threads));
-        INFO(problems[k] << ", " << isa << ": " << r.err);
-        REQUIRE(r.status == 0);
-        // Without the last column, wall_s (the one that differs between runs).
-        std::istringstream in(slurp(std::filesystem::path(out) / "metrics.csv"));
-        std::string line, all;
-        while (std::getline(in, line)) all += line.substr(0, line.rfind(',')) + "\n";
-        return all;
+        const IsaRun run = run_with_isa(
+            dir, config, "run" + std::to_string(k) + "_" + isa + std::to_string(threads), isa,
+            threads);
+        INFO(problems[k] << ", " << isa << ": " << run.result.err);
+        REQUIRE(run.result.status == 0);
+        return run.metrics;
       };
       const std::string want = metrics("sse2", 1);
       CHECK(want.size() > 100);

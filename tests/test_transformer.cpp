@@ -54,13 +54,6 @@ std::vector<S> random_params(const TransformerNet<S>& net, uint64_t seed) {
   return x;
 }
 
-bool fortunes_installed() {
-  for (const auto& f : default_fortune_files()) {
-    if (!fs::exists(f)) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 TEST_SUITE("transformer") {
