@@ -15,6 +15,7 @@
 
 #include "problems/datasets.hpp"
 #include "problems/row_ops.hpp"
+#include "sim/core/matmul.hpp"
 
 namespace bitlab {
 
@@ -24,6 +25,23 @@ struct WorkerRows {
   Eigen::Index begin = 0, count = 0;
   std::span<float> g;
 };
+
+// A layer's parameter gradients, worker by worker: the weight gradient dᵀ·input
+// over the worker's rows into the row-major d.cols() × input.cols() block at
+// g + weight_offset, and the bias gradient (Σ of d over its rows) at
+// g + bias_offset. A sample is `per_sample` rows of d and input (1 for a dense
+// layer; a convolution's output pixels for its im2col rows).
+template <class Input>
+void worker_layer_grads(std::span<const WorkerRows> workers, const RowMatrixF& d,
+                        const Input& input, Eigen::Index per_sample, size_t weight_offset,
+                        size_t bias_offset) {
+  for (const WorkerRows& w : workers) {
+    const Eigen::Index begin = w.begin * per_sample, count = w.count * per_sample;
+    matmul_tn(d.middleRows(begin, count), input.middleRows(begin, count),
+              Eigen::Map<RowMatrixF>(w.g.data() + weight_offset, d.cols(), input.cols()));
+    sum_rows(d, begin, count, w.g.data() + bias_offset);
+  }
+}
 
 // What every classifier's workspace holds: the gathered batch and its logits
 // (then dloss/dlogits).

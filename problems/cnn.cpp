@@ -180,22 +180,14 @@ class Cnn final : public ClassifierProblem {
 
     // fc.
     const Eigen::Map<const RowMatrixF> flat_in(ws.s2.pooled.data(), n, flat());
-    for (const WorkerRows& w : workers) {
-      matmul_tn(dlogits.middleRows(w.begin, w.count), flat_in.middleRows(w.begin, w.count),
-                grad_map(w.g, 4, data_.classes, flat()));
-      sum_rows(dlogits, w.begin, w.count, grad_vec(w.g, 5).data());
-    }
+    worker_layer_grads(workers, dlogits, flat_in, 1, tensors_[4].offset, tensors_[5].offset);
     ws.dflat.resize(n, flat());
     matmul_nn(dlogits, param_map(x, 4, data_.classes, flat()), ws.dflat);
 
     // Stage 2: unpool, relu, conv (∇W, ∇b, δcols), col2im onto pooled 1.
     unpool_relu(ws.dflat.data(), ws.s2);
-    for (const WorkerRows& w : workers) {
-      matmul_tn(ws.s2.dout.middleRows(w.begin * rows2, w.count * rows2),
-                ws.s2.cols.middleRows(w.begin * rows2, w.count * rows2),
-                grad_map(w.g, 2, c2_, kKernel * kKernel * c1_));
-      sum_rows(ws.s2.dout, w.begin * rows2, w.count * rows2, grad_vec(w.g, 3).data());
-    }
+    worker_layer_grads(workers, ws.s2.dout, ws.s2.cols, rows2, tensors_[2].offset,
+                       tensors_[3].offset);
     ws.dcols2.resize(ws.s2.cols.rows(), ws.s2.cols.cols());
     matmul_nn(ws.s2.dout, param_map(x, 2, c2_, kKernel * kKernel * c1_), ws.dcols2);
     ws.dpool1.resize(ws.s1.pooled.rows(), c1_);
@@ -203,12 +195,8 @@ class Cnn final : public ClassifierProblem {
 
     // Stage 1: unpool, relu, conv (∇W, ∇b; the input needs no gradient).
     unpool_relu(ws.dpool1.data(), ws.s1);
-    for (const WorkerRows& w : workers) {
-      matmul_tn(ws.s1.dout.middleRows(w.begin * rows1, w.count * rows1),
-                ws.s1.cols.middleRows(w.begin * rows1, w.count * rows1),
-                grad_map(w.g, 0, c1_, kKernel * kKernel));
-      sum_rows(ws.s1.dout, w.begin * rows1, w.count * rows1, grad_vec(w.g, 1).data());
-    }
+    worker_layer_grads(workers, ws.s1.dout, ws.s1.cols, rows1, tensors_[0].offset,
+                       tensors_[1].offset);
   }
 
  protected:
@@ -234,14 +222,6 @@ class Cnn final : public ClassifierProblem {
   Eigen::Map<const Eigen::VectorXf> param_vec(std::span<const float> x, size_t t) const {
     return Eigen::Map<const Eigen::VectorXf>(x.data() + tensors_[t].offset,
                                              Eigen::Index(tensors_[t].size));
-  }
-  Eigen::Map<RowMatrixF> grad_map(std::span<float> g, size_t t, Eigen::Index r,
-                                  Eigen::Index c) const {
-    return Eigen::Map<RowMatrixF>(g.data() + tensors_[t].offset, r, c);
-  }
-  Eigen::Map<Eigen::VectorXf> grad_vec(std::span<float> g, size_t t) const {
-    return Eigen::Map<Eigen::VectorXf>(g.data() + tensors_[t].offset,
-                                       Eigen::Index(tensors_[t].size));
   }
 
   // conv (weights tensor t, bias t+1) of n maps side × side × cin → relu → pool.

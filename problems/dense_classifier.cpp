@@ -112,11 +112,8 @@ class DenseClassifier final : public ClassifierProblem {
     const size_t layers = sizes_.size() - 1;
     for (size_t l = layers; l >= 1; --l) {
       const RowMatrixF& input = l == 1 ? ws.rows : ws.act[l - 2];
-      for (const WorkerRows& w : workers) {
-        matmul_tn(ws.delta.middleRows(w.begin, w.count), input.middleRows(w.begin, w.count),
-                  weight_grad(w.g, l));
-        sum_rows(ws.delta, w.begin, w.count, bias_grad(w.g, l).data());
-      }
+      worker_layer_grads(workers, ws.delta, input, 1, tensors_[2 * (l - 1)].offset,
+                         tensors_[2 * l - 1].offset);
       if (l == 1) break;
       ws.next.resize(ws.delta.rows(), sizes_[l - 1]);
       matmul_nn(ws.delta, weight(x, l), ws.next);
@@ -154,14 +151,6 @@ class DenseClassifier final : public ClassifierProblem {
   ConstVec bias(std::span<const float> x, size_t l) const {
     return ConstVec(x.data() + tensors_[2 * l - 1].offset, sizes_[l]);
   }
-  Eigen::Map<RowMatrixF> weight_grad(std::span<float> g, size_t l) const {
-    return Eigen::Map<RowMatrixF>(g.data() + tensors_[2 * (l - 1)].offset, sizes_[l],
-                                  sizes_[l - 1]);
-  }
-  Eigen::Map<Eigen::VectorXf> bias_grad(std::span<float> g, size_t l) const {
-    return Eigen::Map<Eigen::VectorXf>(g.data() + tensors_[2 * l - 1].offset, sizes_[l]);
-  }
-
   // a = act(z), element by element with one function each, so that an
   // element's value does not depend on its position in the matrix (Eigen's
   // vectorised tanh is a different approximation from its scalar tail, and

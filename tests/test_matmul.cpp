@@ -122,14 +122,15 @@ TEST_SUITE("matmul") {
                               std::numeric_limits<float>::infinity(),
                               -std::numeric_limits<float>::infinity()};
     for (size_t i = 0; i < std::size(specials); ++i) x[400 + i] = specials[i];
-    for (int which = 0; which < 3; ++which) {
-      CAPTURE(which);
+    for (const ActivationLoop loop :
+         {ActivationLoop::kTanh, ActivationLoop::kGelu, ActivationLoop::kGeluBackward}) {
+      CAPTURE(static_cast<int>(loop));
       std::vector<float> want(x.size(), 1.5f);
-      activation_isa(Isa::kSse2, which, x.data(), want.data(), x.size());
+      activation_isa(Isa::kSse2, loop, x.data(), want.data(), x.size());
       for (const Isa isa : supported_isas()) {
         CAPTURE(isa_name(isa));
         std::vector<float> got(x.size(), 1.5f);
-        activation_isa(isa, which, x.data(), got.data(), x.size());
+        activation_isa(isa, loop, x.data(), got.data(), x.size());
         CHECK(first_difference(want, got) == -1);
       }
     }

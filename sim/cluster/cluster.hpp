@@ -153,7 +153,8 @@ class Cluster {
   std::span<double> losses() { return losses_; }
 
   // Every local worker: sample its batch for `step` and compute loss and gradient
-  // at params(worker). Parallel over workers.
+  // at params(worker). Parallel over groups of workers (group_size), each group
+  // one Problem::loss_grad_workers pass.
   void compute_gradients(int64_t step);
 
   // A streamed cluster: every worker's loss and gradient for `step`, folded

@@ -22,12 +22,19 @@ void tanh_array(const float* x, float* out, size_t n) { active().tanh(x, out, n)
 void gelu_tanh(const float* z, float* act, size_t n) { active().gelu(z, act, n); }
 void gelu_tanh_backward(const float* z, float* d, size_t n) { active().gelu_backward(z, d, n); }
 
-void activation_isa(Isa isa, int which, const float* in, float* out, size_t n) {
+void activation_isa(Isa isa, ActivationLoop loop, const float* in, float* out, size_t n) {
   if (!isa_supported(isa))
     throw std::invalid_argument(std::string("activation_isa: instruction set ") + isa_name(isa) +
                                 " is not supported by this CPU");
   const isa_kernels::ActivationTable& t = table_for(isa);
-  (which == 0 ? t.tanh : which == 1 ? t.gelu : t.gelu_backward)(in, out, n);
+  switch (loop) {
+    case ActivationLoop::kTanh:
+      return t.tanh(in, out, n);
+    case ActivationLoop::kGelu:
+      return t.gelu(in, out, n);
+    case ActivationLoop::kGeluBackward:
+      return t.gelu_backward(in, out, n);
+  }
 }
 
 }  // namespace bitlab

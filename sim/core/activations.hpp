@@ -26,7 +26,8 @@ void gelu_tanh(const float* z, float* act, size_t n);
 void gelu_tanh_backward(const float* z, float* d, size_t n);
 
 // The same with a forced variant (tests; std::invalid_argument when this CPU
-// lacks it). which: 0 tanh_array, 1 gelu_tanh, 2 gelu_tanh_backward.
-void activation_isa(Isa isa, int which, const float* in, float* out, size_t n);
+// lacks it).
+enum class ActivationLoop { kTanh, kGelu, kGeluBackward };
+void activation_isa(Isa isa, ActivationLoop loop, const float* in, float* out, size_t n);
 
 }  // namespace bitlab

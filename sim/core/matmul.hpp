@@ -11,8 +11,8 @@
 // matmul_{sse2,avx2,avx512}.cpp, picked by active_isa()) put output columns in
 // vector lanes and rows in registers, so the vector width and the register
 // tile change only which elements are computed together, never an element's
-// order of operations. The `rng` suite's "matmul" tests check every variant
-// against a scalar loop bit for bit, for odd shapes and strides.
+// order of operations. The `matmul` suite checks every variant against a
+// scalar loop bit for bit, for odd shapes and strides.
 //
 // Departure from Eigen (which the problems used before): Eigen's blocked GEMM
 // sums each element in an order that depends on its kernel's blocking and
