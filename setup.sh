@@ -27,7 +27,10 @@ PACKAGES=(build-essential cmake ninja-build git libeigen3-dev libomp-dev libcli1
           # real data sets (problems/datasets.cpp): Fashion-MNIST, scikit-learn's CSVs, gzip
           dataset-fashion-mnist python3-sklearn zlib1g-dev
           # the transformer problem's text corpus (/usr/share/games/fortunes/)
-          fortunes fortunes-min)
+          fortunes fortunes-min
+          # the Python package `bitlab` (pybind11 over the core), its PyTorch
+          # bridge and their tests (docs/python.md)
+          pybind11-dev python3-dev python3-torch python3-pytest python3-hypothesis)
 
 install_missing() {
   local missing=()
@@ -51,6 +54,24 @@ install_missing() {
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# Makes Debian's /usr/bin/python3 find the package in $BUILD_DIR/python (a
+# .pth file in its site folder naming this checkout's build), so that
+# `import bitlab` works with no further step. Without the rights to write
+# there, says the one line that does the same per shell.
+install_python_path() {
+  local pkg
+  pkg="$(cd "$BUILD_DIR" && pwd)/python"
+  [ -d "$pkg/bitlab" ] || return 0
+  local site
+  site="$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null)" || return 0
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null; then sudo="sudo -n"; fi
+  if { $sudo mkdir -p "$site" && echo "$pkg" | $sudo tee "$site/bitlab.pth" >/dev/null; } 2>/dev/null; then
+    return 0
+  fi
+  echo "setup: cannot write $site/bitlab.pth; use: export PYTHONPATH=$pkg" >&2
+}
+
 build() {
   local gen=()
   if command -v ninja >/dev/null; then gen=(-G Ninja); fi
@@ -58,6 +79,7 @@ build() {
     cmake -S . -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release >/dev/null
   fi
   cmake --build "$BUILD_DIR" -j "$JOBS"
+  install_python_path
 }
 
 case "$MODE" in

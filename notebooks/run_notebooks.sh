@@ -1,7 +1,7 @@
 #!/bin/bash
 # Executes the notebooks headless, as CI does, and prints each one's wall time.
 #
-#   notebooks/run_notebooks.sh [NOTEBOOK.ipynb ...]     (default: all three)
+#   notebooks/run_notebooks.sh [NOTEBOOK.ipynb ...]     (default: all four)
 #
 # Environment:
 #   BITLAB_BINARY     the bitlab executable (default: <repo>/build/bitlab, found by the notebooks)
@@ -13,6 +13,9 @@
 #   BITLAB_AXIS_SEEDS seeds of compression_sweep.ipynb's compression axis (Fashion-MNIST, 11 arms);
 #                     default here 1: one seed, 11 runs (about 2 min on 2 cores), to keep the test
 #                     suite short; 1,2,3 runs the experiment's three seeds (33 runs, about 5 min)
+#   BITLAB_PYTHONPATH the folder holding the Python package bitlab/ (default: python/ beside the
+#                     binary). your_model.ipynb needs it and python3-torch; run by default, it is
+#                     skipped (not failed) when `import bitlab.torch` does not work
 #
 # Each notebook writes its figures as PNG and PDF to $BITLAB_FIGURES (here: <out>/figures, so
 # that a test run writes nothing into the repository; run interactively, a notebook writes
@@ -37,6 +40,13 @@ if [ $# -gt 0 ]; then
   notebooks=("$@")
 else
   notebooks=(warmup_sweep.ipynb compression_sweep.ipynb speedup_vs_bandwidth.ipynb)
+  # your_model.ipynb trains PyTorch models through bitlab.torch: only where that imports.
+  pydir="${BITLAB_PYTHONPATH:-$(dirname "${BITLAB_BINARY:-$here/../build/bitlab}")/python}"
+  if PYTHONPATH="$pydir${PYTHONPATH:+:$PYTHONPATH}" /usr/bin/python3 -c "import bitlab.torch" 2>/dev/null; then
+    notebooks+=(your_model.ipynb)
+  else
+    printf '%-28s skipped (no bitlab.torch in %s, or no python3-torch)\n' your_model "$pydir"
+  fi
 fi
 
 if [ -n "${NOTEBOOKS_OUT:-}" ]; then

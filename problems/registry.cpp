@@ -1,4 +1,5 @@
 // The problems `bitlab` knows by name, in the order `bitlab list` shows them.
+#include "problems/external.hpp"
 #include "problems/real_problems.hpp"
 #include "problems/synthetic.hpp"
 #include "problems/transformer.hpp"
@@ -18,6 +19,8 @@ const std::vector<RegistryEntry<Problem>>& problem_registry() {
       cnn_entry(),
       // a tiny decoder-only transformer LM on Debian's fortunes
       transformer_entry(),
+      // your own model's gradients, from PyTorch (the Python bridge)
+      external_entry(),
   };
   return registry;
 }

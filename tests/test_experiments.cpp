@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "sim/engine/config.hpp"
+#include "sim/engine/deepspeed.hpp"
 #include "sim/engine/simulation.hpp"
 #include "sim/lab/cost.hpp"
 #include "sim/lab/sweep.hpp"
@@ -30,6 +31,9 @@ TEST_SUITE("experiments") {
           if (raw.contains("base")) {
             const SweepSpec spec = load_sweep(file);
             (void)spec;
+          } else if (raw.contains("train_batch_size") ||
+                     raw.contains("train_micro_batch_size_per_gpu")) {
+            load_deepspeed_config(file);  // a DeepSpeed config (docs/deepspeed.md)
           } else if (raw.contains("params") && raw.contains("workers")) {
             resolve_cost_spec(raw);
           } else {

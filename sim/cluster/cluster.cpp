@@ -367,7 +367,11 @@ void Cluster::fill_gradient(int worker, int64_t step, std::span<float> g, Worksp
   samplers_[worker].sample(step, batches_[worker]);
   const RngStream noise(seed_, Purpose::kGradNoise, static_cast<uint32_t>(worker),
                         static_cast<uint64_t>(step));
-  losses_[worker] = problem_.loss_grad(params(worker), batches_[worker], g, noise, ws);
+  // Through loss_grad_workers (one worker), which carries the worker's index:
+  // the bits are loss_grad's (Problem's contract).
+  WorkerBatch job{batches_[worker], g, &noise, 0.0, worker};
+  problem_.loss_grad_workers(params(worker), {&job, 1}, ws);
+  losses_[worker] = job.loss;
 }
 
 void Cluster::fill_gradients(int lo, int hi, int64_t step, float* rows, Workspace& ws) {
@@ -385,7 +389,7 @@ void Cluster::fill_gradients(int lo, int hi, int64_t step, float* rows, Workspac
     samplers_[i].sample(step, batches_[i]);
     noise[k].emplace(seed_, Purpose::kGradNoise, static_cast<uint32_t>(i),
                      static_cast<uint64_t>(step));
-    jobs[k] = {batches_[i], {rows + k * stride_, dim_}, &*noise[k]};
+    jobs[k] = {batches_[i], {rows + k * stride_, dim_}, &*noise[k], 0.0, i};
   }
   problem_.loss_grad_workers(params(), {jobs.data(), static_cast<size_t>(hi - lo)}, ws);
   for (int i = lo; i < hi; ++i) losses_[i] = jobs[static_cast<size_t>(i - lo)].loss;

@@ -8,6 +8,7 @@
 
 #include "optimizers/optimizer.hpp"
 #include "problems/problem.hpp"
+#include "sim/engine/deepspeed.hpp"
 
 namespace bitlab {
 
@@ -382,6 +383,38 @@ void merge_over_base(Json& base, const Json& child, const std::string& file,
   if (!note.empty() && notes) notes->push_back(note);
 }
 
+// "deepspeed_config": a DeepSpeed JSON config (relative to the file's folder,
+// as "base" is) read by load_deepspeed_config; its fragment goes under the
+// file's own keys, which win, and its ignored fields and notes become notes.
+// The key itself is removed, so the resolved config.json re-runs as it is.
+Json with_deepspeed_config(const std::string& path, Json raw, std::vector<std::string>* notes) {
+  const Json value = raw["deepspeed_config"];
+  raw.erase("deepspeed_config");
+  if (!value.is_string() || value.get<std::string>().empty()) {
+    throw ConfigError(path + ": deepspeed_config = " + show_value(value) +
+                          ": must be the path of a DeepSpeed JSON config (ds_config.json)",
+                      "deepspeed_config");
+  }
+  std::filesystem::path ds_path = value.get<std::string>();
+  if (ds_path.is_relative()) ds_path = std::filesystem::path(path).parent_path() / ds_path;
+  DeepSpeedMapping ds;
+  try {
+    ds = load_deepspeed_config(ds_path.string());
+  } catch (const ConfigError& e) {
+    throw ConfigError(path + ": deepspeed_config = " + show_value(value) + ": " + e.what(),
+                      "deepspeed_config");
+  }
+  if (notes) {
+    notes->push_back(path + ": optimizer and cluster read from DeepSpeed config " +
+                     ds_path.string() + " (the file's own keys win)");
+    for (const auto& line : ds.ignored) notes->push_back(ds_path.string() + ": ignored " + line);
+    for (const auto& line : ds.notes) notes->push_back(ds_path.string() + ": " + line);
+  }
+  Json merged = std::move(ds.experiment);
+  merge_over_base(merged, raw, path, notes);
+  return merged;
+}
+
 Json load_with_bases(const std::string& path, std::vector<std::string>& chain,
                      std::vector<std::string>* notes) {
   std::error_code ec;
@@ -395,6 +428,9 @@ Json load_with_bases(const std::string& path, std::vector<std::string>& chain,
   }
   chain.push_back(canonical);
   Json raw = load_json_file(path);
+  if (raw.is_object() && raw.contains("deepspeed_config")) {
+    raw = with_deepspeed_config(path, std::move(raw), notes);
+  }
   if (!raw.is_object() || !raw.contains("base")) return raw;
   const Json base_value = raw["base"];
   raw.erase("base");

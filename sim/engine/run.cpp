@@ -517,14 +517,18 @@ void tally_step(RunTally& tally, const StepMetrics& m, bool timed) {
 // Why step m counts as diverged ("" when it does not): a loss or measured
 // gradient norm that is not finite, or that exceeds its stated multiple of the
 // run's first (RunSettings: diverge_loss_factor, diverge_grad_norm_factor).
-std::string divergence_reason(const RunSettings& rs, RunTally& tally, const StepMetrics& m) {
-  if (!std::isfinite(m.train_loss)) return "train_loss is " + fmt(m.train_loss);
+// `loss_measured` false: the step's train_loss is NaN by design (a bridge
+// run not told its losses) and only the gradient norm is judged.
+std::string divergence_reason(const RunSettings& rs, RunTally& tally, const StepMetrics& m,
+                              bool loss_measured) {
+  if (loss_measured && !std::isfinite(m.train_loss)) return "train_loss is " + fmt(m.train_loss);
   const bool measured = !std::isnan(m.grad_norm);
   if (measured && !std::isfinite(m.grad_norm)) return "grad_norm is " + fmt(m.grad_norm);
-  if (std::isnan(tally.first_loss)) tally.first_loss = m.train_loss;
+  if (loss_measured && std::isnan(tally.first_loss)) tally.first_loss = m.train_loss;
   if (measured && std::isnan(tally.first_grad_norm)) tally.first_grad_norm = m.grad_norm;
   const double loss_limit = rs.diverge_loss_factor * tally.first_loss;
-  if (rs.diverge_loss_factor > 0 && tally.first_loss > 0 && m.train_loss > loss_limit) {
+  if (loss_measured && rs.diverge_loss_factor > 0 && tally.first_loss > 0 &&
+      m.train_loss > loss_limit) {
     return "train_loss " + fmt(m.train_loss) + " exceeds diverge_loss_factor " +
            fmt(rs.diverge_loss_factor) + " x the first step's " + fmt(tally.first_loss);
   }
@@ -624,35 +628,48 @@ void checkpoint_if_due(const RunContext& run, RunFiles& files, RunTally& tally, 
   tally.failure = failure;
 }
 
-RunTally run_steps(const RunContext& run, RunFiles& files, RunTally tally) {
-  Progress progress(run.experiment.run.steps, run.options.quiet || !run.writer);
-  tally.t0 = Clock::now();
-  for (int64_t t = run.sim.steps_done() + 1; t <= run.experiment.run.steps; ++t) {
-    const StepMetrics m = take_step(run, files, tally);
-    write_metrics_row(files.metrics, m, run.eval_cols.size(), run.timed);
-    write_new_comm_records(files, run.sim.comm().log());
-    tally_step(tally, m, run.timed);
-    progress.update(t, m.train_loss);
-    if (write_failed(run, files, tally)) break;
-    const std::string why = divergence_reason(run.experiment.run, tally, m);
-    if (!why.empty()) {
-      tally.status = "diverged";
-      tally.divergence = divergence_record(run.experiment, m, why);
-      break;
-    }
-    report_new_warnings(run, tally);
-    if (const int sig = interrupted(run)) {
-      tally.status = "interrupted";
-      tally.signal = sig;
-    }
-    checkpoint_if_due(run, files, tally, t);
-    if (tally.status != "completed") break;
+// One step and what follows it: its rows, its tally, divergence, warnings, a
+// stop signal, a checkpoint. False when the run ends at this step (diverged,
+// interrupted, failed; the last step is the caller's to see).
+bool step_once(const RunContext& run, RunFiles& files, RunTally& tally, Progress& progress) {
+  const StepMetrics m = take_step(run, files, tally);
+  write_metrics_row(files.metrics, m, run.eval_cols.size(), run.timed);
+  write_new_comm_records(files, run.sim.comm().log());
+  tally_step(tally, m, run.timed);
+  progress.update(m.step, m.train_loss);
+  if (write_failed(run, files, tally)) return false;
+  const std::string why =
+      divergence_reason(run.experiment.run, tally, m, run.sim.problem().losses_measured());
+  if (!why.empty()) {
+    tally.status = "diverged";
+    tally.divergence = divergence_record(run.experiment, m, why);
+    return false;
   }
+  report_new_warnings(run, tally);
+  if (const int sig = interrupted(run)) {
+    tally.status = "interrupted";
+    tally.signal = sig;
+  }
+  checkpoint_if_due(run, files, tally, m.step);
+  return tally.status == "completed";
+}
+
+// After the last step taken: the csvs closed, the wall time taken.
+void end_steps(RunFiles& files, RunTally& tally, Progress& progress) {
   progress.finish();
   files.metrics.close();
   files.comm_log.close();
   files.transport_csv.close();
   tally.wall_s = tally.wall_before_s + seconds_since(tally.t0);
+}
+
+RunTally run_steps(const RunContext& run, RunFiles& files, RunTally tally) {
+  Progress progress(run.experiment.run.steps, run.options.quiet || !run.writer);
+  tally.t0 = Clock::now();
+  for (int64_t t = run.sim.steps_done() + 1; t <= run.experiment.run.steps; ++t) {
+    if (!step_once(run, files, tally, progress)) break;
+  }
+  end_steps(files, tally, progress);
   return tally;
 }
 
@@ -756,7 +773,10 @@ Json make_summary(const RunContext& run, const RunTally& tally) {
   summary["steps_completed"] = last.step;
   if (tally.resumed_from_step > 0) summary["resumed_from_step"] = tally.resumed_from_step;
   if (tally.status == "diverged") summary["divergence"] = tally.divergence;
-  if (tally.status == "interrupted") summary["signal"] = signal_name(tally.signal);
+  if (tally.status == "interrupted") {
+    // Signal 0: a driven run (RunSession) closed before its last step.
+    summary["signal"] = tally.signal != 0 ? signal_name(tally.signal) : "none (closed early)";
+  }
   if (tally.status == "failed") summary["failure"] = tally.failure;
   summary["warnings"] = tally.warnings;
   summary["final"] = final_metrics(run, tally);
@@ -1053,5 +1073,101 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   if (tally.status == "interrupted") run.transport.exit_after_interrupt(exit_status);
   return exit_status;
 }
+
+// ---------------------------------------------------------------------------
+// RunSession (run.hpp): the same steps, driven from outside.
+
+struct RunSession::Impl {
+  Impl(const Experiment& e, const RunCliOptions& o, std::unique_ptr<Problem> problem)
+      : experiment(e),
+        options(o),
+        sim(experiment, std::move(problem)),
+        run(experiment, options, sim),
+        progress(e.run.steps, o.quiet) {}
+  Experiment experiment;
+  RunCliOptions options;
+  Simulation sim;
+  RunContext run;
+  std::optional<FolderLock> lock;
+  RunFiles files;
+  RunTally tally;
+  Progress progress;
+  bool ended = false, finished = false;
+};
+
+RunSession::RunSession(const Experiment& e, const RunCliOptions& o,
+                       std::unique_ptr<Problem> problem) {
+  if (o.transport != nullptr || e.run.baseline != "none") {
+    throw ConfigError("baseline = \"" + e.run.baseline +
+                          "\": a twin baseline is not available in a driven run (bitlab.torch); "
+                          "run the twin as a second Simulation",
+                      "baseline");
+  }
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  g_interrupted.store(0);  // a signal an earlier CLI run in this process saw is not ours
+  impl_ = std::make_unique<Impl>(e, o, std::move(problem));
+  Impl& s = *impl_;
+  s.run.dir = make_run_dir(s.experiment, s.options);
+  s.lock.emplace(s.run.dir, ".bitlab.lock", "bitlab run of " + e.run.name + " (Python)");
+  s.tally.last_eval.assign(s.run.eval_cols.size(), std::numeric_limits<double>::quiet_NaN());
+  if (o.resume) {
+    resume_from_checkpoint(s.run, s.files, s.tally);
+  } else {
+    write_config_and_manifest(s.run);
+    open_run_files(s.run, s.files);
+    start_warnings(s.run, s.tally);
+  }
+  s.tally.t0 = Clock::now();
+  s.ended = s.sim.steps_done() >= e.run.steps;
+}
+
+RunSession::~RunSession() = default;
+
+bool RunSession::step() {
+  Impl& s = *impl_;
+  if (s.ended) {
+    throw ConfigError("the run has ended (" + s.tally.status + ", " +
+                      std::to_string(s.sim.steps_done()) + "/" +
+                      std::to_string(s.experiment.run.steps) + " steps): no more steps");
+  }
+  const bool go_on = step_once(s.run, s.files, s.tally, s.progress);
+  s.ended = !go_on || s.sim.steps_done() >= s.experiment.run.steps;
+  return !s.ended;
+}
+
+int RunSession::finish() {
+  Impl& s = *impl_;
+  if (s.finished) throw ConfigError("the run is already finished: " + s.run.dir);
+  if (!s.ended && s.tally.status == "completed") {
+    s.tally.status = "interrupted";
+    s.tally.signal = 0;
+    checkpoint_if_due(s.run, s.files, s.tally, s.sim.steps_done());
+  }
+  end_steps(s.files, s.tally, s.progress);
+  const int status = finish_run(s.run, s.tally, Json());
+  s.lock.reset();
+  s.ended = s.finished = true;
+  return status;
+}
+
+int RunSession::fail(const std::string& why) {
+  Impl& s = *impl_;
+  if (s.finished) throw ConfigError("the run is already finished: " + s.run.dir);
+  s.tally.status = "failed";
+  s.tally.failure = why;
+  s.ended = true;
+  return finish();
+}
+
+void RunSession::warn(const std::string& text) {
+  say_warning(impl_->run, text);
+  impl_->tally.warnings.push_back(text);
+}
+
+Simulation& RunSession::simulation() { return impl_->sim; }
+const std::string& RunSession::dir() const { return impl_->run.dir; }
+const std::string& RunSession::status() const { return impl_->tally.status; }
+bool RunSession::ended() const { return impl_->ended; }
+bool RunSession::finished() const { return impl_->finished; }
 
 }  // namespace bitlab

@@ -6,12 +6,16 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
 #include <string>
 
 #include "sim/comm/transport.hpp"
 #include "sim/engine/config.hpp"
 
 namespace bitlab {
+
+class Problem;
+class Simulation;
 
 const char* bitlab_version();
 const char* bitlab_git_revision();
@@ -56,6 +60,51 @@ struct ResumePoint {
   int64_t checkpoint_every = 0;
 };
 ResumePoint resume_point(const std::string& dir);
+
+// One run driven from outside, a step per call (the Python bridge,
+// bitlab.torch, docs/python.md): what run_experiment does, with the same
+// results folder, files, checkpoints, divergence and summary, but the caller
+// decides when each step happens (after handing in the workers' gradients).
+// Neither MPI nor a twin baseline; no signal handlers (the caller's own
+// Ctrl-C ends its loop; finish() then records the run as interrupted).
+class RunSession {
+ public:
+  // Builds the simulation (with `problem` in place of the registry's when
+  // given), then the results folder, config.json, manifest.json and the csv
+  // headers; with options.resume, restores the checkpoint of options.out_dir
+  // instead (resume_point checks the folder). Throws ConfigError on bad input
+  // before the folder exists.
+  RunSession(const Experiment& experiment, const RunCliOptions& options,
+             std::unique_ptr<Problem> problem = nullptr);
+  ~RunSession();
+  RunSession(const RunSession&) = delete;
+  RunSession& operator=(const RunSession&) = delete;
+
+  // One step and its rows. False once the run has ended: its last step, a
+  // divergence or a failed write (then only finish() is left). Throws
+  // ConfigError when the run has already ended.
+  bool step();
+  // Summary.json and the report; the exit status (run_experiment's). Before
+  // the last step the run ends "interrupted" (a checkpoint first when
+  // checkpoint_every > 0, so that it can be resumed).
+  int finish();
+  // Ends the run as "failed" with `why` (a step that threw: bad gradients, an
+  // evaluation that raised): summary.json says so; the rows stop at the last
+  // whole step. Returns the exit status (4).
+  int fail(const std::string& why);
+  // Said on stderr (unless quiet) and kept in summary.json's warnings.
+  void warn(const std::string& text);
+
+  Simulation& simulation();
+  const std::string& dir() const;
+  const std::string& status() const;  // completed (so far), diverged, interrupted, failed
+  bool ended() const;
+  bool finished() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Chooses (and creates) the results folder. Throws ConfigError when --out names
 // a folder that already holds a run.

@@ -7,6 +7,13 @@
 namespace bitlab {
 
 Simulation::Simulation(const Experiment& experiment, Transport* transport)
+    : Simulation(experiment, transport, nullptr) {}
+
+Simulation::Simulation(const Experiment& experiment, std::unique_ptr<Problem> problem)
+    : Simulation(experiment, nullptr, std::move(problem)) {}
+
+Simulation::Simulation(const Experiment& experiment, Transport* transport,
+                       std::unique_ptr<Problem> given_problem)
     : experiment_(experiment), comm_(static_cast<int>(experiment.cluster.workers), transport) {
   const auto* pe = find_entry(problem_registry(), experiment.problem.at("name").get<std::string>());
   const auto* oe =
@@ -38,7 +45,7 @@ Simulation::Simulation(const Experiment& experiment, Transport* transport)
   const int workers = static_cast<int>(experiment.cluster.workers);
   const int gpus_per_node = timed_ ? workers / topology_.nodes : 0;
   agree_on_config_errors(ranks, [&] {
-    problem_ = pe->make(experiment.problem, scope);
+    problem_ = given_problem ? std::move(given_problem) : pe->make(experiment.problem, scope);
     // What the optimizer's setup() will allocate, checked with the cluster's
     // buffers before either allocates.
     const uint64_t optimizer_bytes = optimizer_->state_bytes(
@@ -91,6 +98,7 @@ void Simulation::compute_gradients() {
   } else {
     cluster_->compute_gradients(step_);
   }
+  problem_->check_gradients(step_);
   // Under MPI every rank needs every worker's loss (8 bytes each) for the
   // same tree mean.
   comm_.share_rows(cluster_->losses().data(), sizeof(double));
@@ -142,13 +150,26 @@ void Simulation::price_step_time(size_t log_before) {
   }
   const auto& recs = comm_.log().records();
   step_records_.assign(recs.begin() + static_cast<ptrdiff_t>(log_before), recs.end());
-  worker_compute_s(experiment_.compute, compute_base_s_, experiment_.run.seed, step_, compute_s_);
+  if (next_compute_s_.empty()) {
+    worker_compute_s(experiment_.compute, compute_base_s_, experiment_.run.seed, step_, compute_s_);
+  } else {
+    compute_s_.swap(next_compute_s_);
+    next_compute_s_.clear();
+  }
   const StepTime st = price_step(step_records_, topology_, compute_s_, experiment_.compute);
   m.compute_s = st.compute_s;
   m.comm_s = st.comm_s;
   m.step_s = st.step_s;
   sim_time_s_ += st.step_s;
   m.sim_time_s = sim_time_s_;
+}
+
+void Simulation::set_next_compute_s(std::vector<double> seconds) {
+  if (seconds.size() != static_cast<size_t>(cluster_->workers())) {
+    throw ConfigError("set_next_compute_s: " + std::to_string(seconds.size()) +
+                      " values for " + std::to_string(cluster_->workers()) + " workers");
+  }
+  next_compute_s_ = std::move(seconds);
 }
 
 void Simulation::evaluate_if_due() {

@@ -46,6 +46,10 @@ class Simulation {
   // `transport`: nullptr (or one rank) = the simulator; an MPI transport makes
   // this process one rank of the MPI backend, computing its block of workers.
   explicit Simulation(const Experiment& experiment, Transport* transport = nullptr);
+  // With `problem` in place of the one the registry would build from
+  // experiment.problem (the Python bridge's ExternalProblem, whose data the
+  // experiment cannot hold). The simulator only (no transport).
+  Simulation(const Experiment& experiment, std::unique_ptr<Problem> problem);
 
   // Runs one step and returns its metrics (eval filled when due).
   const StepMetrics& step();
@@ -69,6 +73,11 @@ class Simulation {
   // step, worker), so no generator position needs saving.
   void state(StateArchive& io);
 
+  // The next step's per-worker compute seconds, in place of the compute
+  // model's (the Python bridge's measured forward and backward time). One
+  // value per worker; used once.
+  void set_next_compute_s(std::vector<double> seconds);
+
   // The network model's topology, or nullptr without one.
   const Topology* topology() const { return timed_ ? &topology_ : nullptr; }
 
@@ -80,6 +89,7 @@ class Simulation {
   void price_step_time(size_t log_before);
   void evaluate_if_due();
 
+  Simulation(const Experiment& experiment, Transport* transport, std::unique_ptr<Problem> problem);
   Experiment experiment_;
   std::unique_ptr<Problem> problem_;
   std::unique_ptr<Cluster> cluster_;
@@ -90,6 +100,7 @@ class Simulation {
   bool evaluates_ = true;
   Topology topology_;
   std::vector<double> compute_base_s_, compute_s_;
+  std::vector<double> next_compute_s_;  // set_next_compute_s, for one step
   std::vector<CommRecord> step_records_;
   double sim_time_s_ = 0.0;
   int64_t step_ = 0;

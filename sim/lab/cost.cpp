@@ -474,19 +474,40 @@ Json cost_report_json(const CostReport& r) {
   return j;
 }
 
+namespace {
+
+// (parameters, training samples) of a resolved problem section. A bridge
+// run's model (problem "external") is priced from its tensor list: its
+// gradients come from PyTorch, so it cannot be built here.
+std::pair<size_t, size_t> problem_size(const Json& problem) {
+  if (problem.at("name") == "external") {
+    size_t dim = 0;
+    for (const auto& t : problem.at("tensors")) {
+      size_t n = 1;
+      for (const auto& s : t.at("shape")) n *= s.get<size_t>();
+      dim += n;
+    }
+    return {dim, 0};
+  }
+  const auto* entry = find_entry(problem_registry(), problem.at("name").get<std::string>());
+  const std::unique_ptr<Problem> built = entry->make(problem, DataScope{});
+  return {built->dim(), built->num_train()};
+}
+
+}  // namespace
+
 Json cost_spec_of_experiment(const Json& raw) {
   // Resolving validates the experiment; its optimizer section stays raw, so
   // that a warm-up given as a share ("15%") follows the steps being priced.
   const Experiment e = resolve_experiment(raw, "experiment");
-  const auto* problem = find_entry(problem_registry(), e.problem.at("name").get<std::string>());
-  const std::unique_ptr<Problem> built = problem->make(e.problem, DataScope{});
+  const auto [dim, num_train] = problem_size(e.problem);
   const double workers = static_cast<double>(e.cluster.workers);
   const double samples = e.cluster.batch_size.full
-                             ? static_cast<double>(built->num_train()) / workers
+                             ? static_cast<double>(num_train) / workers
                              : static_cast<double>(e.cluster.batch_size.samples);
   Json spec = Json::object();
   spec["description"] = "priced from experiment " + e.run.name;
-  spec["params"] = static_cast<int64_t>(built->dim());
+  spec["params"] = static_cast<int64_t>(dim);
   spec["workers"] = e.cluster.workers;
   spec["steps"] = e.run.steps;
   spec["samples_per_worker"] = std::max(samples, 1.0);

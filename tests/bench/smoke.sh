@@ -31,4 +31,13 @@ check bench_workers "result: ok" --workers 4 --log2-dim 10 --optimizer adam
 check bench_workers "result: ok" --workers 4 --log2-dim 10 --optimizer onebit_adam
 check bench_real "of peak" --workers 2 --batch 4 --repeats 1
 check bench_transformer "whole step" --repeats 1
+# The Python bridge's benchmark, when the package was built (BITLAB_PYTHON).
+if [ -d "$build/python/bitlab" ]; then
+  out=$(PYTHONPATH="$build/python" /usr/bin/python3 "$(dirname "$0")/bench_bridge.py" --tiny 2>&1)
+  if [ $? -ne 0 ] || ! grep -qF "bridge overhead" <<<"$out"; then
+    echo "FAIL bench_bridge.py --tiny"; echo "$out" | tail -5; failed=1
+  else
+    echo "ok   bench_bridge.py --tiny"
+  fi
+fi
 exit $failed

@@ -1,0 +1,213 @@
+#include "problems/external.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace bitlab {
+
+std::vector<ExternalTensor> JsonCodec<std::vector<ExternalTensor>>::read(const Json& j,
+                                                                         std::string_view path) {
+  if (!j.is_array() || j.empty()) {
+    config_fail(path, j, "must be a non-empty list of {\"name\": string, \"shape\": [int, ...]}");
+  }
+  std::vector<ExternalTensor> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const std::string at = join_path(path, std::to_string(i));
+    const Json& t = j[i];
+    if (!t.is_object() || !t.contains("name") || !t.contains("shape") || t.size() != 2) {
+      config_fail(at, t, "must be {\"name\": string, \"shape\": [int, ...]} (both keys, no other)");
+    }
+    ExternalTensor e{JsonCodec<std::string>::read(t["name"], join_path(at, "name")),
+                     JsonCodec<std::vector<int64_t>>::read(t["shape"], join_path(at, "shape"))};
+    if (e.name.empty()) config_fail(join_path(at, "name"), t["name"], "must not be empty");
+    for (const auto& seen : out) {
+      if (seen.name == e.name) config_fail(join_path(at, "name"), t["name"], "names a tensor twice");
+    }
+    for (const int64_t s : e.shape) {
+      if (s < 1 || s > (int64_t{1} << 40)) {
+        config_fail(join_path(at, "shape"), t["shape"], "every size must be in [1, 2^40]");
+      }
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+Json JsonCodec<std::vector<ExternalTensor>>::write(const std::vector<ExternalTensor>& v) {
+  Json out = Json::array();
+  for (const auto& t : v) out.push_back({{"name", t.name}, {"shape", t.shape}});
+  return out;
+}
+
+Schema<ExternalOptions> ExternalOptions::schema() {
+  Schema<ExternalOptions> s;
+  s.field("tensors", &ExternalOptions::tensors,
+          "the model's parameters in order, as PyTorch names and shapes them (written by the "
+          "Python bridge, bitlab.torch)");
+  return s;
+}
+
+namespace {
+
+// What `bitlab run` says of a config.json written by the bridge.
+class RefusedExternal final : public Problem {
+ public:
+  explicit RefusedExternal(const ExternalOptions&) {
+    throw ConfigError(
+        "problem.name = \"external\": its gradients come from a PyTorch model through the "
+        "Python bridge (bitlab.torch.Simulation, docs/python.md); `bitlab run` cannot compute "
+        "them. recost, report, plot and runs read its results folder as any other",
+        "problem.name");
+  }
+  size_t dim() const override { return 0; }
+  const std::vector<TensorInfo>& tensors() const override { return none_; }
+  size_t num_train() const override { return 0; }
+  void init_params(std::span<float>, uint64_t) const override {}
+  double loss_grad(std::span<const float>, std::span<const uint32_t>, std::span<float>,
+                   const RngStream&, Workspace&) const override {
+    return 0.0;
+  }
+  std::vector<std::string> eval_columns() const override { return {}; }
+  void evaluate(std::span<const float>, std::span<double>) const override {}
+
+ private:
+  std::vector<TensorInfo> none_;
+};
+
+size_t numel(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (const int64_t s : shape) n *= static_cast<size_t>(s);
+  return n;
+}
+
+}  // namespace
+
+RegistryEntry<Problem> external_entry() {
+  return make_registry_entry<Problem, RefusedExternal, ExternalOptions>(
+      "external",
+      "your own model: gradients handed in from PyTorch by the Python bridge (bitlab.torch; "
+      "not runnable from the command line)");
+}
+
+ExternalProblem::ExternalProblem(const ExternalOptions& options, int workers,
+                                 std::vector<float> initial)
+    : initial_(std::move(initial)),
+      grads_(static_cast<size_t>(workers)),
+      losses_(static_cast<size_t>(workers), std::nan("")),
+      bad_(static_cast<size_t>(workers)) {
+  for (const auto& t : options.tensors) {
+    TensorInfo info{t.name, dim_, numel(t.shape)};
+    // PyTorch's shape[0] and shape[1] (TensorInfo: rows = 0 marks 1-D).
+    if (t.shape.size() >= 2) {
+      info.rows = static_cast<size_t>(t.shape[0]);
+      info.cols = static_cast<size_t>(t.shape[1]);
+    }
+    dim_ += info.size;
+    tensors_.push_back(std::move(info));
+  }
+  if (initial_.size() != dim_) {
+    throw ConfigError("the initial parameters hold " + std::to_string(initial_.size()) +
+                      " values; the tensors list " + std::to_string(dim_));
+  }
+}
+
+void ExternalProblem::init_params(std::span<float> x, uint64_t /*seed*/) const {
+  std::memcpy(x.data(), initial_.data(), dim_ * sizeof(float));
+}
+
+double ExternalProblem::loss_grad(std::span<const float>, std::span<const uint32_t>,
+                                  std::span<float>, const RngStream&, Workspace&) const {
+  // The cluster passes the worker through loss_grad_workers; a caller without
+  // one is a bug (never reached from a parallel region: Cluster uses the other).
+  throw std::logic_error("ExternalProblem::loss_grad: use loss_grad_workers (needs the worker)");
+}
+
+void ExternalProblem::loss_grad_workers(std::span<const float>, std::span<WorkerBatch> workers,
+                                        Workspace&) const {
+  const auto start = std::chrono::steady_clock::now();
+  for (WorkerBatch& w : workers) {
+    const auto worker = static_cast<size_t>(w.worker);
+    const auto& parts = grads_[worker];
+    float* out = w.g.data();
+    int64_t first_bad = -1;
+    for (size_t k = 0; k < tensors_.size(); ++k) {
+      const float* in = parts.empty() ? nullptr : parts[k];
+      const size_t n = tensors_[k].size;
+      float* dst = out + tensors_[k].offset;
+      if (in == nullptr) {
+        std::memset(dst, 0, n * sizeof(float));
+        continue;
+      }
+      // One pass: the copy and the finiteness check (x − x ≠ 0 for inf and NaN).
+      bool finite = true;
+      for (size_t i = 0; i < n; ++i) {
+        const float v = in[i];
+        dst[i] = v;
+        finite &= (v - v) == 0.0f;
+      }
+      if (!finite && first_bad < 0) {
+        for (size_t i = 0; i < n; ++i) {
+          if (!std::isfinite(in[i])) {
+            first_bad = static_cast<int64_t>(tensors_[k].offset + i);
+            break;
+          }
+        }
+      }
+    }
+    bad_[worker].element.store(first_bad);
+    w.loss = losses_[worker];
+  }
+  copy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                  std::chrono::steady_clock::now() - start)
+                  .count();
+}
+
+void ExternalProblem::check_gradients(int64_t step) const {
+  for (size_t w = 0; w < bad_.size(); ++w) {
+    const int64_t e = bad_[w].element.load();
+    if (e < 0) continue;
+    for (const auto& t : tensors_) {
+      if (static_cast<size_t>(e) >= t.offset && static_cast<size_t>(e) < t.offset + t.size) {
+        const float v = grads_[w].empty() ? 0.0f : grads_[w][&t - tensors_.data()][e - t.offset];
+        throw ConfigError("step " + std::to_string(step) + ", worker " + std::to_string(w) +
+                              ", parameter '" + t.name + "': gradient element " +
+                              std::to_string(e - static_cast<int64_t>(t.offset)) + " is " +
+                              (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf") +
+                              ": gradients must be finite (lower the lr, check the loss, or "
+                              "clip before the worker block ends)",
+                          t.name);
+      }
+    }
+  }
+}
+
+void ExternalProblem::evaluate(std::span<const float> x, std::span<double> out) const {
+  if (evaluator_) evaluator_(x, out);
+}
+
+void ExternalProblem::set_gradients(int worker, std::vector<const float*> data,
+                                    std::optional<double> loss) {
+  if (data.size() != tensors_.size()) {
+    throw std::invalid_argument("set_gradients: " + std::to_string(data.size()) +
+                                " pointers for " + std::to_string(tensors_.size()) + " tensors");
+  }
+  grads_[static_cast<size_t>(worker)] = std::move(data);
+  losses_[static_cast<size_t>(worker)] = loss.value_or(std::nan(""));
+  if (!loss) losses_measured_ = false;
+}
+
+void ExternalProblem::clear_gradients() {
+  losses_measured_ = true;
+  for (auto& g : grads_) g.clear();
+  for (auto& b : bad_) b.element.store(-1);
+  std::fill(losses_.begin(), losses_.end(), std::nan(""));
+}
+
+void ExternalProblem::set_evaluator(std::vector<std::string> columns, Evaluator fn) {
+  eval_columns_ = std::move(columns);
+  evaluator_ = std::move(fn);
+}
+
+}  // namespace bitlab

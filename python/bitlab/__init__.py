@@ -1,0 +1,209 @@
+"""bitlab from Python: the CLI's commands as functions, and your own model.
+
+The functions do what ``bitlab run``, ``sweep``, ``cost``, ``validate`` and
+``list`` do, in this process (a sweep still runs each of its runs as a child
+``bitlab run``, as the CLI does). Each takes an experiment as a dict or a path
+and returns a result; bad input raises :class:`ConfigError` with the message
+the CLI prints on exit status 2.
+
+>>> import bitlab
+>>> r = bitlab.run("experiments/quickstart.json", steps=50, quiet=True)   # doctest: +SKIP
+>>> r.status, r.metrics["train_loss"].iloc[-1]                             # doctest: +SKIP
+
+``import bitlab.torch`` adds :class:`bitlab.torch.Simulation`, which trains
+any ``torch.nn.Module`` through bitlab's simulated cluster (docs/python.md).
+"""
+
+import builtins
+import json
+import os
+
+from ._errors import ConfigError, GradientError
+from . import _bitlab
+from .results import Result, CostResult, SweepResult
+
+__all__ = ["run", "sweep", "cost", "validate", "list", "from_deepspeed", "resolve",
+           "Result", "CostResult", "SweepResult", "ConfigError", "GradientError",
+           "__version__"]
+
+__version__ = _bitlab.version()
+
+
+def _overrides_to_sets(overrides):
+    """Keyword overrides -> ``--set path=value`` assignments.
+
+    ``optimizer__lr=0.01`` or ``{"optimizer.lr": 0.01}`` both set optimizer.lr
+    (a keyword cannot hold a dot, so ``__`` stands for it). Values are
+    written as JSON, so strings, lists and booleans keep their type.
+    """
+    sets = []
+    for key, value in overrides.items():
+        path = key.replace("__", ".")
+        sets.append(f"{path}={json.dumps(value)}")
+    return sets
+
+
+def _experiment_source(experiment):
+    """(raw JSON text, file path) of an experiment given as a dict or a path."""
+    if isinstance(experiment, (str, os.PathLike)):
+        path = os.fspath(experiment)
+        if not os.path.exists(path):
+            raise ConfigError(f"{path}: no such experiment file", field=None, value=path,
+                              rule="must be an existing file")
+        return "", path
+    if isinstance(experiment, dict):
+        return json.dumps(experiment), ""
+    raise ConfigError(
+        f"experiment = {type(experiment).__name__}: must be a dict or a path to a JSON file",
+        field="experiment", value=repr(experiment), rule="must be a dict or a path to a JSON file")
+
+
+def resolve(experiment, *, set=None, unset=None, **overrides):
+    """The experiment resolved (every default filled in) and bitlab's notes.
+
+    ``set`` takes CLI-style assignments (``["optimizer.lr=0.01"]``), ``unset``
+    paths to bring back to their defaults; keyword overrides are the same as
+    ``set`` (``optimizer__lr=0.01``). Returns ``(config_dict, notes)``.
+    """
+    raw, path = _experiment_source(experiment)
+    sets = builtins.list(set or []) + _overrides_to_sets(overrides)
+    name = "experiment"
+    if isinstance(experiment, dict) and "name" not in experiment:
+        name = "experiment"
+    text, notes = _bitlab.resolve(raw, path, sets, builtins.list(unset or []), name)
+    return json.loads(text), builtins.list(notes)
+
+
+def validate(experiment, *, set=None, unset=None, **overrides):
+    """Checks an experiment as ``bitlab validate`` does; returns the resolved dict.
+
+    Raises :class:`ConfigError` (field, value, rule) on bad input.
+
+    >>> cfg = validate({"problem": {"name": "quadratic"}, "optimizer": {"name": "adam"}})
+    >>> cfg["optimizer"]["lr"]
+    0.001
+    """
+    config, _ = resolve(experiment, set=set, unset=unset, **overrides)
+    return config
+
+
+def run(experiment, *, out=None, results="results", threads=0, quiet=True,
+        checkpoint_every=0, resume=None, set=None, unset=None, **overrides):
+    """Runs one experiment, as ``bitlab run``; returns a :class:`Result`.
+
+    ``experiment`` is a dict or a path; ``out`` the results folder (default
+    ``results/<name>/<optimizer>-seed<seed>``, never overwriting); keyword
+    overrides set options (``steps=200``, ``optimizer__lr=0.01``). A run that
+    diverges returns normally with ``result.status == "diverged"`` (the CLI's
+    exit 3 is ``result.exit_status``); a run that cannot write its results
+    raises ``OSError``; Ctrl-C stops it after the step in flight and raises
+    ``KeyboardInterrupt`` once its summary is written. ``resume=DIR`` continues
+    a run from its checkpoint.
+    """
+    if resume is not None:
+        status, folder = _bitlab.run("", [], os.fspath(resume), results, threads, quiet, 0, True)
+    else:
+        config, notes = resolve(experiment, set=set, unset=unset, **overrides)
+        status, folder = _bitlab.run(json.dumps(config), notes, os.fspath(out) if out else "",
+                                     results, threads, quiet, checkpoint_every, False)
+    result = Result(folder, exit_status=status)
+    if status == 4:
+        raise OSError(f"{folder}: the run could not write its results: "
+                      f"{result.summary.get('failure', 'see summary.json')}")
+    if status in (129, 130, 143):
+        raise KeyboardInterrupt(f"{folder}: interrupted ({result.summary.get('signal')})")
+    return result
+
+
+def sweep(sweep_spec, *, out=None, results="results", jobs=0, resume=False, quiet=True):
+    """Runs a sweep, as ``bitlab sweep``; returns a :class:`SweepResult`.
+
+    ``sweep_spec`` is a dict (a ``base`` path in it is relative to the current
+    folder) or a path to a sweep file. Each run is a child ``bitlab run``.
+    ``.table`` is sweep.csv as a DataFrame; ``.runs`` the runs' results.
+    """
+    from . import _build_info
+    if isinstance(sweep_spec, (str, os.PathLike)):
+        raw, path = "", os.fspath(sweep_spec)
+    elif isinstance(sweep_spec, dict):
+        raw, path = json.dumps(sweep_spec), ""
+    else:
+        raise ConfigError(f"sweep = {type(sweep_spec).__name__}: must be a dict or a path",
+                          field="sweep", rule="must be a dict or a path to a JSON file")
+    status, folder = _bitlab.sweep(raw, path, os.getcwd(), os.fspath(out) if out else "",
+                                   results, jobs, resume, quiet, _build_info.BINARY)
+    result = SweepResult(folder, exit_status=status)
+    if status == 130:
+        raise KeyboardInterrupt(f"{folder}: sweep interrupted")
+    return result
+
+
+def cost(spec, *, set=None, **overrides):
+    """Prices a training job without training it, as ``bitlab cost --json``.
+
+    ``spec`` is a cost spec (``{"params": 340e6, "workers": 64, ...}``) or an
+    experiment (dict or path), priced as it stands. Returns a
+    :class:`CostResult`: ``.summary`` the report as a dict, ``.phases`` a
+    DataFrame, ``str(result)`` the CLI's table.
+
+    >>> c = cost({"params": 340e6, "workers": 64, "steps": 1000,
+    ...           "network": {"preset": "ethernet_40g_v100x4"},
+    ...           "optimizer": {"name": "onebit_adam", "freeze_step": 150}})
+    >>> c.summary["speedup"]["vs_fp16"] > 1                         # doctest: +SKIP
+    True
+    """
+    if isinstance(spec, (str, os.PathLike)):
+        from ._bitlab import resolve as _resolve  # noqa: F401 (the same reader as run)
+        with open(os.fspath(spec)) as f:
+            raw = json.load(f)
+    elif isinstance(spec, dict):
+        raw = spec
+    else:
+        raise ConfigError(f"spec = {type(spec).__name__}: must be a dict or a path",
+                          field="spec", rule="must be a dict or a path to a JSON file")
+    sets = builtins.list(set or []) + _overrides_to_sets(overrides)
+    return CostResult(json.loads(_bitlab.cost(json.dumps(raw), sets)))
+
+
+def list(kind=None):
+    """Everything ``bitlab list`` shows, as a dict.
+
+    ``kind`` picks one section: "problems", "optimizers", "compressors",
+    "networks", ... (the keys of the full dict).
+    """
+    everything = json.loads(_bitlab.list_json())
+    if kind is None:
+        return everything
+    if kind not in everything:
+        raise ConfigError(f"kind = {kind!r}: must be one of {sorted(everything)}", field="kind",
+                          value=repr(kind), rule=f"must be one of {sorted(everything)}")
+    return everything[kind]
+
+
+def from_deepspeed(config, **experiment):
+    """A DeepSpeed config (dict or path to ds_config.json) as a bitlab experiment fragment.
+
+    Maps the optimizer (Adam, AdamW, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb
+    and their params), LoCo's ZeRO++ switch and the batch fields; fields that
+    mean nothing in a simulator are listed in ``fragment["notes"]``; unknown
+    fields raise :class:`ConfigError`. Keyword arguments are merged on top
+    (``problem=...``, ``steps=...``), so the result can go to :func:`run`.
+    (docs/deepspeed.md)
+    """
+    if isinstance(config, (str, os.PathLike)):
+        text, notes = _bitlab.deepspeed_file(os.fspath(config))
+    elif isinstance(config, dict):
+        text, notes = _bitlab.deepspeed_dict(json.dumps(config), "deepspeed config")
+    else:
+        raise ConfigError(f"config = {type(config).__name__}: must be a dict or a path",
+                          field="config", rule="must be a dict or a path to ds_config.json")
+    fragment = json.loads(text)
+    for key, value in experiment.items():
+        if isinstance(value, dict) and isinstance(fragment.get(key), dict):
+            fragment[key] = {**fragment[key], **value}
+        else:
+            fragment[key] = value
+    import warnings
+    for note in notes:
+        warnings.warn(f"from_deepspeed: {note}", UserWarning, stacklevel=2)
+    return fragment

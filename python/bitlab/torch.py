@@ -1,0 +1,548 @@
+"""Train your own ``torch.nn.Module`` through bitlab's simulated cluster.
+
+:class:`Simulation` makes bitlab's optimizers, exchanges, compressors and
+network model act on a PyTorch model: each simulated worker runs your forward
+and backward pass on its own data, bitlab takes the gradients (one copy each,
+straight into the rows its exchange reads), runs the optimizer and its
+compressed collectives exactly as ``bitlab run`` does, and the model's
+parameters change in place (they are views of bitlab's own, no copy). The run
+folder is the usual one: ``bitlab plot``, ``report``, ``runs`` and ``recost``
+read it unchanged.
+
+>>> import torch, bitlab.torch
+>>> model = torch.nn.Linear(4, 1)
+>>> x, y = torch.randn(2, 8, 4), torch.randn(2, 8, 1)
+>>> sim = bitlab.torch.Simulation(model, workers=2, steps=3, seed=1,
+...                               optimizer={"name": "onebit_adam", "lr": 1e-2, "freeze_step": 1},
+...                               out=tmp_path / "run")                        # doctest: +SKIP
+>>> for step in range(sim.steps):                                            # doctest: +SKIP
+...     for w in range(sim.workers):
+...         with sim.worker(w) as wk:
+...             loss = torch.nn.functional.mse_loss(model(x[w]), y[w])
+...             loss.backward()
+...             wk.loss = loss.item()
+...     sim.step()
+>>> summary = sim.close()                                                    # doctest: +SKIP
+
+docs/python.md is the guide (the rules, checkpoints, measured compute time).
+"""
+
+import json
+import math
+import os
+import time
+
+import torch as _torch
+
+from . import _bitlab, resolve, from_deepspeed
+from ._errors import ConfigError, GradientError
+from .results import Result
+
+__all__ = ["Simulation", "Worker", "ConfigError", "GradientError"]
+
+
+def _trained_parameters(model):
+    """(name, parameter) of every parameter bitlab trains: those that require grad."""
+    if not isinstance(model, _torch.nn.Module):
+        raise ConfigError(f"model = {type(model).__name__}: must be a torch.nn.Module",
+                          field="model", rule="must be a torch.nn.Module")
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not params:
+        raise ConfigError("model: has no parameter that requires grad; nothing to train",
+                          field="model", rule="must have a parameter that requires grad")
+    for name, p in params:
+        if p.dtype != _torch.float32:
+            raise ConfigError(
+                f"model parameter '{name}' = {p.dtype}: must be torch.float32 (bitlab's "
+                f"optimizers and exchanges compute in float32; call model.float() first)",
+                field=name, value=str(p.dtype), rule="must be torch.float32")
+        if p.device.type != "cpu":
+            raise ConfigError(
+                f"model parameter '{name}' = on {p.device}: must be on the CPU (bitlab "
+                f"simulates the cluster in this process; call model.cpu() first)",
+                field=name, value=str(p.device), rule="must be on the CPU")
+        if p.layout != _torch.strided:
+            raise ConfigError(f"model parameter '{name}' = {p.layout}: must be dense (strided)",
+                              field=name, value=str(p.layout), rule="must be dense")
+    return params
+
+
+def _flat_views(array, params):
+    """Each parameter's shape as a view of one flat float32 numpy array (no copy)."""
+    flat = _torch.from_numpy(array)
+    views, offset = [], 0
+    for _, p in params:
+        n = p.numel()
+        views.append(flat[offset:offset + n].view(p.shape))
+        offset += n
+    return views
+
+
+class Worker:
+    """What ``with sim.worker(w) as wk`` gives: set ``wk.loss`` to report the worker's loss."""
+
+    __slots__ = ("index", "loss")
+
+    def __init__(self, index):
+        self.index = index
+        self.loss = None
+
+
+class Simulation:
+    """Simulated data-parallel training of a ``torch.nn.Module`` with a bitlab optimizer.
+
+    Arguments (keywords; ``optimizer`` and ``network`` are bitlab's sections,
+    ``bitlab.list()`` and docs/python.md say what they take):
+
+    - ``model``: the module; its parameters that require grad become bitlab's
+      tensors (names and shapes as ``named_parameters()`` gives them), all
+      float32 on the CPU.
+    - ``workers``, ``steps``, ``seed``: the simulated cluster and run.
+    - ``optimizer``: ``{"name": "onebit_adam", "lr": 1e-3, ...}`` or a name;
+      a warm-up may be a share of the run (``"freeze_step": "15%"``).
+    - ``network``: ``{"preset": ...}`` prices every step in simulated time;
+      ``compute``: the compute model (``{"step_ms": ...}``), or ``"measured"``
+      for the wall time of each worker's block (not reproducible: see docs).
+    - ``deepspeed``: a DeepSpeed config (path or dict) for the optimizer and
+      batch fields (:func:`bitlab.from_deepspeed`); explicit arguments win.
+    - ``evaluate``: ``fn(model) -> {"eval_loss": ..., ...}``, called (under
+      ``torch.no_grad()``) every ``eval_every`` steps and after the last; its
+      keys become metrics.csv columns (``eval_columns``, or learned by one
+      call when the Simulation is created).
+    - ``out``: the results folder (default ``results/<name>/<optimizer>-seed<seed>``);
+      ``checkpoint_every``: a checkpoint every k steps (:meth:`resume`).
+    - ``threads``: bitlab's OpenMP threads (0: its default); ``quiet``: no
+      progress or report on stderr.
+
+    Each step: every worker runs inside ``with sim.worker(w) as wk:`` (forward,
+    ``backward()``, optionally ``wk.loss = ...``); then :meth:`step`. Then
+    :meth:`close`. Bad input raises :class:`bitlab.ConfigError`; a gradient
+    bitlab cannot take raises :class:`bitlab.GradientError`; a broken protocol
+    (a worker twice in a step, ``step()`` before every worker ran) raises
+    ``RuntimeError``. After an error inside :meth:`step` the run ends as
+    "failed" (its summary.json says why; metrics.csv keeps every whole step).
+    """
+
+    def __init__(self, model, *, workers, steps, optimizer, seed=0, network=None, compute=None,
+                 name=None, description="", out=None, results="results", eval_every=0,
+                 evaluate=None, eval_columns=None, checkpoint_every=0, threads=0, quiet=True,
+                 deepspeed=None, _resume=None):
+        self._params = _trained_parameters(model)
+        self._model = model
+        self._evaluate = evaluate
+        self._measured = compute == "measured"
+        tensors = [{"name": n, "shape": list(p.shape)} for n, p in self._params]
+        if _resume is None:
+            config = self._resolve(tensors, workers=workers, steps=steps, optimizer=optimizer,
+                                   seed=seed, network=network, compute=compute, name=name,
+                                   description=description, eval_every=eval_every,
+                                   deepspeed=deepspeed)
+        else:
+            config = self._check_resumable(_resume, tensors)
+        if self._measured and config["network"]["preset"] == "none":
+            raise ConfigError('compute = "measured": needs a network to price the steps '
+                              '(network={"preset": ...})', field="compute", value='"measured"',
+                              rule="needs a network")
+        columns = self._eval_columns(evaluate, eval_columns)
+        options = _bitlab.BridgeOptions()
+        options.out_dir = os.fspath(_resume if _resume is not None else (out or ""))
+        options.results_root = os.fspath(results)
+        options.threads = int(threads)
+        options.quiet = bool(quiet)
+        options.checkpoint_every = int(checkpoint_every)
+        options.resume = _resume is not None
+        x0 = _torch.cat([p.detach().reshape(-1) for _, p in self._params]).numpy()
+        self._run = _bitlab.BridgeRun(json.dumps(config), x0, columns,
+                                      self._evaluate_columns if columns else None, options)
+        self._columns = columns
+        self._config = json.loads(self._run.config)
+        self.workers = int(self._config["cluster"]["workers"])
+        self.steps = int(self._config["run"]["steps"] if "run" in self._config
+                         else self._config["steps"])
+        self._shapes = [tuple(p.shape) for _, p in self._params]
+        self._bind(self._run.params())
+        self._local_views = {}
+        self._entered = set()
+        self._losses = {}
+        self._held = {}
+        self._compute_s = [0.0] * self.workers
+        self._active = None
+        if self._measured:
+            self._run.warn("compute_s is measured (the wall time of each worker's block on this "
+                           "machine): metrics.csv's time columns are not reproducible, and "
+                           "recost prices compute from config.json's compute section")
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _resolve(tensors, *, workers, steps, optimizer, seed, network, compute, name,
+                 description, eval_every, deepspeed):
+        raw = {}
+        if deepspeed is not None:
+            raw = from_deepspeed(deepspeed)
+        if isinstance(optimizer, str):
+            optimizer = {"name": optimizer}
+        if not isinstance(optimizer, dict):
+            raise ConfigError(f"optimizer = {optimizer!r}: must be a dict or a name",
+                              field="optimizer", value=repr(optimizer),
+                              rule="must be a dict or a name")
+        raw.update({"name": name or "torch-model", "description": description, "seed": seed,
+                    "steps": steps, "eval_every": eval_every,
+                    "problem": {"name": "external", "tensors": tensors}})
+        raw["cluster"] = {**raw.get("cluster", {}), "workers": workers}
+        raw["optimizer"] = {**raw.get("optimizer", {}), **optimizer}
+        if network is not None:
+            raw["network"] = network
+        if isinstance(compute, dict):
+            raw["compute"] = compute
+        elif compute not in (None, "measured"):
+            raise ConfigError(f'compute = {compute!r}: must be a dict of compute options or '
+                              f'"measured"', field="compute", value=repr(compute),
+                              rule='must be a dict or "measured"')
+        config, _ = resolve(raw)
+        return config
+
+    @staticmethod
+    def _check_resumable(path, tensors):
+        config_path = os.path.join(os.fspath(path), "config.json")
+        if not os.path.exists(config_path):
+            raise ConfigError(f"resume {os.fspath(path)}: holds no run (no config.json)",
+                              field="resume", value=os.fspath(path), rule="must be a run folder")
+        with open(config_path) as f:
+            config = json.load(f)
+        saved = config.get("problem", {}).get("tensors")
+        if saved != tensors:
+            first = next((f"{a} != {b}" for a, b in zip(saved or [], tensors) if a != b),
+                         f"{len(saved or [])} tensors saved, the model has {len(tensors)}")
+            raise ConfigError(f"resume {os.fspath(path)}: problem.tensors = the model's "
+                              f"parameters differ from the run's ({first}): resume with the "
+                              f"same model", field="problem.tensors", rule="must match the run's")
+        return config
+
+    def _eval_columns(self, evaluate, eval_columns):
+        if evaluate is None:
+            return []
+        if not callable(evaluate):
+            raise ConfigError(f"evaluate = {evaluate!r}: must be callable as evaluate(model)",
+                              field="evaluate", rule="must be callable")
+        if eval_columns is None:
+            eval_columns = list(self._call_evaluate())
+        columns = [str(c) for c in eval_columns]
+        for c in columns:
+            if not c or any(ch in c for ch in ',\n"'):
+                raise ConfigError(f"eval column {c!r}: must be a non-empty name without commas, "
+                                  f"quotes or newlines", field="eval_columns", value=repr(c),
+                                  rule="must be a csv-safe name")
+        return columns
+
+    def _call_evaluate(self):
+        with _torch.no_grad():
+            values = self._evaluate(self._model)
+        if not isinstance(values, dict):
+            raise ConfigError(f"evaluate(model) returned {type(values).__name__}: must return a "
+                              f"dict of column name -> number", field="evaluate",
+                              rule="must return a dict")
+        return values
+
+    def _evaluate_columns(self):
+        values = self._call_evaluate()
+        missing = [c for c in self._columns if c not in values]
+        if missing:
+            raise ConfigError(f"evaluate(model) returned no {missing[0]!r}: it must return "
+                              f"every column of {self._columns}", field="evaluate",
+                              rule="must return every eval column")
+        return [float(values[c]) for c in self._columns]
+
+    def _bind(self, array):
+        """Points every parameter at `array`'s memory (shared, or a worker's own copy)."""
+        for (_, p), v in zip(self._params, _flat_views(array, self._params)):
+            p.data = v
+        self._bound_ptrs = [p.data_ptr() for _, p in self._params]
+
+    @classmethod
+    def resume(cls, model, path, *, evaluate=None, eval_columns=None, threads=0, quiet=True):
+        """Continues the run in ``path`` from its last checkpoint.
+
+        ``model`` must have the run's parameters (names and shapes); its values
+        become the checkpoint's. Continue the loop from ``sim.steps_done``
+        (your data must be drawn from the step index for the run to match an
+        uninterrupted one). The optimizer's state, the error buffers and the
+        step count come from the checkpoint.
+        """
+        config = cls._check_resumable(path, [{"name": n, "shape": list(p.shape)}
+                                             for n, p in _trained_parameters(model)])
+        return cls(model, workers=config["cluster"]["workers"], steps=config["steps"],
+                   optimizer=config["optimizer"], evaluate=evaluate, eval_columns=eval_columns,
+                   threads=threads, quiet=quiet, _resume=path)
+
+    # -- the step loop ---------------------------------------------------------------------------
+
+    def worker(self, index):
+        """``with sim.worker(w) as wk:`` — run worker ``w``'s forward and backward inside.
+
+        On entry the model holds the parameters worker ``w`` sees (its own
+        copy under 0/1 Adam's local steps) and no gradients; on a clean exit
+        every trained parameter's ``.grad`` goes to bitlab (checked: present,
+        float32, CPU, contiguous, its parameter's shape) and is cleared.
+        """
+        return _WorkerBlock(self, index)
+
+    def _enter(self, index):
+        self._check_open()
+        if not isinstance(index, int) or not 0 <= index < self.workers:
+            raise ValueError(f"worker {index!r}: must be an int in [0, {self.workers})")
+        if self._active is not None:
+            raise RuntimeError(f"worker {index}: entered inside worker {self._active}'s block; "
+                               f"blocks do not nest")
+        if index in self._entered:
+            raise RuntimeError(f"worker {index}: entered twice in step {self.steps_done + 1}; "
+                               f"each worker runs once per step, then sim.step()")
+        self._active = index
+        local = self._local(index)
+        if local is not None:
+            for (_, p), v in zip(self._params, local):
+                p.data = v
+        for _, p in self._params:
+            p.grad = None
+        self._block_start = time.perf_counter()
+
+    def _local(self, index):
+        if index not in self._local_views:
+            array = self._run.local_params(index)
+            self._local_views[index] = None if array is None else _flat_views(array, self._params)
+        return self._local_views[index]
+
+    def _exit(self, index, wk, failed):
+        elapsed = time.perf_counter() - self._block_start
+        self._active = None
+        try:
+            if failed:
+                return
+            grads = self._take_gradients(index)
+            loss = self._loss_value(index, wk.loss)
+            self._held[index] = grads
+            self._run.set_gradients(index, [g.data_ptr() for g in grads], loss)
+            self._losses[index] = wk.loss is not None
+            self._compute_s[index] = elapsed
+            self._entered.add(index)
+        finally:
+            for _, p in self._params:
+                p.grad = None
+            if self._local_views.get(index) is not None:
+                self._bind_shared()
+
+    def _bind_shared(self):
+        shared = _flat_views(self._run.params(), self._params)
+        for (_, p), v in zip(self._params, shared):
+            p.data = v
+
+    def _take_gradients(self, index):
+        grads = []
+        local = self._local_ptrs(index)
+        for k, (name, p) in enumerate(self._params):
+            g = p.grad
+            where = f"worker {index}, parameter '{name}'"
+            if tuple(p.shape) != self._shapes[k] or p.data_ptr() not in (
+                    self._bound_ptrs[k], local[k] if local else None):
+                raise GradientError(f"{where}: the parameter was replaced or changed shape (now "
+                                    f"{tuple(p.shape)}): bitlab's tensors are fixed when the "
+                                    f"Simulation is made (create a new one)", field=name,
+                                    rule="parameters must keep their shape and storage",
+                                    worker=index)
+            if g is None:
+                raise GradientError(f"{where}: has no gradient (.grad is None after the block): "
+                                    f"every trained parameter needs one each step (call "
+                                    f"backward() inside the block; freeze unused parameters "
+                                    f"with requires_grad_(False) before making the Simulation)",
+                                    field=name, rule="must have a gradient", worker=index)
+            if g.dtype != _torch.float32:
+                raise GradientError(f"{where}: gradient dtype {g.dtype}: must be torch.float32 "
+                                    f"(refused, not converted: bitlab computes in float32 and a "
+                                    f"silent cast would change the bits)", field=name,
+                                    value=str(g.dtype), rule="must be torch.float32", worker=index)
+            if g.device.type != "cpu":
+                raise GradientError(f"{where}: gradient on {g.device}: must be on the CPU",
+                                    field=name, value=str(g.device), rule="must be on the CPU",
+                                    worker=index)
+            if g.layout != _torch.strided:
+                raise GradientError(f"{where}: gradient is {g.layout}: must be dense",
+                                    field=name, value=str(g.layout), rule="must be dense",
+                                    worker=index)
+            if tuple(g.shape) != tuple(p.shape):
+                raise GradientError(f"{where}: gradient shape {tuple(g.shape)}: must be the "
+                                    f"parameter's {tuple(p.shape)}", field=name,
+                                    value=str(tuple(g.shape)), rule="must have the parameter's shape",
+                                    worker=index)
+            if not g.is_contiguous():
+                raise GradientError(f"{where}: gradient is not contiguous (strides {g.stride()}): "
+                                    f"must be contiguous (bitlab reads it as one buffer; assign "
+                                    f"p.grad = g.contiguous())", field=name, value=str(g.stride()),
+                                    rule="must be contiguous", worker=index)
+            grads.append(g)
+        return grads
+
+    def _local_ptrs(self, index):
+        local = self._local_views.get(index)
+        return () if local is None else tuple(v.data_ptr() for v in local)
+
+    @staticmethod
+    def _loss_value(index, loss):
+        if loss is None:
+            return None
+        if isinstance(loss, _torch.Tensor):
+            if loss.numel() != 1:
+                raise ValueError(f"worker {index}: wk.loss is a tensor of {loss.numel()} "
+                                 f"elements: must be a number (loss.item())")
+            loss = loss.item()
+        try:
+            return float(loss)
+        except (TypeError, ValueError):
+            raise ValueError(f"worker {index}: wk.loss = {loss!r}: must be a number") from None
+
+    def step(self):
+        """bitlab's exchange and update for this step; the parameters change in place.
+
+        Every worker must have run its block. Returns False once the run has
+        ended (its last step, or a divergence: see :attr:`status`).
+        """
+        self._check_open()
+        missing = [w for w in range(self.workers) if w not in self._entered]
+        if missing:
+            raise RuntimeError(f"step {self.steps_done + 1}: step() before workers {missing} ran "
+                               f"their block (with sim.worker(w): ...)")
+        given = set(self._losses.values())
+        if len(given) > 1:
+            without = [w for w, has in self._losses.items() if not has]
+            raise ValueError(f"step {self.steps_done + 1}: workers {without} set no wk.loss while "
+                             f"others did: set it in every worker's block or in none")
+        compute = list(self._compute_s) if self._measured else None
+        try:
+            go_on = self._run.step(compute)
+        except ConfigError as e:
+            error = self._as_gradient_error(e)
+            self._fail(error)
+            raise error from None
+        except BaseException as e:
+            self._fail(e)
+            raise
+        finally:
+            self._held.clear()
+            self._entered.clear()
+            self._losses.clear()
+        return go_on
+
+    def _as_gradient_error(self, error):
+        """bitlab's refusal of a non-finite gradient (its field: the parameter) as a GradientError."""
+        if error.field not in {n for n, _ in self._params}:
+            return error
+        import re
+        worker = re.search(r"worker (\d+)", error.message)
+        return GradientError(error.message, field=error.field, rule="must be finite",
+                             worker=int(worker.group(1)) if worker else None)
+
+    def _fail(self, error):
+        if not self._run.finished:
+            self._run.fail(f"{type(error).__name__}: {error}")
+        self._detach()
+
+    def _check_open(self):
+        if self._run.finished:
+            raise RuntimeError(f"the simulation is closed ({self.status}): {self.path}")
+        if self._run.ended:
+            raise RuntimeError(f"the run has ended ({self.status} after {self.steps_done} steps): "
+                               f"call close()")
+
+    def close(self):
+        """Ends the run: writes summary.json and returns it as a dict.
+
+        Before the last step the run ends "interrupted" (with a checkpoint when
+        ``checkpoint_every`` was set, so :meth:`resume` can continue it). The
+        model keeps its final parameters (in memory of its own again).
+        """
+        if not self._run.finished:
+            self._run.finish()
+        self._detach()
+        return self.summary
+
+    def _detach(self):
+        """Gives the parameters memory of their own (the values stay)."""
+        if getattr(self, "_detached", False):
+            return
+        for _, p in self._params:
+            p.data = p.data.clone()
+        self._detached = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is not None and not self._run.finished:
+            self._fail(exc)
+        else:
+            self.close()
+        return False
+
+    def __del__(self):
+        try:
+            if hasattr(self, "_run") and not self._run.finished:
+                self._run.finish()
+            if hasattr(self, "_params"):
+                self._detach()
+        except Exception:
+            pass
+
+    # -- what the run wrote ----------------------------------------------------------------------
+
+    @property
+    def steps_done(self):
+        return int(self._run.steps_done)
+
+    @property
+    def path(self):
+        return self._run.dir
+
+    @property
+    def status(self):
+        return self._run.status
+
+    @property
+    def config(self):
+        return dict(self._config)
+
+    @property
+    def result(self):
+        return Result(self.path)
+
+    @property
+    def metrics(self):
+        """metrics.csv as a pandas DataFrame (the rows written so far)."""
+        return self.result.metrics
+
+    @property
+    def comm_log(self):
+        return self.result.comm_log
+
+    @property
+    def summary(self):
+        return self.result.summary
+
+    def __repr__(self):
+        return (f"bitlab.torch.Simulation({self._config['optimizer']['name']}, workers="
+                f"{self.workers}, step {self.steps_done}/{self.steps}, {self.status}, {self.path!r})")
+
+
+class _WorkerBlock:
+    __slots__ = ("_sim", "_index", "_wk")
+
+    def __init__(self, sim, index):
+        self._sim = sim
+        self._index = index
+        self._wk = Worker(index)
+
+    def __enter__(self):
+        self._sim._enter(self._index)
+        return self._wk
+
+    def __exit__(self, exc_type, exc, tb):
+        self._sim._exit(self._index, self._wk, failed=exc_type is not None)
+        return False

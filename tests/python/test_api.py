@@ -1,0 +1,123 @@
+"""bitlab.run, sweep, cost, validate, list: the CLI's work as functions."""
+
+import json
+import os
+
+import pytest
+
+import bitlab
+from conftest import ROOT, rows_without_wall, write_json
+
+QUICK = {
+    "name": "py-api",
+    "seed": 1,
+    "steps": 40,
+    "eval_every": 10,
+    "problem": {"name": "logistic", "dim": 10, "samples": 512},
+    "cluster": {"workers": 4, "batch_size": 16},
+    "optimizer": {"name": "adam", "lr": 0.05},
+}
+
+
+def test_run_matches_the_cli(cli, tmp_path):
+    r = bitlab.run(QUICK, out=tmp_path / "py")
+    assert r.status == "completed" and r.exit_status == 0
+    assert list(r.metrics["step"]) == list(range(1, 41))
+    assert {"step", "op", "sent_bytes"} <= set(r.comm_log.columns)
+    assert r.summary["steps_completed"] == 40 and r.config["optimizer"]["lr"] == 0.05
+    done = cli("run", write_json(tmp_path / "q.json", QUICK), "--out", tmp_path / "cli", "--quiet")
+    assert done.returncode == 0, done.stderr
+    for name in ("metrics.csv", "comm_log.csv"):
+        assert rows_without_wall(tmp_path / "py" / name) == rows_without_wall(tmp_path / "cli" / name)
+
+
+def test_run_takes_a_path_and_keyword_overrides(tmp_path):
+    path = write_json(tmp_path / "q.json", QUICK)
+    r = bitlab.run(path, out=tmp_path / "a", steps=12, optimizer__lr=0.01)
+    assert r.summary["steps_completed"] == 12 and r.config["optimizer"]["lr"] == 0.01
+    r = bitlab.run(path, out=tmp_path / "b", set=["optimizer.name=onebit_adam"])
+    # the switch keeps the shared options (lr), as `bitlab run --set` does
+    assert r.config["optimizer"]["name"] == "onebit_adam" and r.config["optimizer"]["lr"] == 0.05
+
+
+def test_default_folder_under_results(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = bitlab.run(QUICK)
+    assert os.path.relpath(r.path, tmp_path) == os.path.join("results", "py-api", "adam-seed1")
+    assert bitlab.run(QUICK).path.endswith("adam-seed1-2")  # never overwritten
+
+
+def test_bad_input_raises_config_error_with_field_value_rule(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bad = json.loads(json.dumps(QUICK))
+    bad["optimizer"]["beta1"] = 1.0
+    with pytest.raises(bitlab.ConfigError) as e:
+        bitlab.run(bad)
+    assert e.value.field == "optimizer.beta1"
+    assert e.value.value == "1.0" and e.value.rule == "must be in [0, 1)"
+    assert e.value.exit_status == 2 and isinstance(e.value, ValueError)
+    assert not (tmp_path / "results").exists()  # no results folder on bad input
+    with pytest.raises(bitlab.ConfigError, match="optimizer.lr"):
+        bitlab.validate(QUICK, optimizer__lr=-1)
+    with pytest.raises(bitlab.ConfigError, match="no such experiment file"):
+        bitlab.run(tmp_path / "missing.json")
+    with pytest.raises(bitlab.ConfigError, match="must be a dict or a path"):
+        bitlab.run(42)
+
+
+def test_a_bad_data_file_leaves_no_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    exp = {**QUICK, "problem": {"name": "deep_mlp", "dataset": "digits", "widths": [4],
+                                "data_dir": str(tmp_path / "nowhere")}}
+    with pytest.raises(bitlab.ConfigError):
+        bitlab.run(exp)
+    assert not (tmp_path / "results" / "py-api" / "adam-seed1").exists()
+
+
+def test_validate_resolves_every_default():
+    cfg = bitlab.validate(QUICK)
+    assert cfg["optimizer"]["beta2"] == 0.999 and cfg["cluster"]["sharding"] == "iid"
+    config, notes = bitlab.resolve(QUICK, set=["optimizer.name=sgd"])
+    assert config["optimizer"]["name"] == "sgd"
+
+
+def test_list_has_every_registry():
+    everything = bitlab.list()
+    assert "optimizers" in everything and "problems" in everything
+    assert {"adam", "onebit_adam", "zero_one_adam", "loco"} <= set(bitlab.list("optimizers"))
+    external = bitlab.list("problems")["external"]
+    assert [o["name"] for o in external["options"]] == ["tensors"]
+    with pytest.raises(bitlab.ConfigError, match="must be one of"):
+        bitlab.list("nonsense")
+
+
+def test_cost_matches_the_cli(cli, tmp_path):
+    spec = {"params": 340e6, "workers": 64, "steps": 1000,
+            "network": {"preset": "ethernet_40g_v100x4"},
+            "optimizer": {"name": "onebit_adam", "freeze_step": 150}}
+    c = bitlab.cost(spec)
+    done = cli("cost", write_json(tmp_path / "c.json", spec), "--json")
+    assert done.returncode == 0, done.stderr
+    assert c.summary == json.loads(done.stdout)
+    assert "speed-up" in str(c) or "speedup" in str(c).lower()
+    with pytest.raises(bitlab.ConfigError, match="workers"):
+        bitlab.cost({**spec, "workers": 0})
+
+
+def test_sweep_runs_and_reads_back(tmp_path):
+    spec = {"name": "py-sweep", "base": str(write_json(tmp_path / "base.json", QUICK)),
+            "grid": {"optimizer.lr": [0.01, 0.05]}, "seeds": [1]}
+    s = bitlab.sweep(spec, out=tmp_path / "sw", jobs=2)
+    assert s.exit_status == 0
+    assert len(s.table) == 2 and set(s.table["status"]) == {"completed"}
+    assert len(s.runs) == 2 and all(r.status == "completed" for r in s.runs)
+    with pytest.raises(bitlab.ConfigError):
+        bitlab.sweep({**spec, "grid": {"optimizer.lr": []}}, out=tmp_path / "bad")
+
+
+def test_external_problem_is_refused_by_the_cli(cli, tmp_path):
+    exp = {**QUICK, "problem": {"name": "external", "tensors": [{"name": "w", "shape": [3]}]}}
+    assert bitlab.validate(exp)["problem"]["tensors"] == [{"name": "w", "shape": [3]}]
+    done = cli("run", write_json(tmp_path / "e.json", exp), "--out", tmp_path / "x")
+    assert done.returncode == 2 and "bitlab.torch" in done.stderr
+    assert not (tmp_path / "x").exists()
