@@ -23,18 +23,24 @@ are drawn.
 Writes PREFIX.png and PREFIX.svg (default: DIR/plot for train_loss, DIR/plot-METRIC for
 another metric, DIR being the first one given) and prints their paths.
 
-Exit status: 0 done; 2 bad input (no runs found, a metric or x column the runs lack) or
-matplotlib missing; 1 anything else. Input is checked before matplotlib is imported, so
-those messages need no matplotlib. Only the standard library and matplotlib are used.
+Exit status (bitlab_files.py): 0 done; 2 bad input (no runs found, a metric or x column
+the runs lack, a run's file that is not UTF-8 text, valid csv or JSON, a summary.json field
+of the wrong type) or matplotlib missing, with one line `bitlab: error: <file>: <what>`;
+4 a figure that cannot be written (naming it and the system's reason); 1 a bug. Input is
+checked before matplotlib is imported, so those messages need no matplotlib. Only the
+standard library and matplotlib are used.
 """
 
 import argparse
-import csv
-import io
 import json
 import math
 import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bitlab_files import (InputError, check_fields, check_out_folder,  # noqa: E402
+                          read_csv_dicts, read_csv_rows, read_json_object, read_text,
+                          run_main, write_atomic, write_stdout)
 
 PYTHON = "/usr/bin/python3"
 MATPLOTLIB_MISSING = (
@@ -48,10 +54,6 @@ X_LABELS = {
 }
 IGNORED_PATHS = ("seed", "name", "description")
 SEARCH_DEPTH = 3
-
-
-class InputError(Exception):
-    """Bad input: reported as `plot: error: ...` with exit status 2."""
 
 
 def note(message):
@@ -88,10 +90,7 @@ def runs_of_sweep(folder):
     path = os.path.join(folder, "sweep.csv")
     if not os.path.isfile(path):
         return None
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        rows = list(reader)
-        columns = list(reader.fieldnames or [])
+    rows, columns = read_csv_dicts(path)
     if not rows or "dir" not in columns:
         return None
     found = []
@@ -159,34 +158,45 @@ def read_number(text):
     return v if math.isfinite(v) else None
 
 
+# The summary.json fields the tools read, and their kinds (bitlab_files.check_fields).
+NUMBER = "a number or null"
+SUMMARY_FIELDS = {
+    "status": "a string", "steps_completed": "an integer", "steps_planned": "an integer",
+    "wall_s": NUMBER, "final": {"*": NUMBER},
+    "totals": {"bytes_sent_per_worker": NUMBER}, "time": {"sim_time_s": NUMBER},
+    "phases": {"*": {"steps": NUMBER, "bytes_sent_per_worker": NUMBER, "comm_s": NUMBER}},
+    "baseline": {"speedup": NUMBER, "bytes_ratio": NUMBER, "gap": {"*": NUMBER}},
+}
+
+
 class Run:
-    """One results folder: its flattened config and its metrics.csv columns."""
+    """One results folder: its flattened config, its metrics.csv columns and rows and its
+    summary.json (InputError naming the file where one is not what a run writes)."""
 
     def __init__(self, path):
         self.path = path
         config_path = os.path.join(path, "config.json")
         self.config = {}
         if os.path.isfile(config_path):
-            with open(config_path) as f:
-                self.config = flatten(json.load(f))
-        with open(os.path.join(path, "metrics.csv"), newline="") as f:
-            text = f.read()
+            self.config = flatten(read_json_object(config_path))
+        metrics_path = os.path.join(path, "metrics.csv")
+        text = read_text(metrics_path)
         if text and not text.endswith("\n"):
             # A row cut off by a kill mid-write: its numbers may be truncated, so it is
             # left out rather than drawn.
             text = text[:text.rfind("\n") + 1]
             note("%s: metrics.csv ends in a torn row: left out" % path)
-        reader = csv.reader(io.StringIO(text))
-        self.columns = next(reader, [])
-        self.rows = list(reader)
+        rows = read_csv_rows(text, metrics_path)
+        self.columns = rows[0] if rows else []
+        self.rows = rows[1:]
+        if self.columns and "step" not in self.columns:
+            raise InputError("%s: no step column (its columns: %s)"
+                             % (metrics_path, ", ".join(self.columns)))
         self.summary = {}
         summary_path = os.path.join(path, "summary.json")
         if os.path.isfile(summary_path):
-            try:
-                with open(summary_path) as f:
-                    self.summary = json.load(f)
-            except ValueError:
-                note("%s: unreadable summary.json: its status is unknown" % path)
+            self.summary = read_json_object(summary_path)
+            check_fields(self.summary, SUMMARY_FIELDS, summary_path)
         self.status = self.summary.get("status", "unfinished")
         if self.status in UNFINISHED:
             note("%s: %s: drawn up to its last step and marked as unfinished"
@@ -368,8 +378,7 @@ def import_matplotlib():
     try:
         import matplotlib
     except ImportError:
-        print("plot: error: " + MATPLOTLIB_MISSING, file=sys.stderr)
-        sys.exit(2)
+        raise InputError(MATPLOTLIB_MISSING) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return matplotlib, plt
@@ -644,7 +653,8 @@ def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix):
     for ext in ("png", "svg", "pdf"):
         path = prefix + "." + ext
         metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}.get(ext)
-        fig.savefig(path, dpi=200, bbox_inches="tight", metadata=metadata)
+        write_atomic(path, lambda tmp: fig.savefig(tmp, format=ext, dpi=200,
+                                                   bbox_inches="tight", metadata=metadata))
         out.append(path)
     plt.close(fig)
     return out
@@ -719,35 +729,25 @@ def main(argv=None):
                              "stated on the figure")
     args = parser.parse_args(argv)
 
-    try:
-        if args.smooth < 0:
-            raise InputError("--smooth %d: must be >= 0 (0 or 1: no smoothing)" % args.smooth)
-        paths, sweep_columns = find_runs(args.dirs)
-        runs = [Run(p) for p in paths]
-        runs = apply_where(runs, parse_where(args.where, runs))
-        axes = check_columns(runs, args.metric, args.x)
-        groups, varying, names = group_runs(runs, sweep_columns)
-        if not any(group_curve(m, axes[0], args.metric)[0] for _, m in groups):
-            raise InputError("metric %r has no values in these runs" % args.metric)
-        prefix = args.out or os.path.join(
-            args.dirs[0], "plot" if args.metric == "train_loss" else "plot-" + args.metric)
-        out_dir = os.path.dirname(prefix)
-        if out_dir and not os.path.isdir(out_dir):
-            raise InputError("--out %s: folder %s does not exist" % (prefix, out_dir))
-    except InputError as e:
-        print("plot: error: %s" % e, file=sys.stderr)
-        return 2
-    except (OSError, ValueError) as e:  # unreadable files, malformed config.json
-        print("plot: error: %s" % e, file=sys.stderr)
-        return 2
+    if args.smooth < 0:
+        raise InputError("--smooth %d: must be >= 0 (0 or 1: no smoothing)" % args.smooth)
+    paths, sweep_columns = find_runs(args.dirs)
+    runs = [Run(p) for p in paths]
+    runs = apply_where(runs, parse_where(args.where, runs))
+    axes = check_columns(runs, args.metric, args.x)
+    groups, varying, names = group_runs(runs, sweep_columns)
+    if not any(group_curve(m, axes[0], args.metric)[0] for _, m in groups):
+        raise InputError("metric %r has no values in these runs" % args.metric)
+    prefix = args.out or os.path.join(
+        args.dirs[0], "plot" if args.metric == "train_loss" else "plot-" + args.metric)
+    check_out_folder("--out", prefix, prefix=True)
 
     title = args.title or default_title(args.dirs, runs, args.metric)
     out = draw(groups, varying, names, args.metric, axes, title, args.logy, args.smooth, prefix)
     print("plot: %d runs in %d curves" % (len(runs), len(groups)), file=sys.stderr)
-    for p in out:
-        print(p)
+    write_stdout("".join(p + "\n" for p in out))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -14,30 +14,79 @@ trace per run: hover for values, click the legend to hide a run, buttons for log
 per-phase steps, bytes and time; bytes by collective from each run's comm_log.csv. The loss
 plots open on a y range without the runs that blew up (double-click for all of it).
 
-Once loaded, the page writes what it shows into <div id="bitlab-checks">: data-traces (the
-traces plotted), data-rows (the table's rows), data-errors (JavaScript errors caught) and
-data-expected-traces / data-expected-rows (what this script put in), which the headless
-browser test (tests/browser/check_report.py) reads.
+Every string from the runs (folder names, config values, statuses, metric and phase names,
+comm_log.csv's ops, the title) is escaped for where it lands: esc() for HTML text and
+attribute values, plotly_text() for the text plotly draws (it reads a few HTML tags and
+entities), script_json() for the figures' JSON, which sits in <script type=
+"application/json"> data blocks that never run. The page's Content-Security-Policy allows
+only its own three inline scripts, by their SHA-256 hashes (content_security_policy()):
+nothing else on the page can run, even if something slipped through the escaping, and it
+works from file:// because the policy is in the page itself.
 
-Exit status: 0 done; 2 bad input (no runs, an unknown baseline) or plotly missing.
+Once loaded, the page writes what it shows into <div id="bitlab-checks">: data-traces (the
+traces plotted), data-rows (the table's rows), data-errors (JavaScript errors caught),
+data-csp (scripts or other content the policy blocked), data-plotly (plotly.js's version)
+and data-expected-traces / data-expected-rows (what this script put in), which the `report`
+test suite reads from headless Chromium.
+
+Exit status (bitlab_files.py): 0 done; 2 bad input (no runs, an unknown baseline, --out a
+folder, a run's file that is not UTF-8 text, valid csv or JSON, a summary.json field of the
+wrong type) or plotly missing, with one line `bitlab: error: <file>: <what>`; 4 the page
+cannot be written (naming it and the system's reason); 1 a bug.
 """
 
 import argparse
-import csv
+import base64
+import hashlib
 import html
 import json
+import math
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from plot import (BLOWUP_FACTOR, InputError, Run, find_runs, format_value,  # noqa: E402
-                  group_runs)
+from bitlab_files import (InputError, check_out_folder, read_csv_dicts,  # noqa: E402
+                          run_main, write_stdout, write_text_atomic)
+from plot import BLOWUP_FACTOR, Run, find_runs, format_value, group_runs  # noqa: E402
 from runs import human_bytes, human_duration, run_record  # noqa: E402
 
 PLOTLY_MISSING = ("plotly is not installed for /usr/bin/python3: install the Debian package "
                   "python3-plotly (apt-get install python3-plotly)")
+FIGURE_HEIGHT = 420  # pixels
 LOSS_AXES = [("step", "step"), ("bytes_sent_cum", "bytes sent per worker"),
              ("sim_time_s", "simulated time (s)")]
+
+
+# ---------------------------------------------------------------- escaping
+
+
+def esc(value):
+    """HTML text or a quoted attribute value: & < > " ' as character references."""
+    return html.escape(str(value), quote=True)
+
+
+def plotly_text(value):
+    """A string plotly draws (trace names, categories, axis titles): plotly reads <b>, <br>,
+    <a href> ... and entities in them, so & < > become entities, which it shows as the
+    characters."""
+    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def script_json(text):
+    """JSON text made safe inside <script type="application/json">: < > & (which JSON holds
+    only inside strings) and the line separators U+2028/9 as \\u escapes, so that no
+    </script>, <!-- or <script can end or change the data block; JSON.parse gives back the
+    same value."""
+    for char in "&<>\u2028\u2029":
+        text = text.replace(char, "\\u%04x" % ord(char))
+    return text
+
+
+def sort_value(raw):
+    """A table cell's raw value as JSON for data-sort (NaN and infinities as null)."""
+    if isinstance(raw, float) and not math.isfinite(raw):
+        return "null"
+    return json.dumps(raw)
 
 
 def select_baseline(spec, runs, records):
@@ -115,22 +164,21 @@ def table(runs, records, labels, baseline):
                       (gap, "" if gap is None else "%+.4g" % gap)]
         rows.append(cells)
     out = ["<table id='runs'><thead><tr>"]
-    out += ["<th data-col='%d'>%s</th>" % (i, html.escape(h)) for i, h in enumerate(head)]
+    out += ["<th data-col='%d'>%s</th>" % (i, esc(h)) for i, h in enumerate(head)]
     out.append("</tr></thead><tbody>")
     for k, cells in enumerate(rows):
         cls = " class='baseline'" if k in baseline else ""
         out.append("<tr%s>" % cls + "".join(
-            "<td data-sort='%s'>%s</td>" % (html.escape(json.dumps(raw)),
-                                            html.escape(str(text)))
+            "<td data-sort='%s'>%s</td>" % (esc(sort_value(raw)), esc(text))
             for raw, text in cells) + "</tr>")
     out.append("</tbody></table>")
     return "\n".join(out), len(rows)
 
 
 def loss_figure(go, runs, names, x, title, metric):
-    """One trace per run. The initial y range leaves out runs that blew up (past
-    plot.BLOWUP_FACTOR times the median first value, as `bitlab plot` does); double-click
-    the plot for the whole range."""
+    """One trace per run (names: already plotly_text). The initial y range leaves out runs
+    that blew up (past plot.BLOWUP_FACTOR times the median first value, as `bitlab plot`
+    does); double-click the plot for the whole range."""
     fig = go.Figure()
     series = []
     for run, name in zip(runs, names):
@@ -161,7 +209,7 @@ def loss_figure(go, runs, names, x, title, metric):
                     for lab, xt, yt in (("linear", "linear", "linear"),
                                         ("log y", "linear", "log"),
                                         ("log x, log y", "log", "log"))]
-    fig.update_layout(xaxis_title=title, yaxis_title=metric, height=420,
+    fig.update_layout(xaxis_title=title, yaxis_title=plotly_text(metric), height=FIGURE_HEIGHT,
                       margin=dict(t=50, r=10), hovermode="closest",
                       updatemenus=[dict(type="buttons", direction="right", x=0, y=1.02,
                                         xanchor="left", yanchor="bottom",
@@ -186,10 +234,10 @@ def phase_figure(go, records, names, runs):
     for k, phase in enumerate(phases):
         for c, (q, _) in enumerate(quantities):
             ys = [((r.summary.get("phases") or {}).get(phase) or {}).get(q) for r in runs]
-            fig.add_trace(go.Bar(x=names, y=ys, name=phase, legendgroup=phase,
+            fig.add_trace(go.Bar(x=names, y=ys, name=plotly_text(phase), legendgroup=phase,
                                  showlegend=(c == 0), marker_color=palette[k % len(palette)],
                                  offsetgroup=k), row=1, col=c + 1)
-    fig.update_layout(barmode="group", height=420, margin=dict(t=40, r=10))
+    fig.update_layout(barmode="group", height=FIGURE_HEIGHT, margin=dict(t=40, r=10))
     fig.update_xaxes(showticklabels=len(runs) <= 12)
     return fig
 
@@ -200,32 +248,80 @@ def comm_figure(go, runs, names):
         totals = {}
         path = os.path.join(r.path, "comm_log.csv")
         if os.path.isfile(path):
-            with open(path, newline="") as f:
-                for row in csv.DictReader(f):
-                    key = "%s %s %s" % (row.get("op"), row.get("algorithm"), row.get("dtype"))
-                    try:
-                        totals[key] = totals.get(key, 0.0) + float(row.get("sent_bytes") or 0)
-                    except ValueError:
-                        pass
+            for row in read_csv_dicts(path)[0]:
+                key = "%s %s %s" % (row.get("op"), row.get("algorithm"), row.get("dtype"))
+                try:
+                    totals[key] = totals.get(key, 0.0) + float(row.get("sent_bytes") or 0)
+                except ValueError:
+                    pass
         by_op.append(totals)
     keys = sorted({k for t in by_op for k in t})
     if not keys:
         return None
     fig = go.Figure()
     for k in keys:
-        fig.add_trace(go.Bar(x=names, y=[t.get(k, 0.0) for t in by_op], name=k))
-    fig.update_layout(barmode="stack", height=420, yaxis_title="bytes sent per worker",
+        fig.add_trace(go.Bar(x=names, y=[t.get(k, 0.0) for t in by_op], name=plotly_text(k)))
+    fig.update_layout(barmode="stack", height=FIGURE_HEIGHT, yaxis_title="bytes sent per worker",
                       margin=dict(t=30, r=10))
     fig.update_xaxes(showticklabels=len(runs) <= 12)
     return fig
 
 
-PAGE = """<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>{title}</title>
-<script>
+# The page's own scripts. The Content-Security-Policy allows these and plotly.js by their
+# SHA-256 hashes: they must not depend on the runs (the data reaches them through the
+# JSON data blocks and data-* attributes), so that nothing taken from a run folder runs.
+HEAD_JS = """
 window.bitlabErrors = [];
-window.addEventListener("error", function (e) {{ window.bitlabErrors.push(String(e.message)); }});
-</script>
+window.bitlabBlocked = [];
+window.addEventListener("error", function (e) { window.bitlabErrors.push(String(e.message)); });
+document.addEventListener("securitypolicyviolation", function (e) {
+  window.bitlabBlocked.push(e.violatedDirective + " " + (e.blockedURI || e.sample || ""));
+});
+"""
+
+BODY_JS = """
+(function () {
+  document.querySelectorAll("script.bitlab-figure").forEach(function (s) {
+    var fig = JSON.parse(s.textContent);
+    Plotly.newPlot(document.getElementById(s.dataset.div), fig.data, fig.layout,
+                   {displaylogo: false, responsive: true});
+  });
+  var t = document.getElementById("runs");
+  t.querySelectorAll("th").forEach(function (th) {
+    th.addEventListener("click", function () {
+      var col = +th.dataset.col, body = t.tBodies[0], asc = th.dataset.asc !== "1";
+      var rows = Array.prototype.slice.call(body.rows);
+      rows.sort(function (a, b) {
+        var x = JSON.parse(a.cells[col].dataset.sort), y = JSON.parse(b.cells[col].dataset.sort);
+        if (x === y) return 0;
+        if (x === null) return 1;
+        if (y === null) return -1;
+        return (x < y ? -1 : 1) * (asc ? 1 : -1);
+      });
+      rows.forEach(function (r) { body.appendChild(r); });
+      th.dataset.asc = asc ? "1" : "0";
+    });
+  });
+  window.addEventListener("load", function () {
+    var traces = 0;
+    document.querySelectorAll(".js-plotly-plot").forEach(function (d) {
+      traces += (d.data || []).length;
+    });
+    var c = document.getElementById("bitlab-checks");
+    c.dataset.traces = traces;
+    c.dataset.rows = t.tBodies[0].rows.length;
+    c.dataset.errors = JSON.stringify(window.bitlabErrors);
+    c.dataset.csp = JSON.stringify(window.bitlabBlocked);
+    c.dataset.plotly = typeof Plotly === "undefined" ? "missing" : Plotly.version;
+  });
+})();
+"""
+
+PAGE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{csp}">
+<title>{title}</title>
+<script>{head_js}</script>
 <style>
 body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
 table {{ border-collapse: collapse; font-size: 13px; }}
@@ -246,39 +342,27 @@ tr.baseline {{ background: #fff6d8; }}
 </div>
 {figures}
 <div id="bitlab-checks" data-expected-traces="{traces}" data-expected-rows="{rows}"></div>
-<script>
-(function () {{
-  var t = document.getElementById("runs");
-  t.querySelectorAll("th").forEach(function (th) {{
-    th.addEventListener("click", function () {{
-      var col = +th.dataset.col, body = t.tBodies[0], asc = th.dataset.asc !== "1";
-      var rows = Array.prototype.slice.call(body.rows);
-      rows.sort(function (a, b) {{
-        var x = JSON.parse(a.cells[col].dataset.sort), y = JSON.parse(b.cells[col].dataset.sort);
-        if (x === y) return 0;
-        if (x === null) return 1;
-        if (y === null) return -1;
-        return (x < y ? -1 : 1) * (asc ? 1 : -1);
-      }});
-      rows.forEach(function (r) {{ body.appendChild(r); }});
-      th.dataset.asc = asc ? "1" : "0";
-    }});
-  }});
-  window.addEventListener("load", function () {{
-    var traces = 0;
-    document.querySelectorAll(".js-plotly-plot").forEach(function (d) {{
-      traces += (d.data || []).length;
-    }});
-    var c = document.getElementById("bitlab-checks");
-    c.dataset.traces = traces;
-    c.dataset.rows = t.tBodies[0].rows.length;
-    c.dataset.errors = JSON.stringify(window.bitlabErrors);
-    c.dataset.plotly = typeof Plotly === "undefined" ? "missing" : Plotly.version;
-  }});
-}})();
-</script>
+<script>{body_js}</script>
 </body></html>
 """
+
+FIGURE = """<h2>{heading}</h2>
+<div id="{div}" class="plotly-graph-div" style="height:{height}px; width:100%;"></div>
+<script type="application/json" class="bitlab-figure" data-div="{div}">{spec}</script>"""
+
+
+def script_hash(js):
+    return "'sha256-%s'" % base64.b64encode(hashlib.sha256(js.encode("utf-8")).digest()).decode()
+
+
+def content_security_policy(scripts):
+    """Only the given inline scripts run (by hash: no 'unsafe-inline', so neither an
+    injected <script> nor an onerror= attribute nor a javascript: link can); nothing loads
+    from anywhere (default-src 'none'), but for plotly's inline styles and its data:/blob:
+    images (the modebar's download). A <meta> policy holds for a page opened from disk."""
+    return ("default-src 'none'; script-src %s; style-src 'unsafe-inline'; "
+            "img-src data: blob:; font-src data:; base-uri 'none'; form-action 'none'"
+            % " ".join(script_hash(js) for js in scripts))
 
 
 def main(argv=None):
@@ -291,23 +375,23 @@ def main(argv=None):
                         help="metrics.csv column of the curves (default train_loss; e.g. "
                              "train_loss_full, eval_loss)")
     args = parser.parse_args(argv)
-    try:
-        paths, sweep_columns = find_runs([args.dir])
-        runs = [Run(p) for p in paths]
-        records = [run_record(r, args.dir) for r in runs]
-        baseline = select_baseline(args.baseline, runs, records)
-        out = args.out or os.path.join(args.dir, "report.html")
-        if os.path.dirname(out) and not os.path.isdir(os.path.dirname(out)):
-            raise InputError("--out %s: folder %s does not exist" % (out, os.path.dirname(out)))
-    except (InputError, OSError, ValueError) as e:
-        print("report: error: %s" % e, file=sys.stderr)
-        return 2
+    paths, sweep_columns = find_runs([args.dir])
+    out = args.out or os.path.join(args.dir, "report.html")
+    check_out_folder("--out", out)
+    runs = [Run(p) for p in paths]
+    records = [run_record(r, args.dir) for r in runs]
+    baseline = select_baseline(args.baseline, runs, records)
+    metric = args.metric
+    if not any(metric in r.columns for r in runs):
+        raise InputError("--metric %r is in no run's metrics.csv; %s has: %s"
+                         % (metric, os.path.join(runs[0].path, "metrics.csv"),
+                            ", ".join(runs[0].columns)))
     try:
         import plotly.graph_objects as go
+        import plotly.io
         import plotly.offline
     except ImportError:
-        print("report: error: " + PLOTLY_MISSING, file=sys.stderr)
-        return 2
+        raise InputError(PLOTLY_MISSING) from None
 
     groups, paths_varying, short = group_runs(runs, sweep_columns)
     label_of = {}
@@ -317,16 +401,11 @@ def main(argv=None):
             label_of[id(m)] = text
     labels = [label_of.get(id(r), "") for r in runs]
     # Traces are named by what differs (and the seed), else by the run's folder.
-    names = ["%s, seed=%s" % (lab, rec["seed"]) if lab else rec["run"]
+    names = [plotly_text("%s, seed=%s" % (lab, rec["seed"]) if lab else rec["run"])
              for lab, rec in zip(labels, records)]
     table_html, nrows = table(runs, records, labels, baseline)
 
-    figures, traces = [], 0
-    metric = args.metric
-    if not any(metric in r.columns for r in runs):
-        print("report: error: --metric %r is in no run's metrics.csv; %s has: %s"
-              % (metric, runs[0].path, ", ".join(runs[0].columns)), file=sys.stderr)
-        return 2
+    figures = []
     for x, title in LOSS_AXES:
         fig = loss_figure(go, runs, names, x, title, metric)
         if fig is not None:
@@ -337,33 +416,31 @@ def main(argv=None):
                        comm_figure(go, runs, names))):
         if fig is not None:
             figures.append((name, fig))
-    parts = []
-    for heading, fig in figures:
-        traces += len(fig.data)
-        parts.append("<h2>%s</h2>\n%s" % (html.escape(heading), fig.to_html(
-            include_plotlyjs=False, full_html=False, config={"displaylogo": False})))
+    parts = [FIGURE.format(heading=esc(heading), div="bitlab-figure-%d" % k,
+                           height=FIGURE_HEIGHT,
+                           spec=script_json(plotly.io.to_json(fig, validate=False)))
+             for k, (heading, fig) in enumerate(figures)]
+    traces = sum(len(fig.data) for _, fig in figures)
 
     title = args.title or default_title(args.dir)
     statuses = {}
     for rec in records:
         statuses[rec["status"]] = statuses.get(rec["status"], 0) + 1
-    summary = "%d runs (%s) under %s." % (len(records), ", ".join(
-        "%d %s" % (n, s) for s, n in sorted(statuses.items())), html.escape(
-        os.path.abspath(args.dir)))
-    baseline_note = ("Baseline (highlighted): %s; speed-up = its simulated time (else bytes) "
-                     "over the run's, loss gap = final train_loss minus its."
-                     % html.escape(", ".join(records[i]["run"] for i in baseline))
-                     if baseline else "No baseline marked (bitlab report --baseline RUN).")
-    page = PAGE.format(title=html.escape(title), summary=summary, table=table_html,
+    summary = esc("%d runs (%s) under %s." % (len(records), ", ".join(
+        "%d %s" % (n, s) for s, n in sorted(statuses.items())), os.path.abspath(args.dir)))
+    baseline_note = esc("Baseline (highlighted): %s; speed-up = its simulated time (else bytes) "
+                        "over the run's, loss gap = final train_loss minus its."
+                        % ", ".join(records[i]["run"] for i in baseline)
+                        if baseline else "No baseline marked (bitlab report --baseline RUN).")
+    plotlyjs = plotly.offline.get_plotlyjs()
+    page = PAGE.format(title=esc(title), summary=summary, table=table_html,
                        figures="\n".join(parts), traces=traces, rows=nrows,
-                       baseline_note=baseline_note,
-                       plotlyjs=plotly.offline.get_plotlyjs())
-    tmp = out + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(page)
-    os.replace(tmp, out)
+                       baseline_note=baseline_note, head_js=HEAD_JS, body_js=BODY_JS,
+                       plotlyjs=plotlyjs,
+                       csp=esc(content_security_policy([HEAD_JS, plotlyjs, BODY_JS])))
+    write_text_atomic(out, page)
     print("report: %d runs, %d traces" % (len(records), traces), file=sys.stderr)
-    print(out)
+    write_stdout(out + "\n")
     return 0
 
 
@@ -376,4 +453,4 @@ def default_title(d):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

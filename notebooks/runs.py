@@ -10,11 +10,14 @@ planned, final train_loss and eval metrics, bytes sent per worker, simulated tim
 time. The table's options are lr and those that differ between runs of one optimizer; it prints bytes and times for people (kB/MB/GB in steps of 10^3, ms/s/min/h);
 --csv and --json print raw numbers (bytes, seconds) for scripts.
 
-Exit status: 0 done; 2 bad input (no such folder, no runs). Standard library only.
+Exit status (bitlab_files.py): 0 done; 2 bad input (no such folder, no runs, a run's file
+that is not UTF-8 text, valid csv or JSON, a summary.json field of the wrong type), with one
+line `bitlab: error: <file>: <what>`; 4 standard output full or closed. Standard library only.
 """
 
 import argparse
 import csv
+import io
 import json
 import math
 import os
@@ -22,7 +25,8 @@ import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from plot import InputError, Run, find_runs  # noqa: E402
+from bitlab_files import run_main, write_stdout  # noqa: E402
+from plot import Run, find_runs  # noqa: E402
 
 
 def human_bytes(b):
@@ -152,15 +156,16 @@ def print_table(records):
                      human_duration(r["wall_s"])])
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
     numeric = set(range(7, len(header))) | {3}
-    for line in [header] + rows:
-        print("  ".join(cell.rjust(w) if i in numeric else cell.ljust(w)
-                        for i, (cell, w) in enumerate(zip(line, widths))).rstrip())
+    write_stdout("".join("  ".join(cell.rjust(w) if i in numeric else cell.ljust(w)
+                                   for i, (cell, w) in enumerate(zip(line, widths))).rstrip()
+                         + "\n" for line in [header] + rows))
     print("%d runs" % len(records), file=sys.stderr)
 
 
 def write_csv(records):
     metrics = metric_columns(records)
-    w = csv.writer(sys.stdout, lineterminator="\n")
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
     w.writerow(["run", "experiment", "optimizer", "options", "workers", "problem", "seed",
                 "status", "steps_completed", "steps_planned"] + metrics +
                ["bytes_sent_per_worker", "sim_time_s", "wall_s", "path"])
@@ -170,6 +175,7 @@ def write_csv(records):
                     r["steps_planned"]] + [raw(r["final"].get(m)) for m in metrics] +
                    [raw(r["bytes_sent_per_worker"]), raw(r["sim_time_s"]), raw(r["wall_s"]),
                     r["path"]])
+    write_stdout(out.getvalue())
 
 
 def raw(v):
@@ -183,15 +189,10 @@ def main(argv=None):
     fmt.add_argument("--csv", action="store_true", help="raw numbers as csv")
     fmt.add_argument("--json", action="store_true", help="raw numbers as a JSON array")
     args = parser.parse_args(argv)
-    try:
-        records = collect([args.dir])
-    except (InputError, OSError, ValueError) as e:
-        print("runs: error: %s" % e, file=sys.stderr)
-        return 2
+    records = collect([args.dir])
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `bitlab runs | head` ends quietly
     if args.json:
-        json.dump(records, sys.stdout, indent=1)
-        print()
+        write_stdout(json.dumps(records, indent=1) + "\n")
     elif args.csv:
         write_csv(records)
     else:
@@ -200,4 +201,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -140,12 +140,19 @@ void ExternalProblem::loss_grad_workers(std::span<const float>, std::span<Worker
         std::memset(dst, 0, n * sizeof(float));
         continue;
       }
-      // One pass: the copy and the finiteness check (x − x ≠ 0 for inf and NaN).
+      // One pass: the copy and the finiteness check (x − x ≠ 0 for inf and
+      // NaN). The bridge copies each gradient into this very row when its
+      // worker's block ends (while torch's buffer is still in cache, which
+      // lets torch reuse it for the next worker); then only the check is left.
       bool finite = true;
-      for (size_t i = 0; i < n; ++i) {
-        const float v = in[i];
-        dst[i] = v;
-        finite &= (v - v) == 0.0f;
+      if (in == dst) {
+        for (size_t i = 0; i < n; ++i) finite &= (in[i] - in[i]) == 0.0f;
+      } else {
+        for (size_t i = 0; i < n; ++i) {
+          const float v = in[i];
+          dst[i] = v;
+          finite &= (v - v) == 0.0f;
+        }
       }
       if (!finite && first_bad < 0) {
         for (size_t i = 0; i < n; ++i) {

@@ -5,6 +5,11 @@
 // from the caller's buffers into the row the cluster folds or exchanges, and
 // its loss is passed through as given.
 //
+// The bridge copies each gradient straight into the worker's row of the
+// cluster (Cluster::grad(w), which the simulation keeps for a given problem:
+// no streamed mean) and hands in pointers into that row; the step then only
+// checks it. Pointers elsewhere are copied in the step instead.
+//
 // The options name the model's tensors (PyTorch's named parameters, in
 // order, with their shapes), so that per-tensor rules (granularity "tensor",
 // LAMB's trust ratios, LoCo's 2-D groups and its 1-D tensors sent whole)
@@ -84,8 +89,9 @@ class ExternalProblem final : public Problem {
   // `fn` fills them at eval steps from the synchronised parameters.
   using Evaluator = std::function<void(std::span<const float> x, std::span<double> out)>;
   void set_evaluator(std::vector<std::string> columns, Evaluator fn);
-  // Seconds spent copying handed-in gradients since the start (summed over
-  // the threads that copied): what the bridge adds inside a step
+  // Seconds spent in loss_grad_workers since the start (summed over the
+  // threads): copying handed-in gradients, or only checking them when they
+  // are already in their rows. What the bridge adds inside a step
   // (tests/bench/bench_bridge.py reports it).
   double copy_seconds() const { return static_cast<double>(copy_ns_.load()) * 1e-9; }
 

@@ -1,7 +1,8 @@
 // `bitlab plot` and notebooks/plot.py, end to end. The error paths need only
 // /usr/bin/python3 (plot.py checks its input before importing matplotlib);
 // a real figure is drawn only where python3-matplotlib is installed, and the
-// test says so when it skips.
+// test says so when it skips. Bad input exits 2 and a failed write 4, with one
+// line `bitlab: error: ...` and never a traceback.
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +22,13 @@ using bitlab::testing::run_bitlab;
 using bitlab::testing::run_shell;
 using bitlab::testing::slurp;
 using bitlab::testing::TempDir;
+
+namespace bitlab::testing {
+// Defined in test_report.cpp: `status`, one line "bitlab: error: <what>...", no traceback.
+void check_stopped(const Result& r, int status, const std::string& what);
+}  // namespace bitlab::testing
+
+using bitlab::testing::check_stopped;
 
 namespace {
 
@@ -263,5 +271,75 @@ TEST_SUITE("plot") {
     CHECK(r.err.find("unfinished: drawn up to its last step and marked as unfinished") !=
           std::string::npos);
     CHECK(svg_text(slurp(prefix + ".svg")).find("unfinished (interrupted,") != std::string::npos);
+  }
+
+  TEST_CASE("bad input exits 2 naming the file, a failed write 4, never a traceback") {
+    if (!have_python()) {
+      MESSAGE("skipped: /usr/bin/python3 is missing (Debian package python3)");
+      return;
+    }
+    TempDir d;
+    const std::string config = R"({"name": "bad", "optimizer": {"lr": 0.1}})";
+    const std::string metrics = "step,train_loss,bytes_sent_cum\n1,1.0,100\n2,0.5,200\n";
+    const std::string summary = R"({"status": "completed"})";
+    d.file("runs/r/config.json", config);
+    d.file("runs/r/metrics.csv", metrics);
+    d.file("runs/r/summary.json", summary);
+    const std::string runs = (d.path / "runs").string(), run = runs + "/r/";
+    const std::string fig = (d.path / "fig").string();
+    auto plot = [&](const std::string& out) {
+      return run_bitlab(d, "plot " + runs + " --out " + out);
+    };
+    // Checked before matplotlib is imported: these need only python3.
+    d.file("runs/r/summary.json", "[]");
+    check_stopped(plot(fig), 2, run + "summary.json: holds a JSON array, not an object");
+    d.file("runs/r/summary.json", R"({"status": 1})");
+    check_stopped(plot(fig), 2, run + "summary.json: status = 1: must be a string");
+    d.file("runs/r/summary.json", R"({"time": {"sim_time_s": "1 s"}})");
+    check_stopped(plot(fig), 2, run + "summary.json: time.sim_time_s = \"1 s\": must be a number");
+    d.file("runs/r/summary.json", summary);
+    d.file("runs/r/metrics.csv", "step,train_loss\n1,\xff\n");
+    check_stopped(plot(fig), 2, run + "metrics.csv: not UTF-8 text (byte 0xff at offset 18)");
+    d.file("runs/r/metrics.csv", std::string("step\0,x\n", 8));
+    check_stopped(plot(fig), 2, run + "metrics.csv: a NUL byte at offset 4: not a text file");
+    d.file("runs/r/metrics.csv", "loss\n1\n");
+    check_stopped(plot(fig), 2, run + "metrics.csv: no step column");
+    d.file("runs/r/metrics.csv", metrics);
+    d.file("runs/r/config.json", "{\"name\": \"\xe9\"}");
+    check_stopped(plot(fig), 2, run + "config.json: not UTF-8 text (byte 0xe9 at offset 10)");
+    d.file("runs/r/config.json", "{\"name\": ");
+    check_stopped(plot(fig), 2, run + "config.json: not valid JSON");
+    d.file("runs/r/config.json", config);
+    d.file("runs/sweep.csv", "run,dir\n0,\xff\n");
+    check_stopped(plot(fig), 2, runs + "/sweep.csv: not UTF-8 text");
+    fs::remove(d.path / "runs" / "sweep.csv");
+    CHECK_FALSE(fs::exists(fig + ".png"));
+
+    if (!have_matplotlib()) {
+      MESSAGE("skipped the write checks: matplotlib is not importable by /usr/bin/python3");
+      return;
+    }
+    // Writes the system refuses: exit 4, naming the file and the reason, nothing left behind.
+    check_stopped(plot("/proc/x"), 4, "cannot write /proc/x.png: No such file or directory");
+    // A file size limit stands in for a full disk (Python ignores SIGXFSZ: the write fails).
+    check_stopped(run_shell(d, "ulimit -f 20; " + std::string(BITLAB_BINARY) + " plot " + runs +
+                                   " --out " + fig),
+                  4, "cannot write " + fig + ".png: File too large");
+    for (const auto& e : fs::directory_iterator(d.path)) {
+      CHECK_MESSAGE(e.path().filename().string().rfind("fig", 0) != 0, e.path());
+    }
+    if (geteuid() != 0) {
+      fs::create_directories(d.path / "ro");
+      fs::permissions(d.path / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+      check_stopped(plot((d.path / "ro" / "fig").string()), 4,
+                    "cannot write " + (d.path / "ro" / "fig.png").string() + ": Permission denied");
+      fs::permissions(d.path / "ro", fs::perms::owner_all);
+    } else {
+      MESSAGE(
+          "the read-only folder check is skipped as root (root writes anyway); /proc stands in");
+    }
+    const Result r = plot(fig);  // and with all of it put right, the figure is drawn
+    CHECK(r.status == 0);
+    CHECK(fs::file_size(fig + ".png") > 0);
   }
 }

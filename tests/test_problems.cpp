@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "gradient_check.hpp"
+#include "problems/external.hpp"
 #include "problems/problem.hpp"
 #include "problems/synthetic.hpp"
 #include "sim/core/reduce.hpp"
@@ -103,7 +105,7 @@ std::vector<double> evaluate(const Problem& p, std::span<const float> x) {
 TEST_SUITE("problems") {
   TEST_CASE("the registry lists the synthetic, then the real problems, in order") {
     const auto& reg = problem_registry();
-    REQUIRE(reg.size() == 8);
+    REQUIRE(reg.size() == 9);
     CHECK(reg[0].name == "quadratic");
     CHECK(reg[1].name == "least_squares");
     CHECK(reg[2].name == "logistic");
@@ -112,10 +114,63 @@ TEST_SUITE("problems") {
     CHECK(reg[5].name == "deep_mlp");
     CHECK(reg[6].name == "cnn");
     CHECK(reg[7].name == "transformer");
+    CHECK(reg[8].name == "external");  // the Python bridge's
     for (const auto& e : reg) {
       CHECK(!e.summary.empty());
       for (const auto& f : e.fields) CHECK_MESSAGE(!f.doc.empty(), e.name << "." << f.name);
     }
+  }
+
+  TEST_CASE("external: the handed-in gradients, copied once; non-finite ones refused") {
+    const auto* entry = find_entry(problem_registry(), "external");
+    REQUIRE(entry != nullptr);
+    const Json raw = {{"name", "external"},
+                      {"tensors", {{{"name", "w"}, {"shape", {2, 3}}},
+                                   {{"name", "b"}, {"shape", {3}}}}}};
+    const Json resolved = entry->resolve(raw, "problem");
+    // `bitlab run` cannot compute its gradients: building it from a file is refused
+    CHECK_THROWS_WITH_AS(entry->make(resolved), doctest::Contains("bitlab.torch"), ConfigError);
+    // bad tensor lists name the field and the rule
+    Json bad = raw;
+    bad["tensors"][1]["shape"] = {0};
+    CHECK_THROWS_WITH_AS(entry->resolve(bad, "problem"),
+                         doctest::Contains("problem.tensors.1.shape = [0]"), ConfigError);
+    bad = raw;
+    bad["tensors"][1]["name"] = "w";
+    CHECK_THROWS_WITH_AS(entry->resolve(bad, "problem"), doctest::Contains("names a tensor twice"),
+                         ConfigError);
+
+    ExternalOptions o;
+    o.tensors = {{"w", {2, 3}}, {"b", {3}}};
+    ExternalProblem p(o, 2, std::vector<float>(9, 0.5f));
+    REQUIRE(p.dim() == 9);
+    CHECK(p.tensors()[0].rows == 2);
+    CHECK(p.tensors()[0].cols == 3);
+    CHECK(p.tensors()[1].one_dimensional());
+    std::vector<float> x(9);
+    p.init_params(x, 7);
+    CHECK(x == std::vector<float>(9, 0.5f));
+    const std::vector<float> w0 = {1, 2, 3, 4, 5, 6}, b0 = {7, 8, 9}, w1 = {0, 0, 0, 0, 0, 0};
+    std::vector<float> b1 = {1, std::numeric_limits<float>::infinity(), 3};
+    p.set_gradients(0, {w0.data(), b0.data()}, 2.5);
+    p.set_gradients(1, {w1.data(), b1.data()}, std::nullopt);
+    CHECK_FALSE(p.losses_measured());
+    std::vector<float> g0(9), g1(9);
+    const RngStream noise(1, Purpose::kGradNoise, 0, 1);
+    std::vector<WorkerBatch> jobs = {{{}, g0, &noise, 0.0, 0}, {{}, g1, &noise, 0.0, 1}};
+    std::unique_ptr<Workspace> ws = p.make_workspace();
+    p.loss_grad_workers(x, jobs, *ws);
+    CHECK(g0 == std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9});
+    CHECK(jobs[0].loss == 2.5);
+    CHECK(std::isnan(jobs[1].loss));
+    CHECK_THROWS_WITH_AS(p.check_gradients(4),
+                         "step 4, worker 1, parameter 'b': gradient element 1 is inf: gradients "
+                         "must be finite (lower the lr, check the loss, or clip before the worker "
+                         "block ends)",
+                         ConfigError);
+    p.clear_gradients();
+    CHECK(p.losses_measured());
+    CHECK_NOTHROW(p.check_gradients(5));
   }
 
   TEST_CASE("gradients match central finite differences") {

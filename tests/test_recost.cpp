@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -143,6 +144,34 @@ RecostOptions custom_options(const fs::path& dir, const std::string& label = "la
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
+}
+
+// A sweep folder of `runs` hand-written runs run-1 ... run-N: sweep.json
+// lists them, sweep.csv has a row each (a quoted cell with a comma, the run
+// folder last, as the sweep runner writes it).
+fs::path write_hand_sweep(const fs::path& root, int runs) {
+  const fs::path sweep = root / "sweep";
+  Json list = Json::array();
+  std::string csv = "name,\"a,b\",dir\n";
+  for (int k = 1; k <= runs; ++k) {
+    const std::string n = std::to_string(k), name = "run-" + n;
+    fs::create_directories(sweep / name);
+    write_hand_run(sweep / name);
+    list.push_back({{"dir", name}});
+    csv.append("x").append(n).append(",\"").append(n).append(",2\",").append(name).append("\n");
+  }
+  write_file(sweep / "sweep.json", Json{{"name", "hand"}, {"runs", list}}.dump());
+  write_file(sweep / "sweep.csv", csv);
+  return sweep;
+}
+
+// Every file under a sweep folder and its content.
+std::map<std::string, std::string> sweep_files(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) files[fs::relative(e.path(), dir).string()] = read_file(e.path());
+  }
+  return files;
 }
 
 }  // namespace
@@ -500,6 +529,81 @@ TEST_SUITE("recost") {
       o.label = "rebuilt";
       recost_run(o);
       check_same("rebuilt");
+    }
+  }
+
+  TEST_CASE("a sweep is re-priced all or nothing: a bad run 4 leaves runs 1-3 unchanged") {
+    TempDir tmp;
+    const fs::path sweep = write_hand_sweep(tmp.path, 4);
+    std::string broken = kCommLog;
+    broken.replace(broken.find("alltoall"), 8, "gossip");
+    write_file(sweep / "run-4" / "comm_log.csv", broken);
+    const auto before = sweep_files(sweep);
+    const std::string err = config_error_message([&] { recost_sweep(custom_options(sweep)); });
+    CHECK(contains(err, "run run-4: "));
+    CHECK(contains(err, "comm_log.csv: line 3: column op"));
+    CHECK(sweep_files(sweep) == before);  // runs 1-3 and sweep.csv included
+    for (int k = 1; k <= 4; ++k) CHECK(!has_tmp_file(sweep / ("run-" + std::to_string(k))));
+    // A label clash found in sweep.csv only after every run was priced (the
+    // default label, the preset's name, is known only then): nothing changes.
+    write_file(sweep / "run-4" / "comm_log.csv", kCommLog);
+    std::string csv = read_file(sweep / "sweep.csv");
+    csv.replace(csv.find(",dir"), 4, ",comm_s@custom,dir");
+    write_file(sweep / "sweep.csv", csv);
+    const auto before_clash = sweep_files(sweep);
+    RecostOptions o = custom_options(sweep);
+    o.label = "";
+    CHECK(contains(config_error_message([&] { recost_sweep(o); }),
+                   "sweep.csv: already has a column comm_s@custom"));
+    CHECK(sweep_files(sweep) == before_clash);
+    for (int k = 1; k <= 4; ++k) CHECK(!has_tmp_file(sweep / ("run-" + std::to_string(k))));
+  }
+
+  TEST_CASE("recost SWEEP --force rewrites the label's columns in every run and in sweep.csv") {
+    TempDir tmp;
+    const fs::path sweep = write_hand_sweep(tmp.path, 3);
+    const SweepRecost first = recost_sweep(custom_options(sweep, "lab"));
+    REQUIRE(first.runs.size() == 3);
+    CHECK_FALSE(first.csv_replaced);
+    Csv s = read_csv(sweep / "sweep.csv");
+    REQUIRE(s.col("comm_s@lab") >= 0);
+    CHECK(s.num(0, "comm_s@lab") == doctest::Approx(first.runs[0].second.comm_s));
+    // Again without --force: refused, nothing changed.
+    const auto after_first = sweep_files(sweep);
+    CHECK(contains(config_error_message([&] { recost_sweep(custom_options(sweep, "lab")); }),
+                   "already has"));
+    CHECK(sweep_files(sweep) == after_first);
+    // With --force: slower links, the same columns rewritten in place.
+    RecostOptions forced = custom_options(sweep, "lab");
+    forced.sets.push_back("network.intra_bandwidth_gbps=8");
+    forced.force = true;
+    const SweepRecost second = recost_sweep(forced);
+    REQUIRE(second.runs.size() == 3);
+    CHECK(second.csv_replaced);
+    s = read_csv(sweep / "sweep.csv");
+    // (read_csv splits the quoted "a,b" in two; so it does every row's.)
+    CHECK(s.header == std::vector<std::string>{"name", "\"a", "b\"", "dir", "comm_s@lab",
+                                               "sim_time_s@lab"});
+    for (size_t i = 0; i < 3; ++i) {
+      CAPTURE(i);
+      CHECK(second.runs[i].second.replaced);
+      CHECK(s.num(i, "comm_s@lab") == doctest::Approx(second.runs[i].second.comm_s));
+      CHECK(s.num(i, "sim_time_s@lab") == doctest::Approx(second.runs[i].second.sim_time_s));
+      CHECK(second.runs[i].second.comm_s > first.runs[i].second.comm_s);
+      const Csv m = read_csv(sweep / ("run-" + std::to_string(i + 1)) / "metrics.csv");
+      CHECK(m.header.size() == 14 + 4);  // the label's columns once
+      CHECK(m.num(0, "comm_s@lab") == doctest::Approx(6030e-6).epsilon(1e-12));
+    }
+    // The quoted cell with a comma kept its place and text.
+    CHECK(contains(read_file(sweep / "sweep.csv"), "x1,\"1,2\",run-1,"));
+    // A second label lands after the first, each row's values found by its
+    // "dir" cell (no longer the last).
+    const SweepRecost third = recost_sweep(custom_options(sweep, "other"));
+    s = read_csv(sweep / "sweep.csv");
+    REQUIRE(s.header.size() == 8);
+    for (size_t i = 0; i < 3; ++i) {
+      CHECK(s.num(i, "comm_s@other") == doctest::Approx(third.runs[i].second.comm_s));
+      CHECK(s.num(i, "comm_s@lab") == doctest::Approx(second.runs[i].second.comm_s));
     }
   }
 }

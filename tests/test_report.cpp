@@ -3,12 +3,17 @@
 // from disk, the page writes what it rendered into <div id="bitlab-checks">
 // (notebooks/report.py), and the test reads it from --dump-dom; a screenshot
 // is kept as a test artefact at <build>/test-artefacts/report.png. Without
-// Chromium or python3-plotly the browser test says why it skipped.
+// Chromium or python3-plotly the browser test says why it skipped. Names,
+// option values and labels planted with </script>, <img onerror> and quotes
+// must show as text and never run (escaping, and the page's
+// Content-Security-Policy); the Python tools' exit statuses follow the CLI's
+// (bad input 2, a failed write 4, one line, never a traceback).
 #include <doctest/doctest.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 
@@ -59,7 +64,68 @@ std::string attribute(const std::string& dom, const std::string& name) {
   return "<missing>";
 }
 
+// Headless Chromium with no network (every host name fails to resolve) and a profile in
+// d; --virtual-time-budget lets the page's load handler run before the DOM is dumped.
+std::string chromium(const TempDir& d) {
+  return "/usr/bin/chromium --headless --no-sandbox --disable-gpu --no-first-run "
+         "--host-resolver-rules='MAP * ~NOTFOUND' --user-data-dir=" +
+         (d.path / "profile").string() + " --virtual-time-budget=5000 ";
+}
+
+std::string dump_dom(const TempDir& d, const fs::path& page) {
+  const Result r =
+      run_shell(d, chromium(d) + "--dump-dom 'file://" + page.string() + "' 2>/dev/null");
+  REQUIRE(r.status == 0);
+  return r.out;
+}
+
+// A screenshot kept next to the binary under test (the build folder): test-artefacts/NAME.
+void screenshot(const TempDir& d, const fs::path& page, const std::string& name) {
+  const fs::path artefacts = fs::path(BITLAB_BINARY).parent_path() / "test-artefacts";
+  fs::create_directories(artefacts);
+  const fs::path shot = artefacts / name;
+  fs::remove(shot);
+  const Result r =
+      run_shell(d, chromium(d) + "--window-size=1280,2400 --screenshot=" + shot.string() +
+                       " 'file://" + page.string() + "' >/dev/null 2>&1");
+  CHECK(r.status == 0);
+  CHECK(fs::exists(shot));
+  MESSAGE("screenshot of the report page: " << shot.string());
+}
+
+// s quoted for /bin/sh.
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+void put_file(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary) << text;
+}
+
 }  // namespace
+
+namespace bitlab::testing {
+
+// A Python tool that stopped as the CLI's commands do: `status`, one line
+// "bitlab: error: <what>...", no traceback. Also used by the plot suite (test_plot.cpp).
+void check_stopped(const Result& r, int status, const std::string& what) {
+  CHECK_MESSAGE(r.status == status, r.err);
+  CHECK_MESSAGE(r.err.find("bitlab: error: " + what) != std::string::npos, r.err);
+  CHECK_MESSAGE(count(r.err, "bitlab: error: ") == 1, r.err);
+  CHECK_MESSAGE(r.err.find("Traceback") == std::string::npos, r.err);
+}
+
+}  // namespace bitlab::testing
+
+using bitlab::testing::check_stopped;
 
 TEST_SUITE("report") {
   TEST_CASE("numbers for people: decimal byte units, durations, never an exponent") {
@@ -149,18 +215,13 @@ TEST_SUITE("report") {
           "chromium; ./setup.sh installs it)");
       return;
     }
-    // --virtual-time-budget lets the page's load handler run before the DOM is dumped;
-    // every host name fails to resolve, so a page that fetched plotly.js from the network
+    // Every host name fails to resolve, so a page that fetched plotly.js from the network
     // would show data-plotly="missing" and no traces.
-    const std::string chromium =
-        "/usr/bin/chromium --headless --no-sandbox --disable-gpu --no-first-run "
-        "--host-resolver-rules='MAP * ~NOTFOUND' "
-        "--user-data-dir=" +
-        (d.path / "profile").string() + " --virtual-time-budget=5000 ";
-    r = run_shell(d, chromium + "--dump-dom file://" + page.string() + " 2>/dev/null");
-    REQUIRE(r.status == 0);
-    const std::string dom = r.out;
+    const std::string dom = dump_dom(d, page);
     CHECK(attribute(dom, "data-errors") == "[]");
+    CHECK(attribute(dom, "data-csp") == "[]");  // the policy blocked nothing of the page's own
+    CHECK(dom.find("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+                   "script-src 'sha256-") != std::string::npos);
     CHECK(attribute(dom, "data-plotly") != "missing");
     CHECK(attribute(dom, "data-rows") == "3");
     const std::string traces = attribute(dom, "data-traces");
@@ -168,15 +229,188 @@ TEST_SUITE("report") {
     // At least one loss trace per run on each of the three x axes.
     CHECK(std::atoi(traces.c_str()) >= 9);
 
-    // Next to the binary under test: the build folder, wherever the tests run from.
-    const fs::path artefacts = fs::path(BITLAB_BINARY).parent_path() / "test-artefacts";
-    fs::create_directories(artefacts);
-    const fs::path shot = artefacts / "report.png";
-    fs::remove(shot);
-    r = run_shell(d, chromium + "--window-size=1280,2400 --screenshot=" + shot.string() +
-                         " file://" + page.string() + " >/dev/null 2>&1");
-    CHECK(r.status == 0);
-    CHECK(fs::exists(shot));
-    MESSAGE("screenshot of the report page: " << shot.string());
+    screenshot(d, page, "report.png");
+  }
+
+  TEST_CASE("bitlab report: planted names, option values and labels show as text, never run") {
+    if (!have("/usr/bin/python3 -c 'import plotly'") || access("/usr/bin/chromium", X_OK) != 0) {
+      MESSAGE(
+          "skipped: needs plotly for /usr/bin/python3 and /usr/bin/chromium (Debian packages "
+          "python3-plotly and chromium; ./setup.sh installs them)");
+      return;
+    }
+    TempDir d;
+    const fs::path tree = make_tree(d);
+    // Each payload sets the page's title to PWNED if it ever runs; the word itself is in
+    // no file. Run folders (the first one is three folders deep: x< / script><script>...< /
+    // script>), a string option that differs between the runs (problem.data_dir), a final
+    // metric's and a phase's name (summary.json), a collective's name (comm_log.csv), the
+    // title and the baseline's value.
+    const std::string js = "document.title='PW'+'NED'";
+    const std::string runs[] = {"x</script><script>" + js + "</script>",
+                                "r\"'`<img src=x onerror=" + js + ">",
+                                "onebit'><svg onload=" + js + ">"};
+    const std::string data_dirs[] = {"</script><img src=x onerror=" + js + ">",
+                                     "\"><script>" + js + "</script>", "'`${" + js + "}"};
+    const char* made[] = {"adam-a", "adam-b", "onebit"};
+    for (int k = 0; k < 3; ++k) {
+      const fs::path run = tree / runs[k];
+      fs::create_directories(run.parent_path());
+      fs::rename(tree / made[k], run);
+      Json config = Json::parse(slurp(run / "config.json"));
+      config["problem"]["data_dir"] = data_dirs[k];
+      put_file(run / "config.json", config.dump());
+      Json summary = Json::parse(slurp(run / "summary.json"));
+      summary["final"]["m<img src=x onerror=" + js + ">"] = 1.5;
+      summary["phases"]["p</script><script>" + js + "</script>"] =
+          Json{{"steps", 1}, {"bytes_sent_per_worker", 2}, {"comm_s", 0.1}};
+      put_file(run / "summary.json", summary.dump());
+      std::string comm = slurp(run / "comm_log.csv");
+      comm.replace(comm.find("allreduce"), 9, "<img src=x onerror=" + js + ">");
+      put_file(run / "comm_log.csv", comm);
+    }
+    const std::string title = "T</title><script>" + js + "</script>\"'`";
+    const fs::path page = d.path / "planted.html";
+    Result r = run_bitlab(d, "report " + tree.string() + " --out " + page.string() + " --title " +
+                                 quote(title) + " --baseline " +
+                                 quote("problem.data_dir=" + data_dirs[1]));
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    const std::string html = slurp(page);
+    for (const char* raw : {"<script>document", "<img src=x", "<svg onload", "</script><img"}) {
+      CHECK_MESSAGE(html.find(raw) == std::string::npos, raw);
+    }
+
+    const std::string dom = dump_dom(d, page);
+    CHECK(dom.find("PWNED") == std::string::npos);
+    CHECK(attribute(dom, "data-errors") == "[]");
+    CHECK(attribute(dom, "data-csp") == "[]");
+    CHECK(attribute(dom, "data-rows") == "3");
+    CHECK(attribute(dom, "data-traces") == attribute(dom, "data-expected-traces"));
+    CHECK(std::atoi(attribute(dom, "data-traces").c_str()) >= 9);
+    // The page's elements are its own: no <img> or <svg onload>, and only its three scripts
+    // besides the figures' JSON data blocks.
+    CHECK(dom.find("<img") == std::string::npos);
+    CHECK(dom.find("<svg onload") == std::string::npos);
+    CHECK(count(dom, "<script") ==
+          3 + count(dom, "<script type=\"application/json\" class=\"bitlab-figure\""));
+    // What was planted is shown as text: the title, the table's cells, the curves' legends.
+    CHECK(
+        dom.find("<title>T&lt;/title&gt;&lt;script&gt;document.title='PW'+'NED'&lt;/script&gt;\"'`"
+                 "</title>") != std::string::npos);
+    CHECK(
+        dom.find(">x&lt;/script&gt;&lt;script&gt;document.title='PW'+'NED'&lt;/script&gt;</td>") !=
+        std::string::npos);
+    CHECK(dom.find(">r\"'`&lt;img src=x onerror=document.title='PW'+'NED'&gt;</td>") !=
+          std::string::npos);
+    CHECK(dom.find("<tr class=\"baseline\"><td data-sort=\"&quot;r\\&quot;'`") !=
+          std::string::npos);
+    CHECK(
+        count(dom, "data_dir=&lt;/script&gt;&lt;img src=x onerror=document.title='PW'+'NED'&gt;") >=
+        4);
+    CHECK(dom.find(">m&lt;img src=x onerror=document.title='PW'+'NED'&gt;</th>") !=
+          std::string::npos);
+    screenshot(d, page, "report-planted.png");
+
+    // The policy holds from disk: a script and an onerror= slipped into the page do not run,
+    // and the page says what was blocked.
+    std::string injected = html;
+    injected.insert(injected.rfind("</body>"),
+                    "<script>" + js + "</script><img src=x onerror=\"" + js + "\">");
+    put_file(d.path / "injected.html", injected);
+    const std::string blocked = dump_dom(d, d.path / "injected.html");
+    CHECK(blocked.find("PWNED") == std::string::npos);
+    CHECK(attribute(blocked, "data-csp").find("script-src-elem") != std::string::npos);
+    CHECK(attribute(blocked, "data-csp").find("script-src-attr") != std::string::npos);
+    CHECK(attribute(blocked, "data-rows") == "3");
+  }
+
+  TEST_CASE("report.py's escaping: random strings stay in their context (hypothesis)") {
+    if (!have("/usr/bin/python3 -c 'import hypothesis, plotly'")) {
+      MESSAGE(
+          "skipped: needs hypothesis and plotly for /usr/bin/python3 (Debian packages "
+          "python3-hypothesis, python3-plotly)");
+      return;
+    }
+    TempDir d;
+    const Result r = run_shell(d, std::string("cd ") + d.path.string() + " && /usr/bin/python3 " +
+                                      BITLAB_SOURCE_DIR + "/notebooks/test_report_escaping.py");
+    CHECK_MESSAGE(r.status == 0, r.err);
+  }
+
+  TEST_CASE("runs and report: bad input exits 2 naming the file, a failed write 4, no traceback") {
+    TempDir d;
+    const fs::path tree = make_tree(d);
+    const fs::path run = tree / "adam-a";
+    const std::string dir = " " + tree.string();
+    const bool plotly = have("/usr/bin/python3 -c 'import plotly'");
+    auto both = [&](int status, const std::string& what) {
+      check_stopped(run_bitlab(d, "runs" + dir), status, what);
+      check_stopped(run_bitlab(d, "report" + dir + " --out " + (d.path / "r.html").string()),
+                    status, what);
+      CHECK(!fs::exists(d.path / "r.html"));
+    };
+    // Files that are not what a run writes.
+    const std::string summary = slurp(run / "summary.json");
+    put_file(run / "summary.json", "[1, 2]");
+    both(2, (run / "summary.json").string() + ": holds a JSON array, not an object");
+    put_file(run / "summary.json", R"({"status": "completed", "final": {"train_loss": "low"}})");
+    both(2, (run / "summary.json").string() + ": final.train_loss = \"low\": must be a number");
+    put_file(run / "summary.json", R"({"totals": [1]})");
+    both(2, (run / "summary.json").string() + ": totals = [1]: must be a JSON object");
+    put_file(run / "summary.json", R"({"status": "comp)");
+    both(2, (run / "summary.json").string() + ": not valid JSON");
+    put_file(run / "summary.json", summary);
+    const std::string metrics = slurp(run / "metrics.csv");
+    put_file(run / "metrics.csv", "step,train_loss\n1,\xff\xfe\n");
+    both(2, (run / "metrics.csv").string() + ": not UTF-8 text (byte 0xff at offset 18)");
+    put_file(run / "metrics.csv", metrics);
+    const std::string config = slurp(run / "config.json");
+    put_file(run / "config.json", "{\"name\": \"\xe9\"}");
+    both(2, (run / "config.json").string() + ": not UTF-8 text");
+    put_file(run / "config.json", config);
+    put_file(tree / "sweep.csv", "run,dir\n0,\xff\n");
+    both(2, (tree / "sweep.csv").string() + ": not UTF-8 text");
+    fs::remove(tree / "sweep.csv");
+    // Standard output full (in a subshell: run_shell sends the command's stdout to a file).
+    check_stopped(
+        run_shell(d, "(" + std::string(BITLAB_BINARY) + " runs --json" + dir + " >/dev/full)"), 4,
+        "cannot write standard output: No space left on device");
+
+    if (!plotly) {
+      MESSAGE("skipped the report's write checks: plotly is not importable by /usr/bin/python3");
+      return;
+    }
+    const std::string comm = slurp(run / "comm_log.csv");
+    // A binary comm_log.csv (only the report reads it).
+    put_file(run / "comm_log.csv", std::string("\x7f"
+                                               "ELF\x02\x01\x01\0\0\0",
+                                               10));
+    check_stopped(run_bitlab(d, "report" + dir + " --out " + (d.path / "r.html").string()), 2,
+                  (run / "comm_log.csv").string() + ": a NUL byte at offset 7: not a text file");
+    put_file(run / "comm_log.csv", comm);
+    // --out: a folder is bad input; a write the system refuses is exit 4 and leaves nothing.
+    fs::create_directories(d.path / "folder");
+    check_stopped(run_bitlab(d, "report" + dir + " --out " + (d.path / "folder").string()), 2,
+                  "--out " + (d.path / "folder").string() + ": is a folder");
+    check_stopped(run_bitlab(d, "report" + dir + " --out /proc/x"), 4,
+                  "cannot write /proc/x: No such file or directory");
+    // A file size limit stands in for a full disk (Python ignores SIGXFSZ: the write fails).
+    check_stopped(run_shell(d, "ulimit -f 1000; " + std::string(BITLAB_BINARY) + " report" + dir +
+                                   " --out " + (d.path / "big.html").string()),
+                  4, "cannot write " + (d.path / "big.html").string() + ": File too large");
+    for (const auto& e : fs::directory_iterator(d.path)) {
+      CHECK_MESSAGE(e.path().filename().string().rfind("big.html", 0) != 0, e.path());
+    }
+    if (geteuid() != 0) {
+      fs::create_directories(d.path / "ro");
+      fs::permissions(d.path / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+      check_stopped(run_bitlab(d, "report" + dir + " --out " + (d.path / "ro" / "r.html").string()),
+                    4,
+                    "cannot write " + (d.path / "ro" / "r.html").string() + ": Permission denied");
+      fs::permissions(d.path / "ro", fs::perms::owner_all);
+    } else {
+      MESSAGE(
+          "the read-only folder check is skipped as root (root writes anyway); /proc stands in");
+    }
   }
 }

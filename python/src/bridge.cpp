@@ -95,6 +95,17 @@ class BridgeRun {
                               self_obj);
   }
 
+  // Worker w's gradient row in the cluster (a float32 array over its memory,
+  // kept alive by this object): where the bridge copies the worker's .grad.
+  static py::object grad_row(py::object self_obj, int worker) {
+    BridgeRun& self = self_obj.cast<BridgeRun&>();
+    Cluster& cluster = self.session_->simulation().cluster();
+    if (worker < 0 || worker >= cluster.workers()) throw py::index_error("worker out of range");
+    const std::span<float> g = cluster.grad(worker);
+    return py::array_t<float>({static_cast<py::ssize_t>(g.size())}, {sizeof(float)}, g.data(),
+                              self_obj);
+  }
+
   void set_gradients(int worker, const std::vector<uintptr_t>& data, std::optional<double> loss) {
     std::vector<const float*> ptrs;
     ptrs.reserve(data.size());
@@ -158,6 +169,7 @@ void bind_bridge(py::module_& m) {
                     std::vector<std::string>, py::object, const BridgeOptions&>())
       .def("params", [](py::object self) { return BridgeRun::params_view(self, -1); })
       .def("local_params", [](py::object self, int w) { return BridgeRun::params_view(self, w); })
+      .def("grad_row", [](py::object self, int w) { return BridgeRun::grad_row(self, w); })
       .def("set_gradients", &BridgeRun::set_gradients)
       .def("step", &BridgeRun::step, py::arg("compute_s") = py::none())
       .def("finish", [](BridgeRun& b) { return b.session().finish(); })

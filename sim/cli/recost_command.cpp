@@ -44,8 +44,9 @@ int run_recost_sweep(const RecostOptions& o, bool json) {
   for (const auto& why : s.skipped) std::printf("skipped %s\n", why.c_str());
   if (!s.csv_path.empty() && !s.runs.empty()) {
     const std::string& label = s.runs.front().second.label;
-    std::printf("%zu runs re-priced; added comm_s@%s and sim_time_s@%s to %s\n", s.runs.size(),
-                label.c_str(), label.c_str(), s.csv_path.c_str());
+    std::printf("%zu runs re-priced; %s comm_s@%s and sim_time_s@%s in %s\n", s.runs.size(),
+                s.csv_replaced ? "replaced" : "added", label.c_str(), label.c_str(),
+                s.csv_path.c_str());
   }
   return 0;
 }

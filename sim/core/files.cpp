@@ -16,12 +16,20 @@ namespace bitlab {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The temporary file write_text_atomic writes `path` through, without the
+// process id that ends it.
+std::string temp_prefix(const std::string& path) { return path + ".tmp."; }
+
+}  // namespace
+
 void write_text_atomic(const std::string& path, const std::string& text) {
   // Written to a temporary name and renamed: a reader never sees half a file.
   // The name carries the process id, so processes writing the same file at
   // once (sweep shards starting together in a shared folder) do not collide.
   const fs::path p(path);
-  const fs::path tmp = p.string() + ".tmp." + std::to_string(getpid());
+  const fs::path tmp = temp_prefix(p.string()) + std::to_string(getpid());
   {
     std::ofstream out(tmp);
     out << text;
@@ -35,6 +43,21 @@ void write_text_atomic(const std::string& path, const std::string& text) {
     }
   }
   fs::rename(tmp, p);
+}
+
+void remove_atomic_leftovers(const std::string& path) {
+  const fs::path p(path);
+  const std::string prefix = temp_prefix(p.filename().string());
+  std::error_code ec;
+  for (fs::directory_iterator it(p.parent_path().empty() ? "." : p.parent_path(), ec), end;
+       !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    // Only `.tmp.<digits>`: a file someone else named alike is not ours.
+    if (name.find_first_not_of("0123456789", prefix.size()) != std::string::npos) continue;
+    std::error_code ignored;  // a leftover that cannot go is harmless
+    fs::remove(it->path(), ignored);
+  }
 }
 
 FolderLock::FolderLock(const std::string& dir, const std::string& name,

@@ -9,6 +9,11 @@ namespace bitlab {
 // never sees half a file.
 void write_text_atomic(const std::string& path, const std::string& text);
 
+// What a process killed inside write_text_atomic(path) leaves: its temporary
+// files `<path>.tmp.<pid>`. Removes them all; call it only while holding the
+// folder's lock (FolderLock), so that none belongs to a live writer.
+void remove_atomic_leftovers(const std::string& path);
+
 // An exclusive lock on a results folder, held while this object lives (flock on
 // `<dir>/<name>`, released by the system even when the process is killed). The
 // file records the holder's process id and command, so that a second process

@@ -36,8 +36,11 @@ Simulation::Simulation(const Experiment& experiment, Transport* transport,
   // The simulator streams the gradients into their mean when that is all the
   // optimizer reads (memory: log n rows, not n); under MPI a rank holds its
   // own workers' rows and the exchange needs them.
+  // A given problem (the Python bridge's) is handed its gradients into the
+  // cluster's rows, so it keeps them (problems/external.hpp).
   std::optional<StreamedMean> streamed;
-  if (const auto wire = optimizer_->gradient_mean_wire(); wire && !comm_.distributed()) {
+  if (const auto wire = optimizer_->gradient_mean_wire();
+      wire && !comm_.distributed() && !given_problem) {
     streamed = StreamedMean{*wire, experiment.run.grad_norm_every > 0};
   }
   timed_ = experiment.network.preset != "none";

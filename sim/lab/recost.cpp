@@ -480,40 +480,78 @@ std::vector<std::string> recost_columns(const std::string& label) {
   return {"compute_s@" + label, "comm_s@" + label, "step_s@" + label, "sim_time_s@" + label};
 }
 
-RecostResult recost_run(const RecostOptions& o) {
+namespace {
+
+// A run re-priced into a temporary file beside its metrics.csv, not yet
+// renamed over it: a sweep prices every run before it replaces any.
+struct PricedRun {
+  RecostResult result;
+  fs::path tmp, target;
+};
+
+// Removes the temporary files of the runs it holds unless they were committed
+// (renamed into place): an error anywhere leaves every metrics.csv as it was.
+struct PricedRuns {
+  std::vector<PricedRun> runs;
+  bool committed = false;
+  ~PricedRuns() {
+    if (committed) return;
+    for (const auto& r : runs) {
+      std::error_code ignored;
+      fs::remove(r.tmp, ignored);
+    }
+  }
+  void commit() {
+    for (const auto& r : runs) fs::rename(r.tmp, r.target);
+    committed = true;
+  }
+};
+
+// Reads and checks the run folder and prices every row into a temporary
+// file; throws ConfigError (the temporary file removed) on any problem.
+PricedRun price_run(const RecostOptions& o) {
   const fs::path dir(o.run_dir);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     throw ConfigError(o.run_dir + ": no such results folder");
   }
   const RunConfig run = read_run_config(dir);
-  RecostResult res;
+  PricedRun priced;
+  RecostResult& res = priced.result;
   read_new_model(o, run, res);
   const std::vector<double> base_s = worker_base_s(dir, run.json, res.compute, run.workers);
 
-  const fs::path metrics_path = dir / "metrics.csv";
-  res.metrics_path = metrics_path.string();
-  LineReader metrics(metrics_path);
+  priced.target = dir / "metrics.csv";
+  res.metrics_path = priced.target.string();
+  LineReader metrics(priced.target);
   CommLogReader comm_log(dir / "comm_log.csv");
   const MetricsLayout layout = read_metrics_layout(metrics, o, res);
 
-  // Price each row into a temporary file, then rename: on any error
-  // metrics.csv is left untouched.
-  const fs::path tmp_path = metrics_path.string() + ".recost.tmp";
+  priced.tmp = priced.target.string() + ".recost.tmp";
   try {
-    std::ofstream out(tmp_path, std::ios::binary | std::ios::trunc);
-    if (!out) throw ConfigError(tmp_path.string() + ": cannot be written");
+    std::ofstream out(priced.tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw ConfigError(priced.tmp.string() + ": cannot be written");
     reprice_rows(metrics, comm_log, layout, run, base_s, out, res);
     out.flush();
-    if (!out) throw ConfigError(tmp_path.string() + ": write failed (disk full?)");
+    if (!out) throw ConfigError(priced.tmp.string() + ": write failed (disk full?)");
     out.close();
-    fs::rename(tmp_path, metrics_path);
   } catch (...) {
     std::error_code ignored;
-    fs::remove(tmp_path, ignored);
+    fs::remove(priced.tmp, ignored);
     throw;
   }
-  return res;
+  return priced;
+}
+
+}  // namespace
+
+RecostResult recost_run(const RecostOptions& o) {
+  // Priced into a temporary file, then renamed: on any error metrics.csv is
+  // left untouched.
+  PricedRuns priced;
+  priced.runs.push_back(price_run(o));
+  priced.commit();
+  return priced.runs.front().result;
 }
 
 bool is_sweep_folder(const std::string& dir) {
@@ -523,34 +561,79 @@ bool is_sweep_folder(const std::string& dir) {
 
 namespace {
 
-// sweep.csv with `columns` added to the header and to each row the values of
-// its run (the row's last cell is the run folder); rows of runs not re-priced
-// get empty cells.
+// One csv line cut into its cells as they are written (quotes kept), so that
+// rewriting a row changes only the cells it means to.
+std::vector<std::string> raw_cells(const std::string& line) {
+  std::vector<std::string> cells(1);
+  bool quoted = false;
+  for (const char c : line) {
+    if (c == '"') quoted = !quoted;  // "" inside quotes toggles twice: no net change
+    if (c == ',' && !quoted) {
+      cells.emplace_back();
+    } else {
+      cells.back() += c;
+    }
+  }
+  return cells;
+}
+
+// A cell's text (quotes as sweep.csv writes them removed).
+std::string unquoted(const std::string& cell) {
+  if (cell.size() < 2 || cell.front() != '"' || cell.back() != '"') return cell;
+  std::string out;
+  for (size_t k = 1; k + 1 < cell.size(); ++k) {
+    out += cell[k];
+    if (cell[k] == '"' && cell[k + 1] == '"') ++k;
+  }
+  return out;
+}
+
+// sweep.csv with `columns` set in each row to the values of its run (named
+// by the "dir" column, the sweep runner's last: columns an earlier recost
+// added come after it); rows of runs not re-priced get empty cells. A column
+// the header already has is refused, or with `force` rewritten in place.
 std::string csv_with_columns(const fs::path& csv, const std::vector<std::string>& columns,
-                             const std::map<std::string, std::vector<double>>& values) {
+                             const std::map<std::string, std::vector<double>>& values,
+                             bool force, bool* replaced = nullptr) {
   std::ifstream in(csv);
   std::string line, out;
-  bool header = true;
-  while (std::getline(in, line)) {
-    out += line;
-    if (header) {
-      for (const auto& c : columns) {
-        if (line.find("," + c + ",") != std::string::npos ||
-            line.size() >= c.size() && line.compare(line.size() - c.size(), c.size(), c) == 0) {
-          throw ConfigError(csv.string() + ": already has a column " + c +
-                            " (give another --label)");
-        }
-        out += "," + c;
-      }
-      header = false;
-    } else {
-      const auto it = values.find(line.substr(line.rfind(',') + 1));
-      for (size_t k = 0; k < columns.size(); ++k) {
-        out += ",";
-        if (it != values.end()) out += fmt(it->second[k]);
-      }
+  std::vector<size_t> index;  // of each of `columns` in the output rows
+  if (!std::getline(in, line)) return out;  // empty: nothing to add to
+  std::vector<std::string> cells = raw_cells(line);
+  size_t dir_col = cells.size() - 1;
+  for (size_t k = cells.size(); k-- > 0;) {
+    if (unquoted(cells[k]) == "dir") {
+      dir_col = k;
+      break;
     }
+  }
+  for (const auto& c : columns) {
+    const auto at = std::find_if(cells.begin(), cells.end(),
+                                 [&](const std::string& h) { return unquoted(h) == c; });
+    const bool found = at != cells.end();
+    if (found && !force) {
+      throw ConfigError(csv.string() + ": already has a column " + c +
+                        " (give another --label, or --force to replace it)");
+    }
+    index.push_back(static_cast<size_t>(at - cells.begin()));  // cells.size() when new
+    if (!found) cells.push_back(c);
+    if (found && replaced) *replaced = true;
+  }
+  const size_t width = cells.size();
+  auto append = [&out](const std::vector<std::string>& row) {
+    for (size_t k = 0; k < row.size(); ++k) out += (k ? "," : "") + row[k];
     out += "\n";
+  };
+  append(cells);
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    cells = raw_cells(line);
+    const auto it = values.find(dir_col < cells.size() ? unquoted(cells[dir_col]) : "");
+    cells.resize(std::max(cells.size(), width));
+    for (size_t k = 0; k < columns.size(); ++k) {
+      cells[index[k]] = it != values.end() ? fmt(it->second[k]) : "";
+    }
+    append(cells);
   }
   return out;
 }
@@ -572,9 +655,13 @@ SweepRecost recost_sweep(const RecostOptions& o) {
   const fs::path csv = dir / "sweep.csv";
   std::error_code csv_ec;
   if (!o.label.empty() && fs::exists(csv, csv_ec)) {
-    // Refused before any run is re-priced: nothing changes.
-    (void)csv_with_columns(csv, {"comm_s@" + o.label, "sim_time_s@" + o.label}, values);
+    // A clash refused before any run is priced (the work would be wasted).
+    (void)csv_with_columns(csv, {"comm_s@" + o.label, "sim_time_s@" + o.label}, values, o.force);
   }
+  // Every run is priced (and so checked) before any is replaced: an error in
+  // one leaves them all as they were.
+  PricedRuns priced;
+  std::vector<std::string> names;  // of priced.runs' folders
   for (const auto& r : sweep.value("runs", Json::array())) {
     const std::string name = r.value("dir", "");
     std::error_code ec;
@@ -586,20 +673,26 @@ SweepRecost recost_sweep(const RecostOptions& o) {
     RecostOptions one = o;
     one.run_dir = (dir / name).string();
     try {
-      RecostResult res = recost_run(one);
-      label = res.label;
-      values[name] = {res.comm_s, res.sim_time_s};
-      out.runs.emplace_back(name, std::move(res));
+      priced.runs.push_back(price_run(one));
+      names.push_back(name);
     } catch (const ConfigError& e) {
       throw ConfigError("run " + name + ": " + e.what(), e.path());
     }
+    label = priced.runs.back().result.label;
+    values[name] = {priced.runs.back().result.comm_s, priced.runs.back().result.sim_time_s};
   }
+  std::string csv_text;  // sweep.csv's new text, made (and so checked) before any rename
   std::error_code ec;
   if (!label.empty() && fs::exists(csv, ec)) {
     out.csv_path = csv.string();
-    const std::vector<std::string> columns = {"comm_s@" + label, "sim_time_s@" + label};
-    write_text_atomic(csv.string(), csv_with_columns(csv, columns, values));
+    csv_text = csv_with_columns(csv, {"comm_s@" + label, "sim_time_s@" + label}, values, o.force,
+                                &out.csv_replaced);
   }
+  priced.commit();
+  for (size_t k = 0; k < names.size(); ++k) {
+    out.runs.emplace_back(names[k], std::move(priced.runs[k].result));
+  }
+  if (!out.csv_path.empty()) write_text_atomic(out.csv_path, csv_text);
   return out;
 }
 

@@ -74,13 +74,18 @@ RecostResult recost_run(const RecostOptions& options);
 
 // `bitlab recost SWEEP_DIR`: re-prices every run of the sweep folder (its
 // sweep.json's runs that have results) with the same options, and adds
-// comm_s@LABEL and sim_time_s@LABEL (totals) to each row of sweep.csv. A run
-// that has no results yet is listed in `skipped` with the reason; an error
-// in a run names it. sweep.csv is rewritten atomically.
+// comm_s@LABEL and sim_time_s@LABEL (totals) to each row of sweep.csv (with
+// `force`, an existing label's columns are rewritten in place). A run that
+// has no results yet is listed in `skipped` with the reason; an error in a
+// run names it. All or nothing: every run is priced into a temporary file and
+// sweep.csv's new text made before any file is replaced, so an error (a bad
+// comm_log.csv in the fourth run, a label clash in sweep.csv) leaves every
+// file as it was. sweep.csv is rewritten atomically.
 struct SweepRecost {
   std::vector<std::pair<std::string, RecostResult>> runs;  // run folder, result
   std::vector<std::string> skipped;
-  std::string csv_path;  // "" when the sweep has no sweep.csv yet
+  std::string csv_path;       // "" when the sweep has no sweep.csv yet
+  bool csv_replaced = false;  // --force rewrote sweep.csv's columns of the label
 };
 bool is_sweep_folder(const std::string& dir);
 SweepRecost recost_sweep(const RecostOptions& options);

@@ -5,13 +5,13 @@ A 1 M-parameter MLP (784-1024-256-10, 1 068 810 parameters) at 8 workers,
 batch 64 each. Per step, timed in the same process, alternating:
 
   torch      8 x (zero_grad(set_to_none) + forward + backward): torch alone
-  blocks     the same 8 passes inside `with sim.worker(w)` (the checks and the
-             hand-off of the gradients' pointers)
-  copy       the one copy of each worker's gradient into bitlab's rows, inside
-             sim.step() (timed by the bridge itself: BridgeRun.copy_seconds)
-  step       all of sim.step(): the copy, bitlab's exchange and the update
+  blocks     the same 8 passes inside `with sim.worker(w)`: the checks and the
+             one copy of each worker's gradient into bitlab's rows
+  check      sim.step()'s pass over the rows for NaN and inf (timed by the
+             bridge itself: BridgeRun.copy_seconds)
+  step       all of sim.step(): the check, bitlab's exchange and the update
 
-The bridge's overhead is (blocks - torch) + copy; the target is <= 10 % of
+The bridge's overhead is (blocks - torch) + check; the target is <= 10 % of
 torch. Medians over --repeats steps after --warmup steps.
 
   PYTHONPATH=build/python /usr/bin/python3 tests/bench/bench_bridge.py
@@ -89,7 +89,7 @@ def main():
     print(f"bench_bridge: {params} parameters, {a.workers} workers x batch {a.batch}, "
           f"{a.optimizer}, {a.repeats} steps (median; min-max)")
     for name, v in (("torch fwd+bwd", t_torch), ("bridge blocks", t_blocks),
-                    ("gradient copy", t_copy), ("sim.step()", t_step)):
+                    ("row check", t_copy), ("sim.step()", t_step)):
         print(f"  {name:14s} {med(v) * 1e3:9.2f} ms  ({min(v) * 1e3:.2f}-{max(v) * 1e3:.2f})")
     print(f"  bridge overhead {med(overhead) * 1e3:8.2f} ms = {med(ratio) * 100:.1f} % of torch "
           f"(limit 10 %) -> {'ok' if med(ratio) <= 0.10 else 'OVER'}")

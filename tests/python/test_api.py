@@ -121,3 +121,19 @@ def test_external_problem_is_refused_by_the_cli(cli, tmp_path):
     done = cli("run", write_json(tmp_path / "e.json", exp), "--out", tmp_path / "x")
     assert done.returncode == 2 and "bitlab.torch" in done.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_from_deepspeed_reads_the_tutorial_config(tmp_path):
+    ds = ROOT / "experiments" / "deepspeed" / "ds_config.json"
+    with pytest.warns(UserWarning, match="gradient_clipping"):
+        fragment = bitlab.from_deepspeed(ds, steps=20, problem={"name": "logistic", "dim": 5})
+    assert fragment["optimizer"]["name"] == "onebit_adam"
+    assert fragment["optimizer"]["freeze_step"] == 23000 and fragment["cluster"]["workers"] == 256
+    fragment["optimizer"]["freeze_step"] = 5
+    fragment["cluster"]["workers"] = 4
+    assert bitlab.run(fragment, out=tmp_path / "r").status == "completed"
+    with pytest.raises(bitlab.ConfigError, match="freeze_stp"):
+        bitlab.from_deepspeed({"train_batch_size": 8, "optimizer": {"type": "OneBitAdam",
+                                                               "params": {"freeze_stp": 3}}})
+    with pytest.raises(bitlab.ConfigError, match="train_batch_sise"):
+        bitlab.from_deepspeed({"train_batch_sise": 8})

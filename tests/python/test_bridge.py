@@ -280,9 +280,39 @@ def _run_in_order(folder, order):
     return [rows_without_wall(folder / "o" / f) for f in ("metrics.csv", "comm_log.csv")]
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(order=st.permutations(list(range(WORKERS))))
 def test_worker_order_changes_no_bit(tmp_path_factory, order):
     if "ref" not in _IN_ORDER:
         _IN_ORDER["ref"] = _run_in_order(tmp_path_factory.mktemp("ref"), list(range(WORKERS)))
     assert _run_in_order(tmp_path_factory.mktemp("perm"), order) == _IN_ORDER["ref"]
+
+
+def test_a_deepspeed_config_drives_the_optimizer(tmp_path):
+    x, y = data()
+    model = make_model()
+    ds = {"train_batch_size": 24, "train_micro_batch_size_per_gpu": 6,
+          "optimizer": {"type": "OneBitAdam", "params": {"lr": 0.01, "freeze_step": 100}}}
+    sim = bitlab.torch.Simulation(model, workers=WORKERS, steps=STEPS, deepspeed=ds,
+                                  optimizer={"freeze_step": 4}, out=tmp_path / "ds")
+    train(sim, model, x, y)
+    sim.close()
+    assert sim.config["optimizer"]["name"] == "onebit_adam"
+    assert sim.config["optimizer"]["freeze_step"] == 4  # the explicit argument wins
+    assert sim.config["optimizer"]["bias_correction"] is False  # DeepSpeed's 1-bit Adam never corrects
+    with pytest.raises(bitlab.ConfigError, match="optimizer"):
+        bitlab.torch.Simulation(make_model(), workers=2, steps=2, out=tmp_path / "none")
+
+
+def test_sparse_gradient_is_refused(tmp_path):
+    # An embedding with sparse=True makes a sparse .grad. (A gradient on another
+    # device cannot be made here: torch itself keeps .grad on its parameter's
+    # device, and parameters must be on the CPU, which test_bad_models checks.)
+    model = torch.nn.Embedding(10, 4, sparse=True)
+    sim = bitlab.torch.Simulation(model, workers=2, steps=2, optimizer="adam",
+                                  out=tmp_path / "sparse")
+    with pytest.raises(bitlab.GradientError, match="must be dense") as e:
+        with sim.worker(0):
+            model(torch.tensor([1, 2])).sum().backward()
+    assert e.value.field == "weight"
+    sim.close()
