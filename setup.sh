@@ -76,7 +76,9 @@ build() {
   local gen=()
   if command -v ninja >/dev/null; then gen=(-G Ninja); fi
   if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-    cmake -S . -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    # BITLAB_PYTHON=ON: the set-up installs pybind11-dev and python3-dev, so a
+    # package that cannot be built is an error here, not a silent skip.
+    cmake -S . -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DBITLAB_PYTHON=ON >/dev/null
   fi
   cmake --build "$BUILD_DIR" -j "$JOBS"
   install_python_path
