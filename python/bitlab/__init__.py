@@ -153,7 +153,6 @@ def cost(spec, *, set=None, **overrides):
     True
     """
     if isinstance(spec, (str, os.PathLike)):
-        from ._bitlab import resolve as _resolve  # noqa: F401 (the same reader as run)
         with open(os.fspath(spec)) as f:
             raw = json.load(f)
     elif isinstance(spec, dict):

@@ -28,7 +28,6 @@ docs/python.md is the guide (the rules, checkpoints, measured compute time).
 """
 
 import json
-import math
 import os
 import time
 
