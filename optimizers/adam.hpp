@@ -27,6 +27,8 @@ struct AdamOptions {
   bool bias_correction = true;
   std::string wire = "fp32";
   static Schema<AdamOptions> schema();
+  // Does not compress: its own baseline (docs/results.md "A twin baseline").
+  static TwinDeclaration twin(const Json& resolved) { return uncompressed_twin(resolved); }
 };
 
 // One Adam step of every element (docs/algorithms.md §2). Elements are independent,

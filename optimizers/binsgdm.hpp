@@ -26,6 +26,12 @@ struct BinSgdmOptions {
   int64_t node_size = 0;
   uint64_t compress_seed = 0;
   static Schema<BinSgdmOptions> schema();
+  // No uncompressed twin: the binarization is the update itself.
+  static TwinDeclaration twin(const Json&) {
+    return {"", Json::object(),
+            "binsgdm has no uncompressed twin: its update is the binarization itself (compare "
+            "with adam in a sweep instead)"};
+  }
 };
 
 // One bit per element, no warm-up, no error feedback (docs/algorithms.md §7):

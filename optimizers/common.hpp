@@ -12,6 +12,7 @@
 #include "sim/core/float16.hpp"
 #include "sim/core/schema.hpp"
 #include "sim/core/tensor_layout.hpp"
+#include "sim/kernels/reduce.hpp"  // kParallelMinElements
 
 namespace bitlab {
 
@@ -154,10 +155,5 @@ inline std::vector<std::string> warmup_warnings(int64_t freeze_step, int64_t ste
   }
   return {};
 }
-
-// Number of elements above which an elementwise loop is worth a parallel
-// region. Each element is independent, so the result is bit-identical for
-// any thread count either way; this only avoids fork/join on tiny tensors.
-inline constexpr int64_t kParallelMinElements = 4096;
 
 }  // namespace bitlab

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "sim/core/reduce.hpp"
+#include "sim/kernels/reduce.hpp"
 
 namespace bitlab {
 

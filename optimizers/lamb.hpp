@@ -26,6 +26,8 @@ struct LambOptions {
   bool bias_correction = false;
   std::string wire = "fp32";
   static Schema<LambOptions> schema();
+  // Does not compress: its own baseline (docs/results.md "A twin baseline").
+  static TwinDeclaration twin(const Json& resolved) { return uncompressed_twin(resolved); }
 };
 
 // r_p = clamp(‖x_p‖ / ‖u_p‖, min_coeff, max_coeff), or exactly 1 when either
@@ -53,7 +55,7 @@ inline double lamb_trust_ratio(double x_norm, double u_norm, double min_coeff, d
 // instead of the paper's scaling function φ; C_p, the running average of the
 // trust ratio that 1-bit LAMB freezes at the end of its warm-up, is kept as
 // state (coeff_ema()) but does not affect this optimizer's steps.
-// Norms are sums in double over fixed blocks (sim/core/reduce.hpp), so results are
+// Norms are sums in double over fixed blocks (sim/kernels/reduce.hpp), so results are
 // bit-identical for any thread count; r_p is formed in double and lr·r_p
 // rounded to float, as PyTorch does with the Python scalar.
 class Lamb : public Optimizer {

@@ -44,6 +44,10 @@ struct LocoOptions {
   std::string node_reduce = "mean";  // two_stage: mean | sum (the reference's scale)
   uint64_t compress_seed = 0;
   static Schema<LocoOptions> schema();
+  // Uncompressed twin: its base optimizer (adam or momentum_sgd), unchanged.
+  static TwinDeclaration twin(const Json& resolved) {
+    return {resolved.at("base").get<std::string>()};
+  }
   QuantizeSpec spec() const;
 };
 

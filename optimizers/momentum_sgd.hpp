@@ -18,6 +18,8 @@ struct MomentumSgdOptions {
   double weight_decay = 0.0;
   std::string wire = "fp32";
   static Schema<MomentumSgdOptions> schema();
+  // Does not compress: its own baseline (docs/results.md "A twin baseline").
+  static TwinDeclaration twin(const Json& resolved) { return uncompressed_twin(resolved); }
 };
 
 // torch.optim.SGD with momentum μ and dampening 0 (Polyak 1964 heavy ball;

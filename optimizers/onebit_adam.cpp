@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "optimizers/common.hpp"
-#include "sim/core/reduce.hpp"
+#include "sim/kernels/reduce.hpp"
 
 namespace bitlab {
 

@@ -42,6 +42,11 @@ struct OneBitAdamOptions {
   Json worker_compressor = default_stage_compressor();
   Json server_compressor = default_stage_compressor();
   static Schema<OneBitAdamOptions> schema();
+  // Uncompressed twin: the same optimizer (1-bit Adam or APMSqueeze) with
+  // compression "none": the frozen variance with an exact momentum allreduce.
+  static TwinDeclaration twin(const Json& resolved) {
+    return {resolved.at("name").get<std::string>(), {{"compression", "none"}}, ""};
+  }
 };
 
 // The same fields; only the default switch rule differs.

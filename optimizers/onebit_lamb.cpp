@@ -7,7 +7,7 @@
 
 #include "optimizers/adam.hpp"
 #include "optimizers/common.hpp"
-#include "sim/core/reduce.hpp"
+#include "sim/kernels/reduce.hpp"
 
 namespace bitlab {
 

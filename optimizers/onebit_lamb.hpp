@@ -43,6 +43,8 @@ struct OneBitLambOptions {
   Json worker_compressor = default_stage_compressor();
   Json server_compressor = default_stage_compressor();
   static Schema<OneBitLambOptions> schema();
+  // Uncompressed twin: LAMB, the paper's baseline (its warm-up is LAMB).
+  static TwinDeclaration twin(const Json&) { return {"lamb"}; }
 
   // The warm-up's LAMB options (the fields both share).
   LambOptions lamb_options() const;
@@ -115,7 +117,7 @@ struct OneBitLambOptions {
 //   skipped when r_p == 1. A tensor whose trust ratio was always the guard's 1
 //   ends the warm-up with C_p = 0 and is then never updated.
 // - Arithmetic: elementwise work is in float; k_p, norms, ρ and f_p in double
-//   (norms over fixed blocks, sim/core/reduce.hpp); k_p is rounded to float where
+//   (norms over fixed blocks, sim/kernels/reduce.hpp); k_p is rounded to float where
 //   it multiplies or divides the momentum, and lr·(C_p·f_p) is rounded to
 //   float once, as PyTorch does with the Python scalars. max over k is exact,
 //   so every result is bit-identical for any thread count.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,41 @@
 #include "sim/core/state_archive.hpp"
 
 namespace bitlab {
+
+class Optimizer;
+
+// What an optimizer declares about its uncompressed twin, for a fair
+// comparison (docs/results.md "A twin baseline"): the optimizer `name` (its
+// own name for "the same with compression off"), which takes every option of
+// the resolved optimizer that it also has, then `set` on top. An empty name
+// says there is none, and `why_none` says why (it does not compress, or its
+// update is the compression). Each optimizer's options struct declares it:
+//   static TwinDeclaration twin(const Json& resolved);
+// and twin_optimizer() reads it from the registry entry, so a new optimizer
+// edits nothing else.
+struct TwinDeclaration {
+  std::string name;
+  Json set = Json::object();
+  std::string why_none;
+};
+
+// An optimizer's registry entry carries its twin declaration.
+template <>
+struct EntryExtras<Optimizer> {
+  std::function<TwinDeclaration(const Json& resolved)> twin;
+  template <class Options>
+  static EntryExtras from() {
+    return {[](const Json& resolved) { return Options::twin(resolved); }};
+  }
+};
+
+// The declaration of an optimizer that does not compress: it is its own
+// baseline.
+inline TwinDeclaration uncompressed_twin(const Json& resolved) {
+  return {"", Json::object(),
+          resolved.value("name", std::string("this optimizer")) +
+              " does not compress: it is its own baseline"};
+}
 
 struct StepContext {
   int64_t step;  // 1-based
@@ -86,14 +122,9 @@ const std::vector<RegistryEntry<Optimizer>>& optimizer_registry();
 // then on `list`, `run` and `cost` know it. Throws std::invalid_argument for a
 // name already taken. Not thread-safe: call before any run starts.
 void add_optimizer(RegistryEntry<Optimizer> entry);
-// The uncompressed twin of a resolved optimizer, for a fair comparison: the
-// same update with an exact allreduce and the same shared hyperparameters,
-// resolved (docs/results.md "A twin baseline"). `optimizer` is null when there
-// is none, and `why_none` says why.
-//   onebit_adam, apmsqueeze -> the same with compression "none" (frozen
-//     variance, exact momentum allreduce)
-//   onebit_lamb -> lamb (the paper's baseline; its warm-up is LAMB)
-//   zero_one_adam -> adam;  loco -> its base (adam or momentum_sgd)
+// The uncompressed twin of a resolved optimizer, as its options struct
+// declares it (TwinDeclaration above), resolved. `optimizer` is null when
+// there is none, and `why_none` says why.
 struct Twin {
   Json optimizer;
   std::string why_none;

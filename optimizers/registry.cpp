@@ -1,5 +1,6 @@
 // The optimizers `bitlab` knows by name. Adding one: its file(s) in
-// optimizers/, an #include and one line below.
+// optimizers/ (its options struct declares its schema and its uncompressed
+// twin), an #include and one line below (docs/extending.md).
 #include "sim/core/registry.hpp"
 
 #include <stdexcept>
@@ -94,36 +95,32 @@ const std::vector<std::string>& Optimizer::run_warnings() const {
 
 namespace {
 
-// `resolved`'s options that the optimizer `name` also has, under its name.
+// `resolved`'s options that the optimizer `name` also has, under its name
+// (not yet resolved).
 Json shared_options(const Json& resolved, const std::string& name) {
   const auto* entry = find_entry(registry(), name);
   Json out = {{"name", name}};
   for (const auto& f : entry->fields) {
     if (resolved.contains(f.name)) out[f.name] = resolved[f.name];
   }
-  return entry->resolve(out, "optimizer");
+  return out;
 }
 
 }  // namespace
 
 Twin twin_optimizer(const Json& resolved) {
   const std::string name = resolved.at("name").get<std::string>();
-  if (name == "onebit_adam" || name == "apmsqueeze") {
-    Json twin = resolved;
-    twin["compression"] = "none";
-    return {find_entry(registry(), name)->resolve(twin, "optimizer"), ""};
+  const auto* entry = find_entry(registry(), name);
+  if (entry == nullptr) throw std::invalid_argument("twin_optimizer: no optimizer \"" + name + "\"");
+  const TwinDeclaration twin = entry->twin(resolved);
+  if (twin.name.empty()) return {nullptr, twin.why_none};
+  if (find_entry(registry(), twin.name) == nullptr) {
+    throw std::invalid_argument("optimizer " + name + " declares the twin \"" + twin.name +
+                                "\", which is no registered optimizer");
   }
-  if (name == "onebit_lamb") return {shared_options(resolved, "lamb"), ""};
-  if (name == "zero_one_adam") return {shared_options(resolved, "adam"), ""};
-  if (name == "loco") {
-    return {shared_options(resolved, resolved.at("base").get<std::string>()), ""};
-  }
-  if (name == "binsgdm") {
-    return {nullptr,
-            "binsgdm has no uncompressed twin: its update is the binarization itself (compare "
-            "with adam in a sweep instead)"};
-  }
-  return {nullptr, name + " does not compress: it is its own baseline"};
+  Json options = shared_options(resolved, twin.name);
+  for (const auto& [key, value] : twin.set.items()) options[key] = value;
+  return {find_entry(registry(), twin.name)->resolve(options, "optimizer"), ""};
 }
 
 }  // namespace bitlab

@@ -15,6 +15,8 @@ struct SgdOptions {
   double weight_decay = 0.0;
   std::string wire = "fp32";
   static Schema<SgdOptions> schema();
+  // Does not compress: its own baseline (docs/results.md "A twin baseline").
+  static TwinDeclaration twin(const Json& resolved) { return uncompressed_twin(resolved); }
 };
 
 // x = x − lr·(ḡ + wd·x), ḡ = mean_i g_i (Robbins & Monro 1951; PyTorch's

@@ -125,6 +125,8 @@ struct ZeroOneAdamOptions {
   Json worker_compressor = default_stage_compressor();
   Json server_compressor = default_stage_compressor();
   static Schema<ZeroOneAdamOptions> schema();
+  // Uncompressed twin: Adam with the shared hyperparameters.
+  static TwinDeclaration twin(const Json&) { return {"adam"}; }
 };
 
 enum class ZeroOnePhase {

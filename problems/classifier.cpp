@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "sim/core/det_math.hpp"
+#include "sim/kernels/det_math.hpp"
 #include "sim/core/rng.hpp"
 
 namespace bitlab {

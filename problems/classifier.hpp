@@ -15,7 +15,7 @@
 
 #include "problems/datasets.hpp"
 #include "problems/row_ops.hpp"
-#include "sim/core/matmul.hpp"
+#include "sim/kernels/matmul.hpp"
 
 namespace bitlab {
 
@@ -89,7 +89,7 @@ class ClassifierProblem : public Problem {
   // Writes the logits (rows.rows() × classes) of the samples in `rows` at
   // parameters x into `logits`, using `ws` for temporaries (thread-safe for
   // distinct workspaces). Each sample's logits must not depend on the other
-  // rows (sim/core/matmul.hpp's products, elementwise activations): that is
+  // rows (sim/kernels/matmul.hpp's products, elementwise activations): that is
   // what lets one call serve several workers.
   virtual void forward_logits(std::span<const float> x, const RowMatrixF& rows, Workspace& ws,
                               RowMatrixF& logits) const = 0;

@@ -4,7 +4,7 @@
 //
 // Activations are NHWC, one sample after the other, so a batch of feature maps
 // is a row-major (n·H·W) × C matrix. A convolution is im2col + one product
-// (sim/core/matmul.hpp; over all workers' samples at once, the weight
+// (sim/kernels/matmul.hpp; over all workers' samples at once, the weight
 // gradients per worker: ClassifierProblem::loss_grad_workers):
 // row (s, y, x) of the column matrix holds the k×k×C input patch in (ky, kx, c)
 // order — for each ky the k·C values are contiguous in NHWC, one memcpy — and
@@ -21,7 +21,7 @@
 
 #include "problems/classifier.hpp"
 #include "problems/real_problems.hpp"
-#include "sim/core/matmul.hpp"
+#include "sim/kernels/matmul.hpp"
 
 namespace bitlab {
 

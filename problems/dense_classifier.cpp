@@ -4,7 +4,7 @@
 // layers (`widths`) with relu, tanh or gelu.
 //
 // Forward and backward are hand-written over the whole batch with the
-// deterministic products of sim/core/matmul.hpp (the cost of a step). Several
+// deterministic products of sim/kernels/matmul.hpp (the cost of a step). Several
 // workers' batches go through one pass (ClassifierProblem::loss_grad_workers):
 // the forward and input-gradient products run over all their samples, the
 // weight and bias gradients over each worker's rows. The finite-difference
@@ -21,9 +21,9 @@
 
 #include "problems/classifier.hpp"
 #include "problems/real_problems.hpp"
-#include "sim/core/activations.hpp"
-#include "sim/core/det_math.hpp"
-#include "sim/core/matmul.hpp"
+#include "sim/kernels/activations.hpp"
+#include "sim/kernels/det_math.hpp"
+#include "sim/kernels/matmul.hpp"
 
 namespace bitlab {
 
@@ -156,7 +156,7 @@ class DenseClassifier final : public ClassifierProblem {
   // vectorised tanh is a different approximation from its scalar tail, and
   // which elements fall in the tail depends on the row count and alignment:
   // the batch of one worker or of several would round differently). tanh is
-  // sim/core/activations.hpp's; gelu's erf is the C library's (glibc's erf
+  // sim/kernels/activations.hpp's; gelu's erf is the C library's (glibc's erf
   // calls its exp, which is chosen by CPU: a last-bit caveat the other
   // activations do not have).
   void apply_activation(const RowMatrixF& z, RowMatrixF& a) const {

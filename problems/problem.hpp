@@ -101,7 +101,7 @@ class Problem {
   // streamed blocks, MPI ranks). The default calls loss_grad per worker. The
   // real problems override it to run the forward and input-gradient products
   // over all the workers' samples at once (rows of a product are independent:
-  // sim/core/matmul.hpp); only the weight gradients are per worker.
+  // sim/kernels/matmul.hpp); only the weight gradients are per worker.
   virtual void loss_grad_workers(std::span<const float> x, std::span<WorkerBatch> workers,
                                  Workspace& ws) const {
     for (WorkerBatch& w : workers) w.loss = loss_grad(x, w.batch, w.g, *w.noise, ws);

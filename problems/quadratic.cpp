@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "problems/synthetic.hpp"
-#include "sim/core/reduce.hpp"
+#include "sim/kernels/reduce.hpp"
 
 namespace bitlab {
 

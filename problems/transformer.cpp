@@ -1,6 +1,6 @@
 // transformer: the network (forward and hand-written backward over the whole
 // batch, or several workers' batches at once, with the fixed-order products of
-// sim/core/matmul.hpp; Eigen's in double for the tests) and the problem
+// sim/kernels/matmul.hpp; Eigen's in double for the tests) and the problem
 // wrapping it (see
 // transformer.hpp for the architecture). tests/test_transformer.cpp checks the
 // gradient against central finite differences in double for coordinates of
@@ -17,9 +17,9 @@
 #include "problems/row_ops.hpp"
 #include "problems/synthetic.hpp"
 #include "problems/text_corpus.hpp"
-#include "sim/core/activations.hpp"
-#include "sim/core/det_math.hpp"
-#include "sim/core/matmul.hpp"
+#include "sim/kernels/activations.hpp"
+#include "sim/kernels/det_math.hpp"
+#include "sim/kernels/matmul.hpp"
 
 namespace bitlab {
 
@@ -78,7 +78,7 @@ struct TransformerWorkspace final : Workspace {
   std::vector<typename TransformerNet<S>::Group> groups;  // loss_grad_workers' workers
 };
 
-// c = a·b, c = aᵀ·b and c = a·bᵀ: float through sim/core/matmul.hpp (fixed
+// c = a·b, c = aᵀ·b and c = a·bᵀ: float through sim/kernels/matmul.hpp (fixed
 // order; the runs), double through Eigen (the finite-difference tests).
 template <class A, class B, class C>
 void prod_nn(const A& a, const B& b, C&& c, std::vector<float>& /*scratch*/) {
@@ -143,6 +143,318 @@ void layer_norm_backward(const typename TransformerNet<S>::Matrix& dout,
         rstd(r) * (dxhat.transpose().array() - m1 - xhat.row(r).array() * m2);
   }
 }
+
+// One pass of loss_groups over every group's windows: the forward pass, the
+// loss per group, and the backward pass, each a named step over the blocks.
+// The members are the names the steps share (dimensions, the parameter and
+// gradient views); each step is the code the former single function ran, in
+// the same order, so the bits are the same.
+template <class S>
+class TransformerPass {
+ public:
+  using Net = TransformerNet<S>;
+  using Matrix = typename Net::Matrix;
+  using Group = typename Net::Group;
+  using Vector = Eigen::Matrix<S, Eigen::Dynamic, 1>;
+
+  TransformerPass(const TransformerShape& shape, const std::vector<TensorInfo>& tensors,
+                  std::span<const S> x, std::span<const int32_t> windows, std::span<Group> groups,
+                  TransformerWorkspace<S>& ws)
+      : shape_(shape), tensors_(tensors), x_(x), windows_(windows), groups_(groups), ws_(ws),
+        T(shape.context), d(shape.d_model), H(shape.heads), dh(d / H), V(shape.vocab),
+        F(shape.mlp_ratio * shape.d_model), B(total_windows(groups)), N(B * T),
+        ln_f(kFirstBlock + kPerBlock * static_cast<size_t>(shape.layers)),
+        scale(static_cast<S>(1.0 / std::sqrt(static_cast<double>(dh)))), scratch(ws.packed) {}
+
+  // Embeddings, the blocks, the final layer norm and the logits.
+  void forward() {
+    embed();
+    ws_.blocks.resize(static_cast<size_t>(shape_.layers));
+    for (int64_t l = 0; l < shape_.layers; ++l) {
+      attention_forward(l);
+      mlp_forward(l);
+    }
+    layer_norm<S>(ws_.h, vec(ln_f), vec(ln_f + 1), ws_.xhatf, ws_.rstdf, ws_.af);
+    ws_.logits.resize(N, V);
+    prod_nt(ws_.af, mat(ln_f + 2, V, d), ws_.logits, scratch);
+  }
+
+  // Each group's mean loss (log-sum-exp in double, shifted by the row
+  // maximum) and, when gradients are asked for, dloss/dlogits. Returns
+  // whether a backward pass follows.
+  bool loss_per_group() {
+    const bool grad = !groups_.empty() && !groups_.front().g.empty();
+    if (grad) ws_.dlogits.resize(N, V);
+    for_groups([&](Group& grp, Eigen::Index begin, Eigen::Index rows) {
+      grp.loss = group_loss(begin, rows, grad);
+    });
+    for (Group& grp : groups_) {
+      if (grp.count == 0) {
+        grp.loss = 0.0;
+        std::fill(grp.g.begin(), grp.g.end(), S(0));
+      }
+    }
+    return grad && N > 0;
+  }
+
+  // Input gradients over all rows, parameter gradients per group.
+  void backward() {
+    weight_grads(ws_.dlogits, ws_.af, ln_f + 2, V, d, false);
+    ws_.da.resize(N, d);
+    prod_nn(ws_.dlogits, mat(ln_f + 2, V, d), ws_.da, scratch);
+    ws_.h.setZero();  // from here on: dloss/dh
+    layer_norm_grads(ws_.da, ws_.xhatf, ws_.rstdf, ln_f);
+    for (int64_t l = shape_.layers - 1; l >= 0; --l) {
+      mlp_backward(l);
+      attention_backward(l);
+    }
+    embed_backward();
+  }
+
+ private:
+  using CMat = Eigen::Map<const Matrix>;
+  using CVec = Eigen::Map<const Eigen::Matrix<S, 1, Eigen::Dynamic>>;
+  using GMat = Eigen::Map<Matrix>;
+
+  static Eigen::Index total_windows(std::span<Group> groups) {
+    Eigen::Index b = 0;
+    for (const Group& grp : groups) b += static_cast<Eigen::Index>(grp.count);
+    return b;
+  }
+  CMat mat(size_t k, Eigen::Index rows, Eigen::Index cols) const {
+    return CMat(x_.data() + tensors_[k].offset, rows, cols);
+  }
+  CVec vec(size_t k) const {
+    return CVec(x_.data() + tensors_[k].offset, static_cast<Eigen::Index>(tensors_[k].size));
+  }
+  GMat gmat(const Group& grp, size_t k, Eigen::Index rows, Eigen::Index cols) const {
+    return GMat(grp.g.data() + tensors_[k].offset, rows, cols);
+  }
+  S* gptr(const Group& grp, size_t k) const { return grp.g.data() + tensors_[k].offset; }
+  static size_t blk(int64_t l, size_t role) { return kFirstBlock + kPerBlock * l + role; }
+  int32_t token(Eigen::Index b, Eigen::Index t) const { return windows_[b * (T + 1) + t]; }
+
+  // Window b's query, key and value columns of head hd: T × dh blocks of qkv.
+  auto head_qkv(const Matrix& qkv, Eigen::Index b, Eigen::Index hd) const {
+    return std::tuple{qkv.block(b * T, hd * dh, T, dh), qkv.block(b * T, d + hd * dh, T, dh),
+                      qkv.block(b * T, 2 * d + hd * dh, T, dh)};
+  }
+  // For each group, its rows [begin, begin + rows) of the N token rows.
+  template <class Fn>
+  void for_groups(Fn&& f) {
+    Eigen::Index begin = 0;
+    for (Group& grp : groups_) {
+      const Eigen::Index rows = static_cast<Eigen::Index>(grp.count) * T;
+      if (rows > 0) f(grp, begin, rows);
+      begin += rows;
+    }
+  }
+  // h += a·Wᵀ + bias (the residual branches' projections).
+  void add_projection(const Matrix& a, size_t w, Eigen::Index rows, Eigen::Index cols) {
+    ws_.product.resize(N, rows);
+    prod_nt(a, mat(w, rows, cols), ws_.product, scratch);
+    add_to_rows(ws_.product, vec(w + 1));
+    ws_.h += ws_.product;
+  }
+
+  // h = token embedding + position embedding, row by row.
+  void embed() {
+    const CMat tok = mat(kTokEmb, V, d), pos = mat(kPosEmb, T, d);
+    ws_.h.resize(N, d);
+    for (Eigen::Index b = 0; b < B; ++b) {
+      for (Eigen::Index t = 0; t < T; ++t) ws_.h.row(b * T + t) = tok.row(token(b, t)) + pos.row(t);
+    }
+  }
+
+  // Block l's attention half: h += Attention(LN1(h))·Wprojᵀ + bproj.
+  void attention_forward(int64_t l) {
+    auto& L = ws_.blocks[static_cast<size_t>(l)];
+    layer_norm<S>(ws_.h, vec(blk(l, kLn1Gain)), vec(blk(l, kLn1Bias)), L.xhat1, L.rstd1, L.a1);
+    L.qkv.resize(N, 3 * d);
+    prod_nt(L.a1, mat(blk(l, kQkvWeight), 3 * d, d), L.qkv, scratch);
+    add_to_rows(L.qkv, vec(blk(l, kQkvBias)));
+    // Causal self-attention, one (window, head) at a time: P = softmax(Q·Kᵀ/√dh)
+    // over keys j ≤ i, output P·V.
+    L.probs.resize(B * H * T, T);
+    L.att.resize(N, d);
+    for (Eigen::Index b = 0; b < B; ++b) {
+      for (Eigen::Index hd = 0; hd < H; ++hd) {
+        const auto [q, k, v] = head_qkv(L.qkv, b, hd);
+        auto p = L.probs.block((b * H + hd) * T, 0, T, T);
+        prod_nt(q, k, p, scratch);
+        for (Eigen::Index i = 0; i < T; ++i) softmax_row(p.row(i).data(), i);
+        prod_nn(p, v, L.att.block(b * T, hd * dh, T, dh), scratch);
+      }
+    }
+    add_projection(L.att, blk(l, kProjWeight), d, d);
+  }
+
+  // Row i of the scores (scaled here by 1/√dh) becomes its softmax over keys
+  // j ≤ i (all keys without the causal mask), 0 beyond. exp() element by
+  // element (Eigen's vectorised exp differs from its scalar tail, which moves
+  // with alignment), in double with sim/kernels/det_math.hpp's exp (the C
+  // library's is chosen at run time by CPU), rounded once.
+  void softmax_row(S* row, Eigen::Index i) const {
+    const Eigen::Index last = shape_.causal ? i : T - 1;
+    S m = row[0] * scale;
+    for (Eigen::Index j = 0; j <= last; ++j) {
+      row[j] *= scale;
+      m = std::max(m, row[j]);
+    }
+    for (Eigen::Index j = 0; j <= last; ++j) {
+      row[j] = static_cast<S>(det_math::exp(static_cast<double>(row[j] - m)));
+    }
+    const S total = sum_of(row, last + 1);
+    for (Eigen::Index j = 0; j <= last; ++j) row[j] /= total;
+    for (Eigen::Index j = last + 1; j < T; ++j) row[j] = S(0);
+  }
+
+  // Block l's MLP half: h += GELU(LN2(h)·Wfcᵀ + bfc)·Wprojᵀ + bproj.
+  void mlp_forward(int64_t l) {
+    auto& L = ws_.blocks[static_cast<size_t>(l)];
+    layer_norm<S>(ws_.h, vec(blk(l, kLn2Gain)), vec(blk(l, kLn2Bias)), L.xhat2, L.rstd2, L.a2);
+    L.pre.resize(N, F);
+    prod_nt(L.a2, mat(blk(l, kFcWeight), F, d), L.pre, scratch);
+    add_to_rows(L.pre, vec(blk(l, kFcBias)));
+    L.act.resize(N, F);
+    if constexpr (std::is_same_v<S, float>) {
+      gelu_tanh(L.pre.data(), L.act.data(), static_cast<size_t>(L.pre.size()));
+    } else {
+      L.act = L.pre.unaryExpr([](S z) {
+        return static_cast<S>(0.5) * z *
+               (S(1) + std::tanh(static_cast<S>(kGeluC) * (z + static_cast<S>(kGeluA) * z * z * z)));
+      });
+    }
+    add_projection(L.act, blk(l, kMlpProjWeight), d, F);
+  }
+
+  // The mean next-token loss over rows [begin, begin + rows); with `grad`,
+  // their rows of dlogits.
+  double group_loss(Eigen::Index begin, Eigen::Index rows, bool grad) {
+    double loss = 0.0;
+    const double inv_n = 1.0 / static_cast<double>(rows);
+    for (Eigen::Index r = begin; r < begin + rows; ++r) {
+      const Eigen::Index b = r / T, t = r % T;
+      const int32_t y = token(b, t + 1);
+      const double m = ws_.logits.row(r).maxCoeff();
+      double s = 0.0;
+      for (Eigen::Index c = 0; c < V; ++c) s += det_math::exp(double(ws_.logits(r, c)) - m);
+      const double lse = m + det_math::log(s);
+      loss += lse - double(ws_.logits(r, y));
+      if (grad) {
+        for (Eigen::Index c = 0; c < V; ++c) {
+          const double p = det_math::exp(double(ws_.logits(r, c)) - lse);
+          ws_.dlogits(r, c) = static_cast<S>((p - (c == y ? 1.0 : 0.0)) * inv_n);
+        }
+      }
+    }
+    return loss * inv_n;
+  }
+
+  // The weight gradient of y = a·Wᵀ (W: rows × cols) from dy, and the bias's.
+  void weight_grads(const Matrix& dy, const Matrix& a, size_t w, Eigen::Index rows,
+                    Eigen::Index cols, bool bias) {
+    for_groups([&](const Group& grp, Eigen::Index begin, Eigen::Index n) {
+      prod_tn(dy.middleRows(begin, n), a.middleRows(begin, n), gmat(grp, w, rows, cols), scratch);
+      if (bias) sum_rows(dy, begin, n, gptr(grp, w + 1));
+    });
+  }
+  // Layer norm's gain and bias gradients (tensors k, k + 1) and dh += ….
+  void layer_norm_grads(const Matrix& dout, const Matrix& xhat, const Vector& rstd, size_t k) {
+    for_groups([&](const Group& grp, Eigen::Index begin, Eigen::Index n) {
+      sum_rows(dout, begin, n, gptr(grp, k), &xhat);
+      sum_rows(dout, begin, n, gptr(grp, k + 1));
+    });
+    layer_norm_backward<S>(dout, xhat, rstd, vec(k), ws_.row, ws_.h);
+  }
+
+  // MLP: h_out = h_mid + GELU(LN2(h_mid)·Wfcᵀ + bfc)·Wprojᵀ + bproj.
+  void mlp_backward(int64_t l) {
+    auto& L = ws_.blocks[static_cast<size_t>(l)];
+    weight_grads(ws_.h, L.act, blk(l, kMlpProjWeight), d, F, true);
+    ws_.dpre.resize(N, F);
+    prod_nn(ws_.h, mat(blk(l, kMlpProjWeight), d, F), ws_.dpre, scratch);
+    if constexpr (std::is_same_v<S, float>) {
+      gelu_tanh_backward(L.pre.data(), ws_.dpre.data(), static_cast<size_t>(L.pre.size()));
+    } else {
+      ws_.dpre.array() *=
+          L.pre
+              .unaryExpr([](S z) {
+                const S u = static_cast<S>(kGeluC) * (z + static_cast<S>(kGeluA) * z * z * z);
+                const S th = std::tanh(u);
+                const S du =
+                    static_cast<S>(kGeluC) * (S(1) + static_cast<S>(3.0 * kGeluA) * z * z);
+                return static_cast<S>(0.5) * (S(1) + th) +
+                       static_cast<S>(0.5) * z * (S(1) - th * th) * du;
+              })
+              .array();
+    }
+    weight_grads(ws_.dpre, L.a2, blk(l, kFcWeight), F, d, true);
+    prod_nn(ws_.dpre, mat(blk(l, kFcWeight), F, d), ws_.da, scratch);
+    layer_norm_grads(ws_.da, L.xhat2, L.rstd2, blk(l, kLn2Gain));
+  }
+
+  // Attention: h_mid = h_in + att·Wprojᵀ + bproj.
+  void attention_backward(int64_t l) {
+    auto& L = ws_.blocks[static_cast<size_t>(l)];
+    weight_grads(ws_.h, L.att, blk(l, kProjWeight), d, d, true);
+    ws_.datt.resize(N, d);
+    prod_nn(ws_.h, mat(blk(l, kProjWeight), d, d), ws_.datt, scratch);
+    ws_.dqkv.resize(N, 3 * d);
+    ws_.dprobs.resize(T, T);
+    for (Eigen::Index b = 0; b < B; ++b) {
+      for (Eigen::Index hd = 0; hd < H; ++hd) head_backward(L, b, hd);
+    }
+    weight_grads(ws_.dqkv, L.a1, blk(l, kQkvWeight), 3 * d, d, true);
+    prod_nn(ws_.dqkv, mat(blk(l, kQkvWeight), 3 * d, d), ws_.da, scratch);
+    layer_norm_grads(ws_.da, L.xhat1, L.rstd1, blk(l, kLn1Gain));
+  }
+
+  // Window b, head hd: dV, then the softmax backward dS = P ∘ (dP −
+  // rowsum(dP ∘ P)), times the 1/√dh of the scores (masked entries have P = 0
+  // and get dS = 0), then dQ and dK.
+  void head_backward(const typename TransformerWorkspace<S>::Block& L, Eigen::Index b,
+                     Eigen::Index hd) {
+    const auto [q, k, v] = head_qkv(L.qkv, b, hd);
+    const auto p = L.probs.block((b * H + hd) * T, 0, T, T);
+    const auto dy = ws_.datt.block(b * T, hd * dh, T, dh);
+    prod_tn(p, dy, ws_.dqkv.block(b * T, 2 * d + hd * dh, T, dh), scratch);
+    prod_nt(dy, v, ws_.dprobs, scratch);
+    for (Eigen::Index i = 0; i < T; ++i) {
+      const S s = dot_of(ws_.dprobs.row(i).data(), p.row(i).data(), T);
+      ws_.dprobs.row(i).array() = p.row(i).array() * (ws_.dprobs.row(i).array() - s) * scale;
+    }
+    prod_nn(ws_.dprobs, k, ws_.dqkv.block(b * T, hd * dh, T, dh), scratch);
+    prod_tn(ws_.dprobs, q, ws_.dqkv.block(b * T, d + hd * dh, T, dh), scratch);
+  }
+
+  // Embeddings: scatter-add dloss/dh_0 into the rows that were looked up.
+  void embed_backward() {
+    for_groups([&](const Group& grp, Eigen::Index begin, Eigen::Index n) {
+      GMat dtok = gmat(grp, kTokEmb, V, d), dpos = gmat(grp, kPosEmb, T, d);
+      dtok.setZero();
+      dpos.setZero();
+      for (Eigen::Index r = begin; r < begin + n; ++r) {
+        const Eigen::Index b = r / T, t = r % T;
+        dtok.row(token(b, t)) += ws_.h.row(r);
+        dpos.row(t) += ws_.h.row(r);
+      }
+    });
+  }
+
+  const TransformerShape& shape_;
+  const std::vector<TensorInfo>& tensors_;
+  std::span<const S> x_;
+  std::span<const int32_t> windows_;
+  std::span<Group> groups_;
+  TransformerWorkspace<S>& ws_;
+  // Context, model width, heads, head width, vocabulary, MLP width, windows,
+  // token rows; the final layer norm's first tensor; 1/√dh.
+  const Eigen::Index T, d, H, dh, V, F, B, N;
+  const size_t ln_f;
+  const S scale;
+  std::vector<float>& scratch;
+};
 
 }  // namespace
 
@@ -232,236 +544,10 @@ double TransformerNet<S>::loss(std::span<const S> x, std::span<const int32_t> wi
 template <class S>
 void TransformerNet<S>::loss_groups(std::span<const S> x, std::span<const int32_t> windows,
                                     std::span<Group> groups, Workspace& workspace) const {
-  using RowVector = Eigen::Matrix<S, 1, Eigen::Dynamic>;
-  using CMat = Eigen::Map<const Matrix>;
-  using CVec = Eigen::Map<const RowVector>;
-  using GMat = Eigen::Map<Matrix>;
-  using GVec = Eigen::Map<RowVector>;
-  auto& ws = static_cast<TransformerWorkspace<S>&>(workspace);
-  const Eigen::Index T = shape_.context, d = shape_.d_model, H = shape_.heads, dh = d / H,
-                     V = shape_.vocab, F = shape_.mlp_ratio * shape_.d_model;
-  Eigen::Index B = 0;
-  for (const Group& grp : groups) B += static_cast<Eigen::Index>(grp.count);
-  const Eigen::Index N = B * T;
-  std::vector<float>& scratch = ws.packed;
-  const auto mat = [&](size_t k, Eigen::Index rows, Eigen::Index cols) {
-    return CMat(x.data() + tensors_[k].offset, rows, cols);
-  };
-  const auto vec = [&](size_t k) {
-    return CVec(x.data() + tensors_[k].offset, static_cast<Eigen::Index>(tensors_[k].size));
-  };
-  const auto gmat = [&](const Group& grp, size_t k, Eigen::Index rows, Eigen::Index cols) {
-    return GMat(grp.g.data() + tensors_[k].offset, rows, cols);
-  };
-  const auto gptr = [&](const Group& grp, size_t k) { return grp.g.data() + tensors_[k].offset; };
-  const auto blk = [](int64_t l, size_t role) { return kFirstBlock + kPerBlock * l + role; };
-  const size_t ln_f = kFirstBlock + kPerBlock * static_cast<size_t>(shape_.layers);
-  const S scale = static_cast<S>(1.0 / std::sqrt(static_cast<double>(dh)));
-
-  // Window b's query, key and value columns of head hd: T × dh blocks of qkv.
-  const auto head_qkv = [&](const Matrix& qkv, Eigen::Index b, Eigen::Index hd) {
-    return std::tuple{qkv.block(b * T, hd * dh, T, dh), qkv.block(b * T, d + hd * dh, T, dh),
-                      qkv.block(b * T, 2 * d + hd * dh, T, dh)};
-  };
-  // For each group, its rows [begin, begin + rows) of the N token rows.
-  const auto for_groups = [&](auto&& f) {
-    Eigen::Index begin = 0;
-    for (Group& grp : groups) {
-      const Eigen::Index rows = static_cast<Eigen::Index>(grp.count) * T;
-      if (rows > 0) f(grp, begin, rows);
-      begin += rows;
-    }
-  };
-  // h += a·Wᵀ + bias (the residual branches' projections).
-  const auto add_projection = [&](const Matrix& a, size_t w, Eigen::Index rows, Eigen::Index cols) {
-    ws.product.resize(N, rows);
-    prod_nt(a, mat(w, rows, cols), ws.product, scratch);
-    add_to_rows(ws.product, vec(w + 1));
-    ws.h += ws.product;
-  };
-
-  // ---- forward ----
-  const CMat tok = mat(kTokEmb, V, d), pos = mat(kPosEmb, T, d);
-  ws.h.resize(N, d);
-  for (Eigen::Index b = 0; b < B; ++b) {
-    for (Eigen::Index t = 0; t < T; ++t) {
-      ws.h.row(b * T + t) = tok.row(windows[b * (T + 1) + t]) + pos.row(t);
-    }
-  }
-  ws.blocks.resize(static_cast<size_t>(shape_.layers));
-  for (int64_t l = 0; l < shape_.layers; ++l) {
-    auto& L = ws.blocks[static_cast<size_t>(l)];
-    layer_norm<S>(ws.h, vec(blk(l, kLn1Gain)), vec(blk(l, kLn1Bias)), L.xhat1, L.rstd1, L.a1);
-    L.qkv.resize(N, 3 * d);
-    prod_nt(L.a1, mat(blk(l, kQkvWeight), 3 * d, d), L.qkv, scratch);
-    add_to_rows(L.qkv, vec(blk(l, kQkvBias)));
-    // Causal self-attention, one (window, head) at a time: P = softmax(Q·Kᵀ/√dh)
-    // over keys j ≤ i, output P·V. exp() element by element (Eigen's
-    // vectorised exp differs from its scalar tail, which moves with alignment).
-    L.probs.resize(B * H * T, T);
-    L.att.resize(N, d);
-    for (Eigen::Index b = 0; b < B; ++b) {
-      for (Eigen::Index hd = 0; hd < H; ++hd) {
-        const auto [q, k, v] = head_qkv(L.qkv, b, hd);
-        auto p = L.probs.block((b * H + hd) * T, 0, T, T);
-        prod_nt(q, k, p, scratch);
-        for (Eigen::Index i = 0; i < T; ++i) {
-          const Eigen::Index last = shape_.causal ? i : T - 1;
-          S* row = p.row(i).data();
-          S m = row[0] * scale;
-          for (Eigen::Index j = 0; j <= last; ++j) {
-            row[j] *= scale;
-            m = std::max(m, row[j]);
-          }
-          // In double with sim/core/det_math.hpp's exp (the C library's is
-          // chosen at run time by CPU), rounded once.
-          for (Eigen::Index j = 0; j <= last; ++j) {
-            row[j] = static_cast<S>(det_math::exp(static_cast<double>(row[j] - m)));
-          }
-          const S total = sum_of(row, last + 1);
-          for (Eigen::Index j = 0; j <= last; ++j) row[j] /= total;
-          for (Eigen::Index j = last + 1; j < T; ++j) row[j] = S(0);
-        }
-        prod_nn(p, v, L.att.block(b * T, hd * dh, T, dh), scratch);
-      }
-    }
-    add_projection(L.att, blk(l, kProjWeight), d, d);
-    layer_norm<S>(ws.h, vec(blk(l, kLn2Gain)), vec(blk(l, kLn2Bias)), L.xhat2, L.rstd2, L.a2);
-    L.pre.resize(N, F);
-    prod_nt(L.a2, mat(blk(l, kFcWeight), F, d), L.pre, scratch);
-    add_to_rows(L.pre, vec(blk(l, kFcBias)));
-    L.act.resize(N, F);
-    if constexpr (std::is_same_v<S, float>) {
-      gelu_tanh(L.pre.data(), L.act.data(), static_cast<size_t>(L.pre.size()));
-    } else {
-      L.act = L.pre.unaryExpr([](S z) {
-        return static_cast<S>(0.5) * z *
-               (S(1) + std::tanh(static_cast<S>(kGeluC) * (z + static_cast<S>(kGeluA) * z * z * z)));
-      });
-    }
-    add_projection(L.act, blk(l, kMlpProjWeight), d, F);
-  }
-  layer_norm<S>(ws.h, vec(ln_f), vec(ln_f + 1), ws.xhatf, ws.rstdf, ws.af);
-  const CMat head = mat(ln_f + 2, V, d);
-  ws.logits.resize(N, V);
-  prod_nt(ws.af, head, ws.logits, scratch);
-
-  // ---- loss per group: log-sum-exp in double, shifted by the row maximum ----
-  const bool grad = !groups.empty() && !groups.front().g.empty();
-  if (grad) ws.dlogits.resize(N, V);
-  for_groups([&](Group& grp, Eigen::Index begin, Eigen::Index rows) {
-    double loss = 0.0;
-    const double inv_n = 1.0 / static_cast<double>(rows);
-    for (Eigen::Index r = begin; r < begin + rows; ++r) {
-      const Eigen::Index b = r / T, t = r % T;
-      const int32_t y = windows[b * (T + 1) + t + 1];
-      const double m = ws.logits.row(r).maxCoeff();
-      double s = 0.0;
-      for (Eigen::Index c = 0; c < V; ++c) s += det_math::exp(double(ws.logits(r, c)) - m);
-      const double lse = m + det_math::log(s);
-      loss += lse - double(ws.logits(r, y));
-      if (grad) {
-        for (Eigen::Index c = 0; c < V; ++c) {
-          const double p = det_math::exp(double(ws.logits(r, c)) - lse);
-          ws.dlogits(r, c) = static_cast<S>((p - (c == y ? 1.0 : 0.0)) * inv_n);
-        }
-      }
-    }
-    grp.loss = loss * inv_n;
-  });
-  for (Group& grp : groups) {
-    if (grp.count == 0) {
-      grp.loss = 0.0;
-      std::fill(grp.g.begin(), grp.g.end(), S(0));
-    }
-  }
-  if (!grad || N == 0) return;
-
-  // ---- backward: input gradients over all rows, parameter gradients per group ----
-  // The weight gradient of y = a·Wᵀ (W: rows × cols) from dy, and the bias's.
-  const auto weight_grads = [&](const Matrix& dy, const Matrix& a, size_t w, Eigen::Index rows,
-                                Eigen::Index cols, bool bias) {
-    for_groups([&](const Group& grp, Eigen::Index begin, Eigen::Index n) {
-      prod_tn(dy.middleRows(begin, n), a.middleRows(begin, n), gmat(grp, w, rows, cols), scratch);
-      if (bias) sum_rows(dy, begin, n, gptr(grp, w + 1));
-    });
-  };
-  // Layer norm's gain and bias gradients (tensors k, k + 1) and dx += ….
-  const auto layer_norm_grads = [&](const Matrix& dout, const Matrix& xhat,
-                                    const Eigen::Matrix<S, Eigen::Dynamic, 1>& rstd, size_t k) {
-    for_groups([&](const Group& grp, Eigen::Index begin, Eigen::Index n) {
-      sum_rows(dout, begin, n, gptr(grp, k), &xhat);
-      sum_rows(dout, begin, n, gptr(grp, k + 1));
-    });
-    layer_norm_backward<S>(dout, xhat, rstd, vec(k), ws.row, ws.h);
-  };
-  weight_grads(ws.dlogits, ws.af, ln_f + 2, V, d, false);
-  ws.da.resize(N, d);
-  prod_nn(ws.dlogits, head, ws.da, scratch);
-  ws.h.setZero();  // from here on: dloss/dh
-  layer_norm_grads(ws.da, ws.xhatf, ws.rstdf, ln_f);
-  for (int64_t l = shape_.layers - 1; l >= 0; --l) {
-    auto& L = ws.blocks[static_cast<size_t>(l)];
-    // MLP: h_out = h_mid + GELU(LN2(h_mid)·Wfcᵀ + bfc)·Wprojᵀ + bproj.
-    weight_grads(ws.h, L.act, blk(l, kMlpProjWeight), d, F, true);
-    ws.dpre.resize(N, F);
-    prod_nn(ws.h, mat(blk(l, kMlpProjWeight), d, F), ws.dpre, scratch);
-    if constexpr (std::is_same_v<S, float>) {
-      gelu_tanh_backward(L.pre.data(), ws.dpre.data(), static_cast<size_t>(L.pre.size()));
-    } else {
-      ws.dpre.array() *=
-          L.pre
-              .unaryExpr([](S z) {
-                const S u = static_cast<S>(kGeluC) * (z + static_cast<S>(kGeluA) * z * z * z);
-                const S th = std::tanh(u);
-                const S du =
-                    static_cast<S>(kGeluC) * (S(1) + static_cast<S>(3.0 * kGeluA) * z * z);
-                return static_cast<S>(0.5) * (S(1) + th) +
-                       static_cast<S>(0.5) * z * (S(1) - th * th) * du;
-              })
-              .array();
-    }
-    weight_grads(ws.dpre, L.a2, blk(l, kFcWeight), F, d, true);
-    prod_nn(ws.dpre, mat(blk(l, kFcWeight), F, d), ws.da, scratch);
-    layer_norm_grads(ws.da, L.xhat2, L.rstd2, blk(l, kLn2Gain));
-    // Attention: h_mid = h_in + att·Wprojᵀ + bproj.
-    weight_grads(ws.h, L.att, blk(l, kProjWeight), d, d, true);
-    ws.datt.resize(N, d);
-    prod_nn(ws.h, mat(blk(l, kProjWeight), d, d), ws.datt, scratch);
-    ws.dqkv.resize(N, 3 * d);
-    ws.dprobs.resize(T, T);
-    for (Eigen::Index b = 0; b < B; ++b) {
-      for (Eigen::Index hd = 0; hd < H; ++hd) {
-        const auto [q, k, v] = head_qkv(L.qkv, b, hd);
-        const auto p = L.probs.block((b * H + hd) * T, 0, T, T);
-        const auto dy = ws.datt.block(b * T, hd * dh, T, dh);
-        prod_tn(p, dy, ws.dqkv.block(b * T, 2 * d + hd * dh, T, dh), scratch);
-        prod_nt(dy, v, ws.dprobs, scratch);
-        // Softmax backward: dS = P ∘ (dP − rowsum(dP ∘ P)), times the 1/√dh
-        // of the scores; masked entries have P = 0 and get dS = 0.
-        for (Eigen::Index i = 0; i < T; ++i) {
-          const S s = dot_of(ws.dprobs.row(i).data(), p.row(i).data(), T);
-          ws.dprobs.row(i).array() = p.row(i).array() * (ws.dprobs.row(i).array() - s) * scale;
-        }
-        prod_nn(ws.dprobs, k, ws.dqkv.block(b * T, hd * dh, T, dh), scratch);
-        prod_tn(ws.dprobs, q, ws.dqkv.block(b * T, d + hd * dh, T, dh), scratch);
-      }
-    }
-    weight_grads(ws.dqkv, L.a1, blk(l, kQkvWeight), 3 * d, d, true);
-    prod_nn(ws.dqkv, mat(blk(l, kQkvWeight), 3 * d, d), ws.da, scratch);
-    layer_norm_grads(ws.da, L.xhat1, L.rstd1, blk(l, kLn1Gain));
-  }
-  // Embeddings: scatter-add dloss/dh_0 into the rows that were looked up.
-  for_groups([&](const Group& grp, Eigen::Index begin, Eigen::Index n) {
-    GMat dtok = gmat(grp, kTokEmb, V, d), dpos = gmat(grp, kPosEmb, T, d);
-    dtok.setZero();
-    dpos.setZero();
-    for (Eigen::Index r = begin; r < begin + n; ++r) {
-      const Eigen::Index b = r / T, t = r % T;
-      dtok.row(windows[b * (T + 1) + t]) += ws.h.row(r);
-      dpos.row(t) += ws.h.row(r);
-    }
-  });
+  TransformerPass<S> pass(shape_, tensors_, x, windows, groups,
+                          static_cast<TransformerWorkspace<S>&>(workspace));
+  pass.forward();
+  if (pass.loss_per_group()) pass.backward();
 }
 
 template class TransformerNet<float>;

@@ -91,7 +91,7 @@ class TransformerNet {
   // loss() for several workers at once: every product runs over all their
   // windows, the weight gradients over each group's rows. Each group's loss
   // and gradient are bit for bit what loss() gives it alone (for float: the
-  // products are sim/core/matmul.hpp's and every row reduction has a fixed
+  // products are sim/kernels/matmul.hpp's and every row reduction has a fixed
   // order, so nothing depends on where a window sits in the batch).
   void loss_groups(std::span<const S> x, std::span<const int32_t> windows, std::span<Group> groups,
                    Workspace& ws) const;

@@ -1,8 +1,8 @@
-// sim/core/matmul.hpp and sim/core/activations.hpp: every dispatched variant
+// sim/kernels/matmul.hpp and sim/kernels/activations.hpp: every dispatched variant
 // this CPU runs gives the bits of a plain scalar loop (the products) or of the
 // SSE2 variant (the activations), for shapes that exercise every tile, tail
 // and k-block of the kernels; the tanh is checked against double, and
-// sim/core/det_math.hpp's exp and log against the C library's.
+// sim/kernels/det_math.hpp's exp and log against the C library's.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,10 +10,10 @@
 #include <limits>
 #include <vector>
 
-#include "sim/core/activations.hpp"
-#include "sim/core/det_math.hpp"
+#include "sim/kernels/activations.hpp"
+#include "sim/kernels/det_math.hpp"
 #include "sim/core/isa.hpp"
-#include "sim/core/matmul.hpp"
+#include "sim/kernels/matmul.hpp"
 #include "sim/core/rng.hpp"
 
 using namespace bitlab;

@@ -17,7 +17,7 @@
 #include "optimizers/adam.hpp"
 #include "optimizers/onebit_lamb.hpp"
 #include "sim/collectives/onebit_allreduce.hpp"
-#include "sim/core/reduce.hpp"
+#include "sim/kernels/reduce.hpp"
 #include "sim/engine/simulation.hpp"
 
 namespace bitlab {

@@ -25,6 +25,9 @@ namespace {
 struct ThrowAwayOptions {
   double lr = 0.1;
   int64_t exact_steps = 3;
+  // Its uncompressed twin, declared here like any optimizer's: SGD, which
+  // shares lr.
+  static TwinDeclaration twin(const Json&) { return {"sgd"}; }
   static Schema<ThrowAwayOptions> schema() {
     using O = ThrowAwayOptions;
     Schema<O> s;
@@ -116,6 +119,14 @@ TEST_SUITE("plugin") {
     // bf16 halves fp32's bytes: 30 fp32 steps + 70 bf16 steps = 65 fp32 steps.
     CHECK(r.job.total_sent_bytes == doctest::Approx(r.baseline_fp32.total_sent_bytes * 0.65));
     CHECK(format_cost_report(r).find("throw_away / cheap") != std::string::npos);
+
+    // its twin: the one its options struct declares (SGD with its lr), with no
+    // edit to the registry.
+    const Twin twin = twin_optimizer(
+        find_entry(optimizer_registry(), "throw_away")->resolve({{"lr", 0.25}}, "optimizer"));
+    REQUIRE(!twin.optimizer.is_null());
+    CHECK(twin.optimizer["name"] == "sgd");
+    CHECK(twin.optimizer["lr"] == 0.25);
   }
 
   TEST_CASE("a name can be registered once") {

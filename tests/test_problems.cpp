@@ -13,7 +13,7 @@
 #include "problems/external.hpp"
 #include "problems/problem.hpp"
 #include "problems/synthetic.hpp"
-#include "sim/core/reduce.hpp"
+#include "sim/kernels/reduce.hpp"
 #include "sim/core/rng.hpp"
 
 using namespace bitlab;

@@ -210,7 +210,7 @@ TEST_SUITE("real_problems") {
   }
 
   TEST_CASE("whole runs give the same metrics whatever BITLAB_ISA and the thread count") {
-    // The products and the GELU are dispatched (sim/core/matmul.hpp,
+    // The products and the GELU are dispatched (sim/kernels/matmul.hpp,
     // activations.hpp) and the cluster groups workers by thread count: the
     // SSE2 variant on 1 thread against every variant this CPU runs on 2, with
     // 6 workers (one pass of 6 workers on 1 thread, two of 3 on 2).

@@ -1,6 +1,9 @@
-// bitlab: the command line. Subcommands: run, validate, list.
-// Exit status: 0 ok, 1 internal error, 2 bad input (file, flag or value),
-// 3 the run diverged, 130 interrupted.
+// bitlab: the command line. Subcommands here: run, validate, list; the others
+// (sweep, cost, recost, rate, plot, runs, report) in one file each
+// (commands.hpp). Exit status (docs/design.md, "Command line"): 0 ok,
+// 1 internal error, 2 bad input (file, flag or value), 3 the run diverged,
+// 4 it could not write its results (a full disk), 128 + signal interrupted
+// (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
 #include <omp.h>
 
 #include <CLI/CLI.hpp>

@@ -152,39 +152,28 @@ std::vector<CommRecord> CompressedAllgatherMean::plan(int n, int node_size, size
   };
 }
 
+// One call of run(): its inputs, the workers this rank holds, and the node
+// communicators when node traffic goes over them.
+struct CompressedAllgatherMean::Call {
+  Communicator& comm;
+  const WorkerBuffers& in;
+  uint64_t seed;
+  int64_t step;
+  WorkerRange mine;
+  const Communicator::NodeTransports* nt;  // by_node_ only
+  int64_t wire;                            // bytes of one compressed image
+};
+
 void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out,
                                   uint64_t seed, int64_t step) {
-  const int n = n_;
-  const bool shared = c_->shared_randomness();
-  const int64_t wire = c_->wire_bytes(d_);
-  WorkerBuffers comp = compressed();
   const WorkerRange mine = comm.local_workers();
   if (mine.begin != local_.begin || mine.end != local_.end) {
     throw std::logic_error("CompressedAllgatherMean: the communicator's workers are not `local`");
   }
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int i = mine.begin; i < mine.end; ++i) {
-    const RngStream rng(seed, Purpose::kCompress, shared ? 0u : static_cast<uint32_t>(i),
-                        static_cast<uint64_t>(step));
-    c_->apply(in[i], comp[i], rng);
-  }
-  const auto encode_worker = [&](int i, uint8_t* dst) {
-    const RngStream rng(seed, Purpose::kCompress, shared ? 0u : static_cast<uint32_t>(i),
-                        static_cast<uint64_t>(step));
-    c_->encode(in[i], {dst, static_cast<size_t>(wire)}, rng);
-  };
-  const auto local = [&](int i) { return i >= mine.begin && i < mine.end; };
-  // Worker i's C(x_i) for a streamed tree: its row when resident, else the
-  // decoded image (images_ holds the ones received, worker `base` at 0).
-  const auto worker_row = [&](int base) {
-    return [&, base](int i, std::span<float> dst) {
-      if (local(i)) {
-        std::copy(comp[i].begin(), comp[i].end(), dst.begin());
-      } else {
-        c_->decode({images_.data() + (i - base) * wire, static_cast<size_t>(wire)}, dst);
-      }
-    };
-  };
+  const Call call{comm, in,     seed, step, mine,
+                  hierarchical() && by_node_ ? &comm.node_transports(g_) : nullptr,
+                  c_->wire_bytes(d_)};
+  compress_workers(call);
   // Across ranks the packed wire images travel (encode: the same stream as
   // apply) and the receivers decode them — decode(encode(x)) == C(x) bit for
   // bit — one at a time into the depth-first evaluation of the simulator's
@@ -195,87 +184,130 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
   // sub-communicators, as modelled (see below). Otherwise (departure) every
   // worker's image is allgathered over the world communicator and each rank
   // forms every node's mean itself.
-  const int b = mine.size();
-  const bool by_node = by_node_;
-  if (comm.distributed() && !by_node) {
-    allgather_messages(comm, wire, images_, encode_worker, [](int, const uint8_t*) {});
+  if (comm.distributed() && !by_node_) {
+    allgather_messages(
+        comm, call.wire, images_, [&](int i, uint8_t* dst) { encode_worker(call, i, dst); },
+        [](int, const uint8_t*) {});
   }
   if (!hierarchical()) {
     if (comm.distributed()) {
-      streamed_mean(n, d_, worker_row(0), out, scratch_);
+      streamed_mean(
+          n_, d_, [&](int i, std::span<float> dst) { worker_row(call, 0, i, dst); }, out,
+          scratch_);
     } else {
-      mean_over_workers(comp, out, WireDtype::kFp32);
+      mean_over_workers(compressed(), out, WireDtype::kFp32);
     }
     comm.record(records_[0]);
     return;
   }
-  const auto leads = [&](int k) { return k >= lead_lo_ && k < lead_hi_; };
-  const Communicator::NodeTransports* nt = by_node ? &comm.node_transports(g_) : nullptr;
-  // Stage 1, inside each node: allgather of the g images, node mean. Across
-  // ranks (g > b): the node's ranks allgather their workers' images over the
-  // node communicator and its leader forms the mean (g ≤ b: the node lies on
-  // this rank, nothing moves).
-  if (by_node && g_ > b) {
-    const int k = mine.begin / g_;
-    const int64_t block = b * wire;
-    const int members = g_ / b;
-    const auto [counts, displs] = equal_blocks(comm, members, block);
-    images_.resize(static_cast<size_t>(g_ * wire));
-    for (int i = mine.begin; i < mine.end; ++i) {
-      encode_worker(i, images_.data() + (i - k * g_) * wire);
-    }
-    nt->node->allgatherv(images_.data(), counts, displs);
-  }
-  // Node k's mean: from resident rows when the node lies on this process,
-  // else streamed from the received images (worker 0 or the node's first at
-  // images_[0]).
-  const auto node_mean = [&](int k, std::span<float> dst) {
-    const int lo = k * g_;
-    if (lo >= mine.begin && lo + g_ <= mine.end) {
-      const WorkerBuffers members{comp[lo].data(), stride_, d_, g_};
-      mean_over_workers(members, dst, WireDtype::kFp32);
-    } else {
-      const int base = by_node ? lo : 0;
-      streamed_mean(
-          g_, d_, [&](int j, std::span<float> row) { worker_row(base)(lo + j, row); }, dst,
-          inner_scratch_);
-    }
-  };
+  // Stage 1, inside each node: allgather of the g images, node mean.
+  gather_node_images(call);
   WorkerBuffers node_means{node_mean_.data(), stride_, d_, nodes_, lead_lo_, lead_hi_ - lead_lo_};
-  for (int k = lead_lo_; k < lead_hi_; ++k) node_mean(k, node_means[k]);
+  for (int k = lead_lo_; k < lead_hi_; ++k) node_mean(call, k, node_means[k]);
   comm.record(records_[0]);
   // Stage 2: each node's leader compresses the node mean; leaders allgather.
+  compress_node_means(call, node_means);
+  comm.record(records_[1]);
+  // Stage 3: each leader broadcasts the gathered images inside its node.
+  comm.record(records_[2]);
+  mean_of_node_means(call, node_means, out);
+}
+
+void CompressedAllgatherMean::compress_workers(const Call& call) {
+  const bool shared = c_->shared_randomness();
+  WorkerBuffers comp = compressed();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int i = call.mine.begin; i < call.mine.end; ++i) {
+    const RngStream rng(call.seed, Purpose::kCompress, shared ? 0u : static_cast<uint32_t>(i),
+                        static_cast<uint64_t>(call.step));
+    c_->apply(call.in[i], comp[i], rng);
+  }
+}
+
+void CompressedAllgatherMean::encode_worker(const Call& call, int i, uint8_t* dst) const {
+  const RngStream rng(call.seed, Purpose::kCompress,
+                      c_->shared_randomness() ? 0u : static_cast<uint32_t>(i),
+                      static_cast<uint64_t>(call.step));
+  c_->encode(call.in[i], {dst, static_cast<size_t>(call.wire)}, rng);
+}
+
+void CompressedAllgatherMean::worker_row(const Call& call, int base, int i, std::span<float> dst) {
+  if (i >= call.mine.begin && i < call.mine.end) {
+    const std::span<float> row = compressed()[i];
+    std::copy(row.begin(), row.end(), dst.begin());
+  } else {
+    c_->decode({images_.data() + (i - base) * call.wire, static_cast<size_t>(call.wire)}, dst);
+  }
+}
+
+RngStream CompressedAllgatherMean::leader_rng(const Call& call, int k) const {
+  return RngStream(call.seed, Purpose::kCompress,
+                   c_->shared_randomness() ? 0u : static_cast<uint32_t>(n_ + k),
+                   static_cast<uint64_t>(call.step));
+}
+
+void CompressedAllgatherMean::gather_node_images(const Call& call) {
+  // Across ranks (g > b): the node's ranks allgather their workers' images
+  // over the node communicator and its leader forms the mean (g ≤ b: the node
+  // lies on this rank, nothing moves).
+  const int b = call.mine.size();
+  if (!by_node_ || g_ <= b) return;
+  const int k = call.mine.begin / g_;
+  const int64_t block = b * call.wire;
+  const int members = g_ / b;
+  const auto [counts, displs] = equal_blocks(call.comm, members, block);
+  images_.resize(static_cast<size_t>(g_ * call.wire));
+  for (int i = call.mine.begin; i < call.mine.end; ++i) {
+    encode_worker(call, i, images_.data() + (i - k * g_) * call.wire);
+  }
+  call.nt->node->allgatherv(images_.data(), counts, displs);
+}
+
+void CompressedAllgatherMean::node_mean(const Call& call, int k, std::span<float> dst) {
+  // From resident rows when the node lies on this process, else streamed
+  // from the received images (worker 0 or the node's first at images_[0]).
+  const int lo = k * g_;
+  if (lo >= call.mine.begin && lo + g_ <= call.mine.end) {
+    const WorkerBuffers members{compressed()[lo].data(), stride_, d_, g_};
+    mean_over_workers(members, dst, WireDtype::kFp32);
+  } else {
+    const int base = by_node_ ? lo : 0;
+    streamed_mean(
+        g_, d_, [&](int j, std::span<float> row) { worker_row(call, base, lo + j, row); }, dst,
+        inner_scratch_);
+  }
+}
+
+void CompressedAllgatherMean::compress_node_means(const Call& call, WorkerBuffers& node_means) {
   // Across ranks the leaders' images travel over the leaders' communicator
   // (g ≥ b: the first rank of every node) or, when every rank leads b/g whole
   // nodes, over the world communicator: one image per node crosses nodes.
-  const auto leader_rng = [&](int k) {
-    return RngStream(seed, Purpose::kCompress, shared ? 0u : static_cast<uint32_t>(n + k),
-                     static_cast<uint64_t>(step));
-  };
-  node_images_.resize(by_node ? static_cast<size_t>(nodes_ * wire) : 0);
+  const int b = call.mine.size();
+  const int64_t wire = call.wire;
+  node_images_.resize(by_node_ ? static_cast<size_t>(nodes_ * wire) : 0);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int k = lead_lo_; k < lead_hi_; ++k) {
-    const RngStream rng = leader_rng(k);
-    if (by_node) {
+    const RngStream rng = leader_rng(call, k);
+    if (by_node_) {
       c_->encode(node_means[k], {node_images_.data() + k * wire, static_cast<size_t>(wire)}, rng);
     }
     c_->apply(node_means[k], node_means[k], rng);
   }
-  if (by_node) {
-    Transport* leaders = g_ >= b ? nt->leaders.get() : &comm.transport();
-    if (leaders != nullptr) {
-      const int64_t block = std::max(1, b / g_) * wire;
-      const auto [counts, displs] = equal_blocks(comm, leaders->ranks(), block);
-      leaders->allgatherv(node_images_.data(), counts, displs);
-    }
-    // Stage 3 across ranks (g > b): the node's leader broadcasts the gathered
-    // images over the node communicator.
-    if (g_ > b) nt->node->broadcast(node_images_.data(), nodes_ * wire, 0);
+  if (!by_node_) return;
+  Transport* leaders = g_ >= b ? call.nt->leaders.get() : &call.comm.transport();
+  if (leaders != nullptr) {
+    const int64_t block = std::max(1, b / g_) * wire;
+    const auto [counts, displs] = equal_blocks(call.comm, leaders->ranks(), block);
+    leaders->allgatherv(node_images_.data(), counts, displs);
   }
-  comm.record(records_[1]);
-  // Stage 3: each leader broadcasts the gathered images inside its node.
-  comm.record(records_[2]);
-  if (!comm.distributed()) {
+  // Stage 3 across ranks (g > b): the node's leader broadcasts the gathered
+  // images over the node communicator.
+  if (g_ > b) call.nt->node->broadcast(node_images_.data(), nodes_ * wire, 0);
+}
+
+void CompressedAllgatherMean::mean_of_node_means(const Call& call, const WorkerBuffers& node_means,
+                                                 std::span<float> out) {
+  if (!call.comm.distributed()) {
     mean_over_workers(node_means, out, WireDtype::kFp32);
     return;
   }
@@ -286,13 +318,13 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
   streamed_mean(
       nodes_, d_,
       [&](int k, std::span<float> dst) {
-        if (leads(k)) {
+        if (k >= lead_lo_ && k < lead_hi_) {
           std::copy(node_means[k].begin(), node_means[k].end(), dst.begin());
-        } else if (by_node) {
-          c_->decode({node_images_.data() + k * wire, static_cast<size_t>(wire)}, dst);
+        } else if (by_node_) {
+          c_->decode({node_images_.data() + k * call.wire, static_cast<size_t>(call.wire)}, dst);
         } else {
-          node_mean(k, dst);
-          c_->apply(dst, dst, leader_rng(k));
+          node_mean(call, k, dst);
+          c_->apply(dst, dst, leader_rng(call, k));
         }
       },
       out, scratch_);
@@ -359,21 +391,40 @@ double QuantizedReduceScatter::sent_bytes_per_call() const {
 
 void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out,
                                  uint64_t seed, int64_t step) {
-  const int n = n_;
-  const size_t D = D_, d = d_, chunk = D_ / n_;
-  const int bits = spec_.bits;
-  // Stage 1: every worker quantizes its zero-padded buffer (groups never
-  // straddle a chunk: chunk is a multiple of group_size).
   const WorkerRange mine = comm.local_workers();
   if (mine.begin != local_.begin || mine.end != local_.end) {
     throw std::logic_error("QuantizedReduceScatter: the communicator's workers are not `local`");
   }
+  quantize_workers(comm, in, seed, step);
+  // alltoall: chunk r of each worker's codes (and its groups' scales) to worker r.
+  comm.record(records_[0]);
+  average_chunks(comm);
+  // Stage 2: the averaged chunks go back to everyone.
+  const int64_t wire2 = requantize_means(comm, seed, step);
+  if (comm.distributed()) gather_means(comm, wire2);
+  comm.record(records_[1]);
+  std::copy(mean_.begin(), mean_.begin() + static_cast<ptrdiff_t>(d_), out.begin());
+}
+
+size_t QuantizedReduceScatter::image_bytes() const {
+  return static_cast<size_t>(quantize_wire_bytes(D_, spec_));
+}
+
+int64_t QuantizedReduceScatter::chunk_wire_bytes() const {
+  return quantize_wire_bytes(D_ / n_, spec_);
+}
+
+void QuantizedReduceScatter::quantize_workers(Communicator& comm, const WorkerBuffers& in,
+                                              uint64_t seed, int64_t step) {
+  // Stage 1: every worker quantizes its zero-padded buffer (groups never
+  // straddle a chunk: chunk is a multiple of group_size).
+  const size_t D = D_;
+  const WorkerRange mine = comm.local_workers();
   const WorkerBuffers q = quantized();
-  const size_t image_bytes = static_cast<size_t>(quantize_wire_bytes(D, spec_));
+  const size_t image = image_bytes();
   // Across ranks: the workers' packed images (member: grown once, reused).
-  std::vector<uint8_t>& images = images_;
-  if (comm.distributed() && images.size() < image_bytes * mine.size()) {
-    images.resize(image_bytes * mine.size());
+  if (comm.distributed() && images_.size() < image * mine.size()) {
+    images_.resize(image * mine.size());
   }
 #pragma omp parallel for schedule(dynamic, 1)
   for (int i = mine.begin; i < mine.end; ++i) {
@@ -386,13 +437,12 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
     // Across ranks: the packed image of the whole padded buffer (codes and
     // group scales), from which each chunk's message is cut below.
     if (comm.distributed()) {
-      quantize_encode(padded, {images.data() + (i - mine.begin) * image_bytes, image_bytes}, spec_,
-                      rng);
+      quantize_encode(padded, {images_.data() + (i - mine.begin) * image, image}, spec_, rng);
     }
   }
-  const int64_t wire1 = quantize_wire_bytes(chunk, spec_);
-  // alltoall: chunk r of each worker's codes (and its groups' scales) to worker r.
-  comm.record(records_[0]);
+}
+
+void QuantizedReduceScatter::average_chunks(Communicator& comm) {
   // Worker r averages the dequantized chunks (the fixed tree over workers).
   // Across ranks, chunk r of every worker reaches r's owner first as its
   // wire message — the chunk's packed codes then its groups' scales, exactly
@@ -401,96 +451,105 @@ void QuantizedReduceScatter::run(Communicator& comm, const WorkerBuffers& in, st
   // columns_, every worker's row of this rank's chunks (row i at i·len); the
   // resident workers' rows are copied in. The tree is per element, so it
   // gives the simulator's values whatever the row layout.
+  const int n = n_, bits = spec_.bits;
+  const size_t D = D_, chunk = D_ / n_;
+  const WorkerRange mine = comm.local_workers();
   const size_t lo = static_cast<size_t>(mine.begin) * chunk;
   const size_t len = static_cast<size_t>(mine.size()) * chunk;
-  if (comm.distributed()) {
-    const size_t code_bytes = (D * static_cast<size_t>(bits) + 7) / 8;
-    const size_t scale_bytes = spec_.fp16_scale ? 2 : 4;
-    const size_t chunk_code_bytes = (chunk * static_cast<size_t>(bits) + 7) / 8;
-    const size_t chunk_groups = chunk / spec_.group_size;
-    for (int i = mine.begin; i < mine.end; ++i) {
-      std::copy(q[i].data() + lo, q[i].data() + lo + len,
-                columns_.data() + static_cast<size_t>(i) * len);
-    }
-    alltoall_messages(
-        comm, wire1,
-        [&](int i, int r, uint8_t* dst) {
-          const uint8_t* image = images.data() + (i - mine.begin) * image_bytes;
-          copy_bits(image, static_cast<size_t>(r) * chunk * bits, chunk * bits, dst);
-          std::memcpy(dst + chunk_code_bytes,
-                      image + code_bytes + static_cast<size_t>(r) * chunk_groups * scale_bytes,
-                      chunk_groups * scale_bytes);
-        },
-        [&](int i, int r, const uint8_t* src) {
-          quantize_decode({src, static_cast<size_t>(wire1)},
-                          {columns_.data() + static_cast<size_t>(i) * len +
-                               (static_cast<size_t>(r) * chunk - lo),
-                           chunk},
-                          spec_);
-        });
-    cpu::dequantize_reduce(columns_.data(), len, n, len, mean_.data() + lo);
-  } else {
+  if (!comm.distributed()) {
     cpu::dequantize_reduce(quantized_.data() + lo, D, n, len, mean_.data() + lo);
+    return;
   }
-  // Stage 2: the averaged chunks go back to everyone.
-  int64_t wire2 = 0;
-  if (gather_ == "quantized") {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int r = mine.begin; r < mine.end; ++r) {
-      const RngStream rng(seed, Purpose::kCompress, static_cast<uint32_t>(n + r),
-                          static_cast<uint64_t>(step));
-      std::span<float> c(mean_.data() + static_cast<size_t>(r) * chunk, chunk);
-      thread_local std::vector<float> copy;
-      copy.assign(c.begin(), c.end());
-      quantize_dequantize(copy, c, spec_, rng);
-      if (comm.distributed()) {
-        quantize_encode(copy,
-                        {images.data() + (r - mine.begin) * wire1, static_cast<size_t>(wire1)},
-                        spec_, rng);
-      }
-    }
-    wire2 = wire1;
-  } else if (gather_ == "fp16") {
+  const WorkerBuffers q = quantized();
+  const size_t image = image_bytes();
+  const int64_t wire1 = chunk_wire_bytes();
+  const size_t code_bytes = (D * static_cast<size_t>(bits) + 7) / 8;
+  const size_t scale_bytes = spec_.fp16_scale ? 2 : 4;
+  const size_t chunk_code_bytes = (chunk * static_cast<size_t>(bits) + 7) / 8;
+  const size_t chunk_groups = chunk / spec_.group_size;
+  for (int i = mine.begin; i < mine.end; ++i) {
+    std::copy(q[i].data() + lo, q[i].data() + lo + len,
+              columns_.data() + static_cast<size_t>(i) * len);
+  }
+  alltoall_messages(
+      comm, wire1,
+      [&](int i, int r, uint8_t* dst) {
+        const uint8_t* img = images_.data() + (i - mine.begin) * image;
+        copy_bits(img, static_cast<size_t>(r) * chunk * bits, chunk * bits, dst);
+        std::memcpy(dst + chunk_code_bytes,
+                    img + code_bytes + static_cast<size_t>(r) * chunk_groups * scale_bytes,
+                    chunk_groups * scale_bytes);
+      },
+      [&](int i, int r, const uint8_t* src) {
+        quantize_decode({src, static_cast<size_t>(wire1)},
+                        {columns_.data() + static_cast<size_t>(i) * len +
+                             (static_cast<size_t>(r) * chunk - lo),
+                         chunk},
+                        spec_);
+      });
+  cpu::dequantize_reduce(columns_.data(), len, n, len, mean_.data() + lo);
+}
+
+int64_t QuantizedReduceScatter::requantize_means(Communicator& comm, uint64_t seed, int64_t step) {
+  const size_t chunk = D_ / n_;
+  const WorkerRange mine = comm.local_workers();
+  const int64_t wire1 = chunk_wire_bytes();
+  if (gather_ == "fp16") {
     round_to_wire(mean_, WireDtype::kFp16);
-    wire2 = static_cast<int64_t>(2 * chunk);
-  } else {
-    wire2 = static_cast<int64_t>(4 * chunk);
+    return static_cast<int64_t>(2 * chunk);
   }
+  if (gather_ != "quantized") return static_cast<int64_t>(4 * chunk);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int r = mine.begin; r < mine.end; ++r) {
+    const RngStream rng(seed, Purpose::kCompress, static_cast<uint32_t>(n_ + r),
+                        static_cast<uint64_t>(step));
+    std::span<float> c(mean_.data() + static_cast<size_t>(r) * chunk, chunk);
+    thread_local std::vector<float> copy;
+    copy.assign(c.begin(), c.end());
+    quantize_dequantize(copy, c, spec_, rng);
+    if (comm.distributed()) {
+      quantize_encode(copy, {images_.data() + (r - mine.begin) * wire1, static_cast<size_t>(wire1)},
+                      spec_, rng);
+    }
+  }
+  return wire1;
+}
+
+void QuantizedReduceScatter::gather_means(Communicator& comm, int64_t wire2) {
   // Across ranks: server r's averaged chunk in the gather precision — its
   // re-quantized codes and scales, fp16 bits or fp32 — decoded by the others.
-  if (comm.distributed()) {
-    allgather_messages(
-        comm, wire2, gathered_,
-        [&](int r, uint8_t* dst) {
-          const float* c = mean_.data() + static_cast<size_t>(r) * chunk;
-          if (gather_ == "quantized") {
-            std::memcpy(dst, images.data() + (r - mine.begin) * wire1, static_cast<size_t>(wire1));
-          } else if (gather_ == "fp16") {
-            for (size_t k = 0; k < chunk; ++k) {
-              const uint16_t h = float_to_half_bits(c[k]);
-              std::memcpy(dst + 2 * k, &h, 2);
-            }
-          } else {
-            std::memcpy(dst, c, 4 * chunk);
+  const size_t chunk = D_ / n_;
+  const WorkerRange mine = comm.local_workers();
+  const int64_t wire1 = chunk_wire_bytes();
+  allgather_messages(
+      comm, wire2, gathered_,
+      [&](int r, uint8_t* dst) {
+        const float* c = mean_.data() + static_cast<size_t>(r) * chunk;
+        if (gather_ == "quantized") {
+          std::memcpy(dst, images_.data() + (r - mine.begin) * wire1, static_cast<size_t>(wire1));
+        } else if (gather_ == "fp16") {
+          for (size_t k = 0; k < chunk; ++k) {
+            const uint16_t h = float_to_half_bits(c[k]);
+            std::memcpy(dst + 2 * k, &h, 2);
           }
-        },
-        [&](int r, const uint8_t* src) {
-          float* c = mean_.data() + static_cast<size_t>(r) * chunk;
-          if (gather_ == "quantized") {
-            quantize_decode({src, static_cast<size_t>(wire1)}, {c, chunk}, spec_);
-          } else if (gather_ == "fp16") {
-            for (size_t k = 0; k < chunk; ++k) {
-              uint16_t h;
-              std::memcpy(&h, src + 2 * k, 2);
-              c[k] = half_bits_to_float(h);
-            }
-          } else {
-            std::memcpy(c, src, 4 * chunk);
+        } else {
+          std::memcpy(dst, c, 4 * chunk);
+        }
+      },
+      [&](int r, const uint8_t* src) {
+        float* c = mean_.data() + static_cast<size_t>(r) * chunk;
+        if (gather_ == "quantized") {
+          quantize_decode({src, static_cast<size_t>(wire1)}, {c, chunk}, spec_);
+        } else if (gather_ == "fp16") {
+          for (size_t k = 0; k < chunk; ++k) {
+            uint16_t h;
+            std::memcpy(&h, src + 2 * k, 2);
+            c[k] = half_bits_to_float(h);
           }
-        });
-  }
-  comm.record(records_[1]);
-  std::copy(mean_.begin(), mean_.begin() + static_cast<ptrdiff_t>(d), out.begin());
+        } else {
+          std::memcpy(c, src, 4 * chunk);
+        }
+      });
 }
 
 void CompressedAllgatherMean::state(StateArchive& io) {

@@ -109,6 +109,21 @@ class CompressedAllgatherMean {
   // Receive scratch (MPI only): gathered wire images, streamed-tree partial sums.
   std::vector<uint8_t> images_, node_images_;
   std::vector<float> scratch_, inner_scratch_;
+
+  // run()'s steps (compressed_collectives.cpp); Call is one call's inputs.
+  struct Call;
+  void compress_workers(const Call& call);                       // C(x_i) of resident workers
+  void encode_worker(const Call& call, int i, uint8_t* dst) const;  // worker i's wire image
+  // Worker i's C(x_i): its row when resident, else decoded from images_
+  // (worker `base` at 0).
+  void worker_row(const Call& call, int base, int i, std::span<float> dst);
+  RngStream leader_rng(const Call& call, int k) const;  // node k's leader's stream
+  void gather_node_images(const Call& call);            // stage 1 across ranks
+  void node_mean(const Call& call, int k, std::span<float> dst);  // node k's mean of C(x_i)
+  // Stage 2: C(node mean) in place, the leaders' images exchanged.
+  void compress_node_means(const Call& call, WorkerBuffers& node_means);
+  // out = mean over nodes of C(node mean).
+  void mean_of_node_means(const Call& call, const WorkerBuffers& node_means, std::span<float> out);
 };
 
 class QuantizedReduceScatter {
@@ -162,6 +177,21 @@ class QuantizedReduceScatter {
   std::vector<float> mean_;          // D
   std::vector<uint8_t> images_;      // MPI: the resident workers' packed images
   std::vector<uint8_t> gathered_;    // MPI: the servers' gathered chunks
+
+  // run()'s steps, in order.
+  // Stage 1: Q(x_i) of each resident worker's zero-padded buffer into
+  // quantized_ (across ranks also its packed image into images_).
+  void quantize_workers(Communicator& comm, const WorkerBuffers& in, uint64_t seed, int64_t step);
+  // The alltoall: this rank's chunks averaged over every worker (mean_).
+  void average_chunks(Communicator& comm);
+  // Stage 2's precision: the averaged chunks re-quantized (their images into
+  // images_ across ranks), rounded to fp16, or left; returns one chunk's
+  // wire bytes.
+  int64_t requantize_means(Communicator& comm, uint64_t seed, int64_t step);
+  // Across ranks: the averaged chunks allgathered in that precision.
+  void gather_means(Communicator& comm, int64_t wire2);
+  size_t image_bytes() const;        // one worker's packed padded buffer
+  int64_t chunk_wire_bytes() const;  // one chunk's packed codes and scales
 };
 
 }  // namespace bitlab

@@ -223,7 +223,7 @@ void OneBitAllreduce::run_impl(Communicator& comm, const WorkerBuffers& in,
 }
 
 void OneBitAllreduce::compress_momentum(const OneBitMomentumInput& momentum) {
-  const size_t D = D_, blocks = (D_ + cpu::kNormBlock - 1) / cpu::kNormBlock;
+  const size_t D = D_, blocks = (D_ + kSumBlock - 1) / kSumBlock;
   const auto rows = static_cast<size_t>(local_.size());
   const bool prev = pending_;
   partial_.resize(rows * blocks);

@@ -184,7 +184,7 @@ class OneBitAllreduce {
   // `momentum` when it is not null.
   void run_impl(Communicator& comm, const WorkerBuffers& in, const OneBitMomentumInput* momentum,
                 std::span<float> out, uint64_t seed, int64_t step);
-  // run_momentum()'s worker stage: one pass over blocks of kNormBlock, every
+  // run_momentum()'s worker stage: one pass over blocks of kSumBlock, every
   // local worker per block (so m's block is read from memory once), the
   // error update deferred (cpu::onebit_adam_worker_block).
   void compress_momentum(const OneBitMomentumInput& momentum);

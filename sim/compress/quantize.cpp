@@ -9,27 +9,12 @@
 #include <stdexcept>
 
 #include "sim/core/float16.hpp"
-#include "sim/kernels/dispatch.hpp"
+#include "sim/kernels/quantize_codes.hpp"
 #include "sim/kernels/quantize_elements.hpp"
 #include "sim/kernels/reference.hpp"
 
 namespace bitlab {
 namespace {
-
-// Stochastic codes of y[0, len) in chunks: the draws of a chunk are made in
-// a loop of their own (lane 0 of rng.block(first_index + k)), which the
-// compiler vectorises (-O3), then the codes; f(k, code) consumes them.
-template <class F>
-void stochastic_codes(const GroupCoder& coder, const float* y, size_t len, float m,
-                      const RngStream& rng, uint64_t first_index, F&& f) {
-  constexpr size_t kChunk = 256;
-  uint32_t draws[kChunk];
-  for (size_t c0 = 0; c0 < len; c0 += kChunk) {
-    const size_t c = std::min(kChunk, len - c0);
-    for (size_t k = 0; k < c; ++k) draws[k] = rng.block(first_index + c0 + k)[0];
-    for (size_t k = 0; k < c; ++k) f(c0 + k, coder.stochastic(y[c0 + k], m, draws[k]));
-  }
-}
 
 void check_spec(const QuantizeSpec& spec) {
   if (spec.bits < 1 || spec.bits > 8 || spec.group_size < 1) {
@@ -86,53 +71,15 @@ class BitReader {
 
 }  // namespace
 
-size_t quantize_groups(size_t n, const QuantizeSpec& spec) {
-  return (n + spec.group_size - 1) / spec.group_size;
-}
-
 int64_t quantize_wire_bytes(size_t n, const QuantizeSpec& spec) {
   const size_t code_bytes = (n * static_cast<size_t>(spec.bits) + 7) / 8;
-  return static_cast<int64_t>(code_bytes + quantize_groups(n, spec) * (spec.fp16_scale ? 2u : 4u));
+  return static_cast<int64_t>(code_bytes + quantize_group_count(n, spec) * (spec.fp16_scale ? 2u : 4u));
 }
 
 void quantize_dequantize(std::span<const float> x, std::span<float> out, const QuantizeSpec& spec,
                          const RngStream& rng, uint64_t first_index) {
   check_spec(spec);
   cpu::quantize_groups(x.data(), x.size(), out.data(), spec, rng, first_index);
-}
-
-// The CPU reference of the CUDA quantizer (declared in sim/kernels/reference.hpp,
-// defined here beside its helpers).
-void cpu::quantize_groups(const float* xp, size_t n, float* outp, const QuantizeSpec& spec,
-                          const RngStream& rng, uint64_t first_index) {
-  const size_t g = spec.group_size;
-  const int64_t groups = static_cast<int64_t>(quantize_groups(n, spec));
-  const GroupCoder coder(spec.bits);
-  const float inv_half = 1.0f / coder.half_range;  // exact: a power of two
-  const isa_kernels::KernelTable& t = isa_kernels::active_kernels();
-  // Groups are independent, so splitting them over threads changes nothing.
-  // x and out may alias: a group is read (max) before it is written, and
-  // element k is read before out[k] is written.
-#pragma omp parallel for schedule(static) if (n >= (size_t{1} << 16) && groups >= 16)
-  for (int64_t j = 0; j < groups; ++j) {
-    const size_t begin = static_cast<size_t>(j) * g;
-    const size_t len = std::min(g, n - begin);
-    const float* y = xp + begin;
-    float* o = outp + begin;
-    uint16_t unused;
-    const float m = wire_scale(t.max_abs(y, len), spec.fp16_scale, &unused);
-    if (m == 0.0f) {  // all-zero group (fp16: only when M itself is 0)
-      std::fill(o, o + len, 0.0f);
-      continue;
-    }
-    const float step = m * inv_half;
-    if (spec.stochastic) {
-      stochastic_codes(coder, y, len, m, rng, first_index + begin,
-                       [&](size_t k, float q) { o[k] = q * step; });
-    } else {
-      t.quantize_nearest(y, len, coder, m, step, o);
-    }
-  }
 }
 
 void quantize_encode(std::span<const float> x, std::span<uint8_t> wire, const QuantizeSpec& spec,
@@ -143,7 +90,7 @@ void quantize_encode(std::span<const float> x, std::span<uint8_t> wire, const Qu
     throw std::invalid_argument("quantize_encode: wire has the wrong size");
   }
   const size_t g = spec.group_size;
-  const size_t groups = quantize_groups(n, spec);
+  const size_t groups = quantize_group_count(n, spec);
   const size_t code_bytes = (n * static_cast<size_t>(spec.bits) + 7) / 8;
   uint8_t* scales = wire.data() + code_bytes;
   const GroupCoder coder(spec.bits);
@@ -179,7 +126,7 @@ void quantize_decode(std::span<const uint8_t> wire, std::span<float> out,
     throw std::invalid_argument("quantize_decode: wire has the wrong size");
   }
   const size_t g = spec.group_size;
-  const size_t groups = quantize_groups(n, spec);
+  const size_t groups = quantize_group_count(n, spec);
   const size_t code_bytes = (n * static_cast<size_t>(spec.bits) + 7) / 8;
   const uint8_t* scales = wire.data() + code_bytes;
   const float inv_half = 1.0f / static_cast<float>(1 << (spec.bits - 1));

@@ -39,10 +39,9 @@
 
 namespace bitlab {
 
-// Number of groups and wire bytes for n elements: ceil(n·b/8) bytes of codes
-// (b-bit two's complement, packed MSB first as one bit stream) + one scale
-// (4 or 2 bytes) per group.
-size_t quantize_groups(size_t n, const QuantizeSpec& spec);
+// Wire bytes for n elements: ceil(n·b/8) bytes of codes (b-bit two's
+// complement, packed MSB first as one bit stream) + one scale (4 or 2 bytes)
+// per group (quantize_group_count, quantize_spec.hpp).
 int64_t quantize_wire_bytes(size_t n, const QuantizeSpec& spec);
 
 // out = Q(x). Stochastic rounding of element k draws from rng.block(first_index + k)

@@ -2,7 +2,7 @@
 #include <cstring>
 
 #include "sim/compress/compressor.hpp"
-#include "sim/core/reduce.hpp"
+#include "sim/kernels/reduce.hpp"
 
 namespace bitlab {
 

@@ -25,8 +25,19 @@ struct MakeContext {
   using type = NoContext;
 };
 
+// What a base type's entries carry besides the fields below, taken from the
+// options struct: nothing, except optimizers (optimizers/optimizer.hpp: the
+// uncompressed twin each one declares).
 template <class Base>
-struct RegistryEntry {
+struct EntryExtras {
+  template <class Options>
+  static EntryExtras from() {
+    return {};
+  }
+};
+
+template <class Base>
+struct RegistryEntry : EntryExtras<Base> {
   using Context = typename MakeContext<Base>::type;
   std::string name;
   std::string summary;  // one line, with the paper it follows where there is one
@@ -46,6 +57,7 @@ RegistryEntry<Base> make_registry_entry(std::string name, std::string summary) {
   auto schema = std::make_shared<Schema<Options>>(Options::schema());
   schema->allow_key("name");
   RegistryEntry<Base> e;
+  static_cast<EntryExtras<Base>&>(e) = EntryExtras<Base>::template from<Options>();
   e.name = name;
   e.summary = std::move(summary);
   e.fields = schema->describe();

@@ -27,7 +27,7 @@ namespace bitlab::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr size_t kBlock = cpu::kNormBlock;  // 4096 elements
+constexpr size_t kBlock = kSumBlock;  // 4096 elements
 constexpr size_t kBlockBytes = kBlock / 8;  // 512 sign bytes
 static_assert(kBlock % (8 * kThreads) == 0, "a thread handles whole bytes of one block");
 

@@ -2,7 +2,7 @@
 
 #include <limits>
 
-#include "sim/core/reduce.hpp"
+#include "sim/kernels/reduce.hpp"
 
 namespace bitlab {
 

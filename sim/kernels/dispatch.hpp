@@ -47,7 +47,7 @@ struct KernelTable {
   void (*zero_one_sync)(float* m0, float* x, const float* ubar, const float* den, size_t n,
                         double lrs);
 
-  // One block of the 1-bit allreduce's norm (n ≤ kNormBlock elements), each
+  // One block of the 1-bit allreduce's norm (n ≤ kSumBlock elements), each
   // returning the block's Σ u² in double with the fixed lanes above:
   //   sum_squares:          u = p (read only)
   //   add_sum_squares:      e[k] += b[k] for k < n_add, then u = e

@@ -15,4 +15,10 @@ struct QuantizeSpec {
   bool fp16_scale = false;  // scale on the wire as fp16 instead of fp32
 };
 
+// Groups of spec.group_size for n elements (the last one may be short): one
+// scale each on the wire.
+inline size_t quantize_group_count(size_t n, const QuantizeSpec& spec) {
+  return (n + spec.group_size - 1) / spec.group_size;
+}
+
 }  // namespace bitlab

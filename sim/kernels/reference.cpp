@@ -10,27 +10,23 @@
 #include <cmath>
 #include <vector>
 
-#include "sim/comm/comm.hpp"
 #include "sim/kernels/dispatch.hpp"
+#include "sim/kernels/reduce.hpp"
+#include "sim/kernels/worker_mean.hpp"
 
 namespace bitlab::cpu {
 namespace {
-
-// Below this many elements an elementwise loop runs serially (fork/join
-// costs more than it saves; elements are independent, so results are the
-// same either way). Same value as optimizers/common.hpp's.
-constexpr int64_t kParallelMin = 4096;
 
 using isa_kernels::active_kernels;
 using isa_kernels::KernelTable;
 
 // f(lo, hi) on a static split of [0, n) over the threads (serial at or below
-// kParallelMin). Each element is computed alone, so the split changes no bit;
+// kParallelMinElements, reduce.hpp). Each element is computed alone, so the split changes no bit;
 // the boundaries are multiples of 16 so every thread's share starts on a
 // whole vector.
 template <class F>
 void parallel_ranges(size_t n, F&& f) {
-  if (static_cast<int64_t>(n) <= kParallelMin) {
+  if (static_cast<int64_t>(n) <= kParallelMinElements) {
     f(size_t{0}, n);
     return;
   }
@@ -42,16 +38,6 @@ void parallel_ranges(size_t n, F&& f) {
     const size_t hi = t + 1 == nt ? n : n * (t + 1) / nt / 16 * 16;
     if (lo < hi) f(lo, hi);
   }
-}
-
-// Sum of squares over fixed blocks of kNormBlock in double, serial: the same
-// whatever thread runs it. `block(lo, hi)` returns block [lo, hi)'s sum (and
-// may first update the block, while it is in cache).
-template <class Block>
-double blocked_sum_squares(size_t n, Block&& block) {
-  double total = 0.0;
-  for (size_t lo = 0; lo < n; lo += kNormBlock) total += block(lo, std::min(n, lo + kNormBlock));
-  return total;
 }
 
 // The scale ‖u‖/√n of a sum of squares over n elements.
@@ -74,10 +60,15 @@ void onebit_worker_compress(const float* b, size_t d, float* e, size_t D, uint8_
   // summed over the same block while it is still in cache. Pass 2: signs and
   // error.
   const KernelTable& t = active_kernels();
-  const double ss = blocked_sum_squares(D, [&](size_t lo, size_t hi) {
-    const size_t hb = std::min(hi, std::max(lo, d));
-    return t.add_sum_squares(e + lo, b + std::min(lo, d), hb - lo, hi - lo);
-  });
+  // Serial over the blocks (a block is updated while it is in cache; the
+  // caller runs workers in parallel): the same bits on any thread.
+  const double ss = blocked_sum(
+      D,
+      [&](size_t lo, size_t hi) {
+        const size_t hb = std::min(hi, std::max(lo, d));
+        return t.add_sum_squares(e + lo, b + std::min(lo, d), hb - lo, hi - lo);
+      },
+      false);
   const float a = rms_scale(ss, D);
   *scale = a;
   t.pack_and_subtract(e, D, a, bits);
@@ -86,7 +77,7 @@ void onebit_worker_compress(const float* b, size_t d, float* e, size_t D, uint8_
 double onebit_adam_worker_block(const float* m, const float* g, size_t d, const AdamCoeffs& c,
                                 float* e, size_t D, uint8_t* bits, const float* prev_table,
                                 size_t block) {
-  const size_t lo = block * kNormBlock, hi = std::min(D, lo + kNormBlock);
+  const size_t lo = block * kSumBlock, hi = std::min(D, lo + kSumBlock);
   const size_t hb = std::min(hi, std::max(lo, d)), at = std::min(lo, d);
   return active_kernels().momentum_worker_block(e + lo, bits + lo / 8, prev_table, m + at, g + at,
                                                 hb - lo, hi - lo, c);
@@ -112,14 +103,17 @@ void onebit_server_reduce(const uint8_t* bits, size_t bits_stride, const float* 
   tables.resize(static_cast<size_t>(n) * 2048);
   for (int i = 0; i < n; ++i) fill_expand_table(scales[i], tables.data() + 2048 * i);
   const float nf = static_cast<float>(n);
-  const double ss = blocked_sum_squares(chunk, [&](size_t lo, size_t hi) {
-    std::fill(acc + lo, acc + hi, 0.0f);
-    for (int i = 0; i < n; ++i) {  // fixed worker order
-      t.expand_accumulate(bits + static_cast<size_t>(i) * bits_stride + lo / 8, (hi - lo) / 8,
-                          tables.data() + 2048 * i, acc + lo);
-    }
-    return t.mean_add_sum_squares(s + lo, acc + lo, nf, hi - lo);
-  });
+  const double ss = blocked_sum(
+      chunk,
+      [&](size_t lo, size_t hi) {
+        std::fill(acc + lo, acc + hi, 0.0f);
+        for (int i = 0; i < n; ++i) {  // fixed worker order
+          t.expand_accumulate(bits + static_cast<size_t>(i) * bits_stride + lo / 8,
+                              (hi - lo) / 8, tables.data() + 2048 * i, acc + lo);
+        }
+        return t.mean_add_sum_squares(s + lo, acc + lo, nf, hi - lo);
+      },
+      false);
   const float cr = rms_scale(ss, chunk);
   *out_scale = cr;
   t.pack_and_subtract(s, chunk, cr, out_bits);

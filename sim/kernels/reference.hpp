@@ -5,8 +5,9 @@
 // device pointers). Layout conventions shared by both sides:
 //   - packed signs: element k is bit (7 − k mod 8) of byte k/8 (MSB first),
 //     bit set = +1, sign(0) = sign(−0) = +1, NaN packs as −1;
-//   - norms: sum of squares in double over fixed blocks of 4096 elements
-//     starting at the buffer's first element, then over the blocks;
+//   - norms: sum of squares in double over fixed blocks of kSumBlock = 4096
+//     elements starting at the buffer's first element, then over the blocks
+//     in order (blocked_sum, reduce.hpp);
 //   - random draws: element k uses lane k mod 4 of rng.block(k/4).
 #pragma once
 
@@ -14,15 +15,13 @@
 #include <cstdint>
 
 #include "sim/core/rng.hpp"
+#include "sim/kernels/reduce.hpp"
 #include "sim/kernels/elements.hpp"
 #include "sim/kernels/quantize_elements.hpp"
 #include "sim/kernels/quantize_spec.hpp"
 #include "sim/kernels/worker_tree.hpp"
 
 namespace bitlab::cpu {
-
-// Elements per block of the fixed-order sums of squares.
-inline constexpr size_t kNormBlock = 4096;
 
 // The references (host pointers); the documentation is in kernel_api.inc.
 #include "sim/kernels/kernel_api.inc"
@@ -34,7 +33,7 @@ inline constexpr size_t kNormBlock = 4096;
 // scale, so one pass can form u, its block sums and its signs; e − a·sign(u)
 // then needs the scale, which needs every block, so it is left in e as u and
 // applied, the same float operation, at the start of the next call's pass.
-// Block `block` (elements [block·kNormBlock, …) ∩ [0, D)): when prev_table
+// Block `block` (elements [block·kSumBlock, …) ∩ [0, D)): when prev_table
 // is not null, e holds the previous call's u and bits its signs, and first
 // e −= prev_table[sign] (the error that call's second pass would have
 // written); then e += onebit_adam_local_momentum(m, g) for k < d; writes the

@@ -1,4 +1,4 @@
-// mean_over_workers' fixed pairwise tree over workers (sim/comm/comm.cpp) in a
+// mean_over_workers' fixed pairwise tree over workers (worker_mean.cpp) in a
 // form a CUDA kernel can run per element: a postfix program. Shared by the
 // CUDA dequantize-reduce (LoCo) and the test that checks it against the
 // simulator's mean on the CPU. Header-only: the CUDA library uses it without
@@ -44,7 +44,7 @@ BITLAB_HD inline float worker_tree_sum(const int32_t* program, size_t length, co
 namespace detail {
 
 // Postfix program of the tree over workers [lo, hi): the same split as
-// tree_sum in sim/comm/comm.cpp (n = 2 there is a + b, which this gives too).
+// tree_sum in worker_mean.cpp (n = 2 there is a + b, which this gives too).
 inline void emit_worker_tree(int lo, int hi, std::vector<int32_t>& program) {
   if (hi - lo == 1) {
     program.push_back(lo);

@@ -1,7 +1,7 @@
 // Benchmark (run on demand, not a test): the gradient computation of the real
 // problems — every emulated worker's forward + backward on its batch, OpenMP
 // over groups of workers whose samples go through one pass
-// (Problem::loss_grad_workers, sim/core/matmul.hpp's products) — timed as
+// (Problem::loss_grad_workers, sim/kernels/matmul.hpp's products) — timed as
 // whole simulated steps (the gradients and their mean, as Adam's step computes
 // them: Cluster::compute_gradient_mean), reported as simulated worker-samples per
 // second and as the fraction of the machine's measured fp32 peak

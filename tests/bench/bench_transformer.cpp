@@ -15,7 +15,7 @@
 //                   what the model itself costs.
 //   one GEMM shape  the largest product of the model, the MLP's (N_tok × d) ·
 //                   (d × 4d) with N_tok = B·64, every thread multiplying its
-//                   own matrices with sim/core/matmul.hpp: what the product
+//                   own matrices with sim/kernels/matmul.hpp: what the product
 //                   alone reaches on these shapes.
 // FLOPs are the matrix products' by formula (transformer_matmul_flops: 2 per
 // multiply-add, forward + backward), so GFLOP/s and "% of peak" (against
@@ -33,7 +33,7 @@
 #include "problems/synthetic.hpp"
 #include "problems/transformer.hpp"
 #include "sim/core/isa.hpp"
-#include "sim/core/matmul.hpp"
+#include "sim/kernels/matmul.hpp"
 #include "sim/engine/simulation.hpp"
 #include "tests/bench/bench_util.hpp"
 
@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   const PeakFlops peak = peak_fp32_gflops();
   std::printf("peak fp32 (%s, %d threads, measured): %.1f GFLOP/s\n", peak.isa, peak.threads,
               peak.gflops);
-  std::printf("products and GELU dispatched to %s (sim/core/matmul.hpp; BITLAB_ISA forces one)\n",
+  std::printf("products and GELU dispatched to %s (sim/kernels/matmul.hpp; BITLAB_ISA forces one)\n",
               isa_name(active_isa()));
 
   // Whole simulated steps.

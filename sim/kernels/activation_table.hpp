@@ -1,5 +1,5 @@
 // The table of one instruction set's activation loops (activation_kernels.inc;
-// the functions are those of sim/core/activations.hpp).
+// the functions are those of sim/kernels/activations.hpp).
 #pragma once
 
 #include <cstddef>

@@ -1,9 +1,9 @@
-#include "sim/core/activations.hpp"
+#include "sim/kernels/activations.hpp"
 
 #include <stdexcept>
 #include <string>
 
-#include "sim/core/activation_table.hpp"
+#include "sim/kernels/activation_table.hpp"
 
 namespace bitlab {
 

@@ -1,4 +1,4 @@
-#include "sim/core/matmul.hpp"
+#include "sim/kernels/matmul.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -7,7 +7,7 @@
 namespace bitlab {
 
 namespace isa_kernels {
-// sim/core/matmul_{sse2,avx2,avx512}.cpp: one source, three instruction sets.
+// sim/kernels/matmul_{sse2,avx2,avx512}.cpp: one source, three instruction sets.
 using MatmulKernel = void(size_t, size_t, size_t, const float*, ptrdiff_t, ptrdiff_t,
                           const float*, size_t, float*, size_t);
 MatmulKernel matmul_sse2, matmul_avx2, matmul_avx512;

@@ -1,32 +1,8 @@
-#include "sim/core/reduce.hpp"
+#include "sim/kernels/reduce.hpp"
 
 #include <cmath>
-#include <vector>
 
 namespace bitlab {
-namespace {
-
-// Applies block_fn(begin, end) -> double to every block in parallel and sums
-// the results in block order.
-template <class BlockFn>
-double blocked_sum(size_t n, BlockFn block_fn) {
-  const int64_t blocks = static_cast<int64_t>((n + kReduceBlock - 1) / kReduceBlock);
-  if (blocks <= 1) return n ? block_fn(0, n) : 0.0;
-  thread_local std::vector<double> partial;
-  if (partial.size() < static_cast<size_t>(blocks)) partial.resize(blocks);
-  double* p = partial.data();
-#pragma omp parallel for schedule(static) if (blocks >= 16)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const size_t lo = static_cast<size_t>(b) * kReduceBlock;
-    const size_t hi = lo + kReduceBlock < n ? lo + kReduceBlock : n;
-    p[b] = block_fn(lo, hi);
-  }
-  double s = 0.0;
-  for (int64_t b = 0; b < blocks; ++b) s += p[b];
-  return s;
-}
-
-}  // namespace
 
 double sum_squares(std::span<const float> x) {
   const float* d = x.data();
@@ -35,7 +11,7 @@ double sum_squares(std::span<const float> x) {
 #pragma omp simd reduction(+ : s)
     for (size_t i = lo; i < hi; ++i) s += double{d[i]} * d[i];
     return s;
-  });
+  }, true);
 }
 
 double dot(std::span<const float> a, std::span<const float> b) {
@@ -46,7 +22,7 @@ double dot(std::span<const float> a, std::span<const float> b) {
 #pragma omp simd reduction(+ : s)
     for (size_t i = lo; i < hi; ++i) s += double{x[i]} * y[i];
     return s;
-  });
+  }, true);
 }
 
 double distance_squared(std::span<const float> a, std::span<const float> b) {
@@ -60,7 +36,7 @@ double distance_squared(std::span<const float> a, std::span<const float> b) {
       s += t * t;
     }
     return s;
-  });
+  }, true);
 }
 
 bool all_finite(std::span<const float> x) {
@@ -70,7 +46,7 @@ bool all_finite(std::span<const float> x) {
     double s = 0.0;
     for (size_t i = lo; i < hi; ++i) s += double{d[i]} * 0.0;
     return s;
-  });
+  }, true);
   return std::isfinite(s);
 }
 
