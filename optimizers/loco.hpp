@@ -46,7 +46,7 @@ struct LocoOptions {
   static Schema<LocoOptions> schema();
   // Uncompressed twin: its base optimizer (adam or momentum_sgd), unchanged.
   static TwinDeclaration twin(const Json& resolved) {
-    return {resolved.at("base").get<std::string>()};
+    return {resolved.at("base").get<std::string>(), Json::object(), ""};
   }
   QuantizeSpec spec() const;
 };

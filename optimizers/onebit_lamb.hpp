@@ -44,7 +44,7 @@ struct OneBitLambOptions {
   Json server_compressor = default_stage_compressor();
   static Schema<OneBitLambOptions> schema();
   // Uncompressed twin: LAMB, the paper's baseline (its warm-up is LAMB).
-  static TwinDeclaration twin(const Json&) { return {"lamb"}; }
+  static TwinDeclaration twin(const Json&) { return {"lamb", Json::object(), ""}; }
 
   // The warm-up's LAMB options (the fields both share).
   LambOptions lamb_options() const;

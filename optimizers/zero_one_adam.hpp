@@ -126,7 +126,7 @@ struct ZeroOneAdamOptions {
   Json server_compressor = default_stage_compressor();
   static Schema<ZeroOneAdamOptions> schema();
   // Uncompressed twin: Adam with the shared hyperparameters.
-  static TwinDeclaration twin(const Json&) { return {"adam"}; }
+  static TwinDeclaration twin(const Json&) { return {"adam", Json::object(), ""}; }
 };
 
 enum class ZeroOnePhase {

@@ -27,7 +27,7 @@ struct ThrowAwayOptions {
   int64_t exact_steps = 3;
   // Its uncompressed twin, declared here like any optimizer's: SGD, which
   // shares lr.
-  static TwinDeclaration twin(const Json&) { return {"sgd"}; }
+  static TwinDeclaration twin(const Json&) { return {"sgd", Json::object(), ""}; }
   static Schema<ThrowAwayOptions> schema() {
     using O = ThrowAwayOptions;
     Schema<O> s;
