@@ -10,8 +10,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <utility>
-#include <vector>
 
 namespace bitlab {
 
@@ -24,35 +22,14 @@ inline constexpr size_t kSumBlock = 4096;
 inline constexpr int64_t kParallelMinElements = 4096;
 
 // Σ_b block(lo_b, hi_b) over the blocks [b·kSumBlock, min(n, (b+1)·kSumBlock)),
-// added in block order from 0.0. With `parallel_blocks` the blocks run on the
-// threads (from 16 blocks on) and their sums are added afterwards in the same
-// order; without, one after another on the calling thread (a caller already
-// inside a parallel region, or a block that updates its elements while they
-// are in cache). The same bits either way.
+// added in block order from 0.0, one after another on the calling thread (the
+// 1-bit allreduce's norms: a block is updated while it is in cache, and the
+// caller runs workers in parallel). reduce.cpp's sums run the same blocks in
+// the same order with the blocks spread over threads.
 template <class Block>
-double blocked_sum(size_t n, Block&& block, bool parallel_blocks) {
-  const int64_t blocks = static_cast<int64_t>((n + kSumBlock - 1) / kSumBlock);
-  const auto bounds = [n](int64_t b) {
-    const size_t lo = static_cast<size_t>(b) * kSumBlock;
-    return std::pair<size_t, size_t>{lo, lo + kSumBlock < n ? lo + kSumBlock : n};
-  };
+double blocked_sum(size_t n, Block&& block) {
   double total = 0.0;
-  if (!parallel_blocks || blocks < 16) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      const auto [lo, hi] = bounds(b);
-      total += block(lo, hi);
-    }
-    return total;
-  }
-  thread_local std::vector<double> partial;
-  if (partial.size() < static_cast<size_t>(blocks)) partial.resize(blocks);
-  double* p = partial.data();
-#pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const auto [lo, hi] = bounds(b);
-    p[b] = block(lo, hi);
-  }
-  for (int64_t b = 0; b < blocks; ++b) total += p[b];
+  for (size_t lo = 0; lo < n; lo += kSumBlock) total += block(lo, lo + kSumBlock < n ? lo + kSumBlock : n);
   return total;
 }
 

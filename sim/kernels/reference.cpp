@@ -67,8 +67,7 @@ void onebit_worker_compress(const float* b, size_t d, float* e, size_t D, uint8_
       [&](size_t lo, size_t hi) {
         const size_t hb = std::min(hi, std::max(lo, d));
         return t.add_sum_squares(e + lo, b + std::min(lo, d), hb - lo, hi - lo);
-      },
-      false);
+      });
   const float a = rms_scale(ss, D);
   *scale = a;
   t.pack_and_subtract(e, D, a, bits);
@@ -112,8 +111,7 @@ void onebit_server_reduce(const uint8_t* bits, size_t bits_stride, const float* 
                               (hi - lo) / 8, tables.data() + 2048 * i, acc + lo);
         }
         return t.mean_add_sum_squares(s + lo, acc + lo, nf, hi - lo);
-      },
-      false);
+      });
   const float cr = rms_scale(ss, chunk);
   *out_scale = cr;
   t.pack_and_subtract(s, chunk, cr, out_bits);
