@@ -43,14 +43,17 @@ class TableError(Exception):
     pass
 
 
-def read_table(path):
-    """The rows of claims.csv, validated: exact columns, a known verdict, a command, a number."""
+def read_text(path):
     try:
         with open(path, newline="") as f:
-            text = f.read()
+            return f.read()
     except OSError as e:
         raise TableError(f"{path}: cannot read ({e.strerror})")
-    reader = csv.DictReader(io.StringIO(text))
+
+
+def read_table(path):
+    """The rows of claims.csv, validated: exact columns, a known verdict, a command, a number."""
+    reader = csv.DictReader(io.StringIO(read_text(path)))
     if reader.fieldnames != COLUMNS:
         raise TableError(f"{path}: columns {reader.fieldnames}; must be exactly {COLUMNS}")
     rows = list(reader)
@@ -103,8 +106,8 @@ def pending_reason(row, bitlab, help_text):
     uses_gas = any(g in row["command"] for g in _GAS) or any(
         g in _spec_text(row["command"]) for g in _GAS)
     if uses_gas and "--gradient-accumulation-steps" not in help_text:
-        return ("pending: this bitlab's `cost` has no --gradient-accumulation-steps yet "
-                "(issue 30, item 2)")
+        return ("pending: this bitlab's `cost` has no --gradient-accumulation-steps yet; "
+                "the row is checked once it has")
     return ""
 
 
