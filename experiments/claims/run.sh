@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-run the rows of claims.csv (docs: experiments/claims/README.md).
 #   experiments/claims/run.sh              the cost rows, each within 1 % of its recorded figure (what CI runs)
-#   experiments/claims/run.sh --train      the training rows (5-seed sweeps; about 25 min on 2 busy cores)
+#   experiments/claims/run.sh --train      the training rows (two 5-seed sweeps: 17 min on 2 busy cores, ~2 min idle)
 #   experiments/claims/run.sh --self-test  plant wrong figures and show the check fails on them
 #   experiments/claims/run.sh --table      rewrite README.md's table from claims.csv
 # The binary is $BITLAB_BINARY, else build/bitlab. Exit status as check.py / table.py.
