@@ -8,7 +8,7 @@ The generated part lies between the two marker lines below; everything else in R
 written by hand. It holds a summary table (one line per row, numbered as in claims.csv) and
 one section per row (`### row N`, the anchor the experiments/paper-*/README files link to)
 with the reason and the command (in a fenced block, as it is run). Table cells and text are
-escaped for GitHub Markdown (`\\`, `|`, backticks).
+escaped for GitHub Markdown (HTML entities, `|`, `\\`).
 """
 import argparse
 import os
@@ -23,7 +23,10 @@ END = "<!-- END claims table -->"
 
 
 def _text(cell):
-    return cell.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`").replace("\n", " ")
+    """Text for a table cell or a paragraph: HTML-escaped (GitHub renders raw HTML), `|` escaped
+    (a cell separator), backslashes doubled; backtick pairs stay code spans."""
+    cell = cell.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return cell.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
 def _code(cell):
