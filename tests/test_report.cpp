@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <string>
 
 #include "sim/core/human.hpp"
@@ -108,6 +109,24 @@ size_t count(const std::string& text, const std::string& what) {
 
 void put_file(const fs::path& p, const std::string& text) {
   std::ofstream(p, std::ios::binary) << text;
+}
+
+// The serialised DOM without its attribute values (Chromium writes every value in double
+// quotes, a " inside as &quot; but < and > as they are): what is left is elements and text,
+// where a planted "<img" would be an element.
+std::string without_attribute_values(const std::string& dom) {
+  std::string out;
+  out.reserve(dom.size());
+  for (size_t k = 0; k < dom.size(); ++k) {
+    out += dom[k];
+    if (dom[k] == '=' && k + 1 < dom.size() && dom[k + 1] == '"') {
+      const size_t close = dom.find('"', k + 2);
+      if (close == std::string::npos) break;
+      out += "\"\"";
+      k = close;
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -262,6 +281,8 @@ TEST_SUITE("report") {
       put_file(run / "config.json", config.dump());
       Json summary = Json::parse(slurp(run / "summary.json"));
       summary["final"]["m<img src=x onerror=" + js + ">"] = 1.5;
+      summary["warnings"] = Json::array({"w" + std::to_string(k) + "</script><script>" + js +
+                                         "</script>"});
       summary["phases"]["p</script><script>" + js + "</script>"] =
           Json{{"steps", 1}, {"bytes_sent_per_worker", 2}, {"comm_s", 0.1}};
       put_file(run / "summary.json", summary.dump());
@@ -287,23 +308,30 @@ TEST_SUITE("report") {
     CHECK(attribute(dom, "data-rows") == "3");
     CHECK(attribute(dom, "data-traces") == attribute(dom, "data-expected-traces"));
     CHECK(std::atoi(attribute(dom, "data-traces").c_str()) >= 9);
-    // The page's elements are its own: no <img> or <svg onload>, and only its three scripts
-    // besides the figures' JSON data blocks.
-    CHECK(dom.find("<img") == std::string::npos);
-    CHECK(dom.find("<svg onload") == std::string::npos);
+    // The page's elements are its own: no <img> or <svg onload> (the run folders are in
+    // title attributes: attribute values are left out of the search), and only its two
+    // scripts besides plotly.js's packed data block and the figures' JSON data blocks (the
+    // unpacked plotly.js is run and taken out again).
+    const std::string elements = without_attribute_values(dom);
+    CHECK(elements.find("<img") == std::string::npos);
+    CHECK(elements.find("<svg onload") == std::string::npos);
+    CHECK(count(dom, "<script>") == 2);
+    CHECK(count(dom, "<script type=\"application/octet-stream\" id=\"bitlab-plotly\">") == 1);
     CHECK(count(dom, "<script") ==
           3 + count(dom, "<script type=\"application/json\" class=\"bitlab-figure\""));
     // What was planted is shown as text: the title, the table's cells, the curves' legends.
     CHECK(
         dom.find("<title>T&lt;/title&gt;&lt;script&gt;document.title='PW'+'NED'&lt;/script&gt;\"'`"
                  "</title>") != std::string::npos);
-    CHECK(
-        dom.find(">x&lt;/script&gt;&lt;script&gt;document.title='PW'+'NED'&lt;/script&gt;</td>") !=
-        std::string::npos);
-    CHECK(dom.find(">r\"'`&lt;img src=x onerror=document.title='PW'+'NED'&gt;</td>") !=
+    // Run folders: on hover (title), the labels made of the swept values shown.
+    CHECK(dom.find(" title=\"x</script><script>document.title='PW'+'NED'</script>\"") !=
           std::string::npos);
-    CHECK(dom.find("<tr class=\"baseline\"><td data-sort=\"&quot;r\\&quot;'`") !=
-          std::string::npos);
+    CHECK(dom.find("<tr class=\"baseline\"><td class=\"label\" title=\"r&quot;'`<img src=x "
+                   "onerror=document.title='PW'+'NED'>\"") != std::string::npos);
+    // The runs' warnings, at the top of the page, as text.
+    CHECK(dom.find("<li>w1&lt;/script&gt;&lt;script&gt;document.title='PW'+'NED'&lt;/script&gt; "
+                   "<span class=\"note\">") != std::string::npos);
+    CHECK(dom.find("id=\"warnings\"") < dom.find("id=\"settings\""));
     CHECK(
         count(dom, "data_dir=&lt;/script&gt;&lt;img src=x onerror=document.title='PW'+'NED'&gt;") >=
         4);
@@ -322,6 +350,104 @@ TEST_SUITE("report") {
     CHECK(attribute(blocked, "data-csp").find("script-src-elem") != std::string::npos);
     CHECK(attribute(blocked, "data-csp").find("script-src-attr") != std::string::npos);
     CHECK(attribute(blocked, "data-rows") == "3");
+  }
+
+  TEST_CASE("bitlab report: a 50-run sweep under 2 MB, its gap columns on screen at 1400 and 1000 px") {
+    if (!have("/usr/bin/python3 -c 'import plotly'") || access("/usr/bin/chromium", X_OK) != 0) {
+      MESSAGE(
+          "skipped: needs plotly for /usr/bin/python3 and /usr/bin/chromium (Debian packages "
+          "python3-plotly and chromium; ./setup.sh installs them)");
+      return;
+    }
+    // 5 optimizers x 5 learning rates x 2 seeds of 1000 steps: drawn whole, the curves alone
+    // would weigh about 6 MB, plotly.js packed whole 2.5 MB.
+    TempDir d;
+    d.file("base.json", R"({
+      "name": "wide", "steps": 1000, "eval_every": 20,
+      "problem": {"name": "logistic", "dim": 8, "samples": 512},
+      "cluster": {"workers": 4, "batch_size": 8},
+      "optimizer": {"name": "adam", "lr": 0.01},
+      "network": {"preset": "ethernet_10g_a100x8"}
+    })");
+    const std::string sweep = d.file("sweep.json", R"({
+      "name": "wide", "base": "base.json",
+      "grid": {"optimizer.lr": [0.005, 0.01, 0.02, 0.04, 0.08],
+               "optimizer.name": ["adam", "onebit_adam", "zero_one_adam", "apmsqueeze",
+                                  "onebit_lamb"]},
+      "seeds": [1, 2]
+    })");
+    const fs::path out = d.path / "wide";
+    Result r = run_bitlab(d, "sweep " + sweep + " --quiet --jobs 2 --out " + out.string());
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    // Labels as long as a person may write: each setting's description (one per setting,
+    // so they become the labels) 300 characters long; and a warning in one run.
+    int runs = 0;
+    for (const auto& e : fs::directory_iterator(out)) {
+      if (!fs::exists(e.path() / "summary.json")) continue;
+      ++runs;
+      Json config = Json::parse(slurp(e.path() / "config.json"));
+      config["description"] = std::string(300, 'w') + " " +
+                              config["optimizer"]["name"].get<std::string>() + " " +
+                              config["optimizer"]["lr"].dump();
+      put_file(e.path() / "config.json", config.dump());
+      if (runs == 1) {
+        Json summary = Json::parse(slurp(e.path() / "summary.json"));
+        summary["warnings"].push_back("a planted warning");
+        put_file(e.path() / "summary.json", summary.dump());
+      }
+    }
+    REQUIRE(runs == 50);
+    r = run_bitlab(d, "report " + out.string() + " --baseline optimizer.name=adam --metric eval_loss");
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    const fs::path page = out / "report.html";
+    const std::string html = slurp(page);
+    MESSAGE("report.html of 50 runs: " << html.size() << " bytes");
+    CHECK(html.size() < 2000000);
+    CHECK(html.find("each run&#x27;s metrics.csv holds every step exactly") != std::string::npos);
+
+    // One colour per setting: the first figure (eval_loss against step) has 25 named traces,
+    // each with its own colour and a band (two unnamed traces, the upper filled down to the
+    // lower), at most 300 points, the last step (1000) kept.
+    const std::string open = "data-div=\"bitlab-figure-0\">";
+    const size_t at = html.find(open) + open.size();
+    const Json fig = Json::parse(html.substr(at, html.find("</script>", at) - at));
+    std::set<std::string> colours;
+    int bands = 0;
+    for (const auto& t : fig["data"]) {
+      if (t.contains("name")) {
+        colours.insert(t["line"]["color"].get<std::string>());
+        CHECK(t["x"].size() <= 300);
+        CHECK(t["x"].back() == 1000);
+      } else if (t.value("fill", "") == "tonexty") {
+        ++bands;
+      }
+    }
+    CHECK(colours.size() == 25);
+    CHECK(bands == 25);
+
+    // The speed-up and gap columns of both tables lie inside the window, at both widths.
+    for (int width : {1400, 1000}) {
+      const std::string size = " --window-size=" + std::to_string(width) + ",900 ";
+      r = run_shell(d, chromium(d) + size + "--dump-dom 'file://" + page.string() + "' 2>/dev/null");
+      REQUIRE(r.status == 0);
+      const std::string dom = r.out;
+      INFO("width " << width);
+      CHECK(attribute(dom, "data-errors") == "[]");
+      CHECK(attribute(dom, "data-csp") == "[]");
+      CHECK(attribute(dom, "data-rows") == "50");
+      CHECK(attribute(dom, "data-traces") == attribute(dom, "data-expected-traces"));
+      CHECK(std::atoi(attribute(dom, "data-width").c_str()) > width - 30);  // less a scrollbar
+      CHECK(attribute(dom, "data-offscreen") == "[]");
+      CHECK(dom.find("a planted warning") < dom.find("id=\"settings\""));
+      const fs::path artefacts = fs::path(BITLAB_BINARY).parent_path() / "test-artefacts";
+      fs::create_directories(artefacts);
+      const fs::path shot = artefacts / ("report-50-runs-" + std::to_string(width) + ".png");
+      run_shell(d, chromium(d) + " --window-size=" + std::to_string(width) +
+                       ",2400 --screenshot=" + shot.string() + " 'file://" + page.string() +
+                       "' >/dev/null 2>&1");
+      CHECK(fs::exists(shot));
+      MESSAGE("screenshot: " << shot.string());
+    }
   }
 
   TEST_CASE("report.py's escaping: random strings stay in their context (hypothesis)") {
