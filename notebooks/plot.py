@@ -670,8 +670,7 @@ FONT_PT = 8
 
 def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix, logx=False):
     matplotlib, plt = import_matplotlib()
-    from matplotlib.lines import Line2D
-    from matplotlib.ticker import EngFormatter, MaxNLocator
+    from matplotlib.ticker import EngFormatter, MaxNLocator, NullFormatter
     plt.rcParams.update({"font.size": FONT_PT, "axes.titlesize": FONT_PT,
                          "axes.labelsize": FONT_PT, "xtick.labelsize": FONT_PT - 1,
                          "ytick.labelsize": FONT_PT - 1, "legend.fontsize": FONT_PT - 1,
@@ -724,34 +723,20 @@ def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix, logx=F
                            linestyle="none", clip_on=False, zorder=5)
         panel.set_xlabel(X_LABELS.get(x, x))
         panel.grid(True, alpha=0.3)
+        if logx:  # before the formatters below, which set_xscale would reset
+            panel.set_xscale("log")
+            panel.xaxis.set_minor_formatter(NullFormatter())
         if x.startswith("bytes"):
             panel.xaxis.set_major_formatter(EngFormatter(unit="B", sep=""))
         elif x.startswith("sim_time_s"):
             panel.xaxis.set_major_formatter(EngFormatter(unit="s", sep=""))
             panel.set_xlabel("simulated time" + x[len("sim_time_s"):])
-        if logx:
-            panel.set_xscale("log")
-        else:
+        if not logx:
             panel.xaxis.set_major_locator(MaxNLocator(nbins=4))  # room for "400ms" labels
     panels[0].set_ylabel(metric + (" (EMA)" if smooth > 1 else ""))
 
-    handles, labels = [], []
+    handles, labels = legend_entries(sections, any_stopped, any_unfinished)
     seeds = sorted({len(g.members) for g in groups})
-    for header, entries in sections:
-        if header:
-            handles.append(Line2D([], [], linestyle="none"))
-            labels.append(r"$\bf{%s}$" % header.replace("_", r"\_"))
-        for text, color, style in entries:
-            handles.append(Line2D([], [], color=color, linestyle=style, linewidth=1.5))
-            labels.append(text)
-    if any_stopped:
-        handles.append(Line2D([], [], marker="X", color="0.5", markeredgecolor="black",
-                              markeredgewidth=0.5, linestyle="none"))
-        labels.append("diverged / blew up\n(cut at > %g× median\ninitial value)" % BLOWUP_FACTOR)
-    if any_unfinished:
-        handles.append(Line2D([], [], marker="o", markerfacecolor="white", color="0.3",
-                              markeredgewidth=1.2, linestyle="none"))
-        labels.append("unfinished (interrupted,\nfailed or no summary.json)")
     notes = []
     if seeds != [1]:
         notes.append("line: mean over %s seeds, band: min–max"
@@ -776,6 +761,29 @@ def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix, logx=F
         out.append(path)
     plt.close(fig)
     return out
+
+
+def legend_entries(sections, any_stopped, any_unfinished):
+    """(handles, labels) of the legend: each section's header and entries, then the marks
+    for curves that blew up or did not finish."""
+    from matplotlib.lines import Line2D
+    handles, labels = [], []
+    for header, entries in sections:
+        if header:
+            handles.append(Line2D([], [], linestyle="none"))
+            labels.append(r"$\bf{%s}$" % header.replace("_", r"\_"))
+        for text, color, style in entries:
+            handles.append(Line2D([], [], color=color, linestyle=style, linewidth=1.5))
+            labels.append(text)
+    if any_stopped:
+        handles.append(Line2D([], [], marker="X", color="0.5", markeredgecolor="black",
+                              markeredgewidth=0.5, linestyle="none"))
+        labels.append("diverged / blew up\n(cut at > %g× median\ninitial value)" % BLOWUP_FACTOR)
+    if any_unfinished:
+        handles.append(Line2D([], [], marker="o", markerfacecolor="white", color="0.3",
+                              markeredgewidth=1.2, linestyle="none"))
+        labels.append("unfinished (interrupted,\nfailed or no summary.json)")
+    return handles, labels
 
 
 def set_ylim(panel, ys, logy):

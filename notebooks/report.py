@@ -4,30 +4,36 @@
 
 Usage: report.py [--out FILE] [--baseline RUN|PATH=VALUE] [--title T] [--metric M] DIR
 
-The page embeds plotly.js (Debian's python3-plotly) and all the data, so it opens from
-disk with no server and no network. It holds: a sortable runs table (click a header) with
-each run's folder, optimizer, the values that differ between runs, status, final metrics,
-bytes sent per worker, simulated time and, given a baseline, the speed-up (baseline's
-simulated time over the run's; bytes where the runs have no time model) and the loss gap
-(final train_loss minus the baseline's); loss against steps, bytes and simulated time (one
-trace per run: hover for values, click the legend to hide a run, buttons for log axes);
-per-phase steps, bytes and time; bytes by collective from each run's comm_log.csv. The loss
-plots open on a y range without the runs that blew up (double-click for all of it).
+The page embeds plotly.js (Debian's python3-plotly: only its scatter and bar traces,
+gzipped, plotly_bundle()) and all the data, so it opens from disk with no server and no
+network. It holds, top to bottom: the warnings of the sweep and of its runs (sweep.json,
+each summary.json's "warnings", sweep.csv's `warnings` column); a table of settings (runs
+equal but for the seed) and a sortable table of runs, each labelled by its swept values
+(plot.group_runs; the full name on hover), with, given a baseline, the speed-up (baseline's
+mean simulated time over the run's; bytes where the runs have no time model) and the gap on
+--metric (final value minus the baseline's mean; for a setting, the mean over its seeds with
+their standard deviation and range); --metric against steps, bytes and simulated time, one
+colour per setting (mean line, min-max band over seeds), down-sampled for display only
+(lttb(), MAX_POINTS per curve: metrics.csv keeps every step); per-phase steps, bytes and
+time; bytes by collective from each run's comm_log.csv. The curves open on a y range without
+the settings that blew up (double-click for all of it).
 
 Every string from the runs (folder names, config values, statuses, metric and phase names,
 comm_log.csv's ops, the title) is escaped for where it lands: esc() for HTML text and
 attribute values, plotly_text() for the text plotly draws (it reads a few HTML tags and
 entities), script_json() for the figures' JSON, which sits in <script type=
 "application/json"> data blocks that never run. The page's Content-Security-Policy allows
-only its own three inline scripts, by their SHA-256 hashes (content_security_policy()):
+only its own three inline scripts (plotly.js among them, run from its unpacked text), by
+their SHA-256 hashes (content_security_policy()):
 nothing else on the page can run, even if something slipped through the escaping, and it
 works from file:// because the policy is in the page itself.
 
-Once loaded, the page writes what it shows into <div id="bitlab-checks">: data-traces (the
-traces plotted), data-rows (the table's rows), data-errors (JavaScript errors caught),
-data-csp (scripts or other content the policy blocked), data-plotly (plotly.js's version)
-and data-expected-traces / data-expected-rows (what this script put in), which the `report`
-test suite reads from headless Chromium.
+Once drawn, the page writes what it shows into <div id="bitlab-checks">: data-traces (the
+traces plotted), data-rows (the runs table's rows), data-errors (JavaScript errors caught),
+data-csp (scripts or other content the policy blocked), data-plotly (plotly.js's version),
+data-width and data-offscreen (the speed-up and gap headers lying outside the window's
+width) and data-expected-traces / data-expected-rows (what this script put in), which the
+`report` test suite reads from headless Chromium.
 
 Exit status (bitlab_files.py): 0 done; 2 bad input (no runs, an unknown baseline, --out a
 folder, a run's file that is not UTF-8 text, valid csv or JSON, a summary.json field of the

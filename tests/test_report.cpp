@@ -281,8 +281,8 @@ TEST_SUITE("report") {
       put_file(run / "config.json", config.dump());
       Json summary = Json::parse(slurp(run / "summary.json"));
       summary["final"]["m<img src=x onerror=" + js + ">"] = 1.5;
-      summary["warnings"] = Json::array({"w" + std::to_string(k) + "</script><script>" + js +
-                                         "</script>"});
+      summary["warnings"] =
+          Json::array({"w" + std::to_string(k) + "</script><script>" + js + "</script>"});
       summary["phases"]["p</script><script>" + js + "</script>"] =
           Json{{"steps", 1}, {"bytes_sent_per_worker", 2}, {"comm_s", 0.1}};
       put_file(run / "summary.json", summary.dump());
@@ -352,7 +352,8 @@ TEST_SUITE("report") {
     CHECK(attribute(blocked, "data-rows") == "3");
   }
 
-  TEST_CASE("bitlab report: a 50-run sweep under 2 MB, its gap columns on screen at 1400 and 1000 px") {
+  TEST_CASE(
+      "bitlab report: a 50-run sweep under 2 MB, its gap columns on screen at 1400 and 1000 px") {
     if (!have("/usr/bin/python3 -c 'import plotly'") || access("/usr/bin/chromium", X_OK) != 0) {
       MESSAGE(
           "skipped: needs plotly for /usr/bin/python3 and /usr/bin/chromium (Debian packages "
@@ -397,7 +398,8 @@ TEST_SUITE("report") {
       }
     }
     REQUIRE(runs == 50);
-    r = run_bitlab(d, "report " + out.string() + " --baseline optimizer.name=adam --metric eval_loss");
+    r = run_bitlab(d,
+                   "report " + out.string() + " --baseline optimizer.name=adam --metric eval_loss");
     REQUIRE_MESSAGE(r.status == 0, r.err);
     const fs::path page = out / "report.html";
     const std::string html = slurp(page);
@@ -428,7 +430,8 @@ TEST_SUITE("report") {
     // The speed-up and gap columns of both tables lie inside the window, at both widths.
     for (int width : {1400, 1000}) {
       const std::string size = " --window-size=" + std::to_string(width) + ",900 ";
-      r = run_shell(d, chromium(d) + size + "--dump-dom 'file://" + page.string() + "' 2>/dev/null");
+      r = run_shell(d,
+                    chromium(d) + size + "--dump-dom 'file://" + page.string() + "' 2>/dev/null");
       REQUIRE(r.status == 0);
       const std::string dom = r.out;
       INFO("width " << width);
@@ -442,9 +445,8 @@ TEST_SUITE("report") {
       const fs::path artefacts = fs::path(BITLAB_BINARY).parent_path() / "test-artefacts";
       fs::create_directories(artefacts);
       const fs::path shot = artefacts / ("report-50-runs-" + std::to_string(width) + ".png");
-      run_shell(d, chromium(d) + " --window-size=" + std::to_string(width) +
-                       ",2400 --screenshot=" + shot.string() + " 'file://" + page.string() +
-                       "' >/dev/null 2>&1");
+      run_shell(d, chromium(d) + " --window-size=" + std::to_string(width) + ",2400 --screenshot=" +
+                       shot.string() + " 'file://" + page.string() + "' >/dev/null 2>&1");
       CHECK(fs::exists(shot));
       MESSAGE("screenshot: " << shot.string());
     }
@@ -460,6 +462,19 @@ TEST_SUITE("report") {
     TempDir d;
     const Result r = run_shell(d, std::string("cd ") + d.path.string() + " && /usr/bin/python3 " +
                                       BITLAB_SOURCE_DIR + "/notebooks/test_report_escaping.py");
+    CHECK_MESSAGE(r.status == 0, r.err);
+  }
+
+  TEST_CASE("report.py's down-sampling and label shortening (hypothesis)") {
+    if (!have("/usr/bin/python3 -c 'import hypothesis, plotly'")) {
+      MESSAGE(
+          "skipped: needs hypothesis and plotly for /usr/bin/python3 (Debian packages "
+          "python3-hypothesis, python3-plotly)");
+      return;
+    }
+    TempDir d;
+    const Result r = run_shell(d, std::string("cd ") + d.path.string() + " && /usr/bin/python3 " +
+                                      BITLAB_SOURCE_DIR + "/notebooks/test_report_curves.py");
     CHECK_MESSAGE(r.status == 0, r.err);
   }
 
