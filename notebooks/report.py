@@ -851,11 +851,13 @@ def baseline_note(short, baseline, metric):
 
 def curves_note(settings, metric):
     seeds = sorted({len(st.runs) for st in settings})
-    return ("Curves: one colour per setting; line: the mean %s over its seeds (%s), band: "
-            "their minimum to maximum. Drawn from at most %d points per curve "
+    lines = ("one run per setting: its %s" % metric if seeds == [1] else
+             "line: the mean %s over its seeds (%s), band: their minimum to maximum"
+             % (metric, "/".join(str(n) for n in seeds)))
+    return ("Curves: one colour per setting; %s. Drawn from at most %d points per curve "
             "(largest-triangle-three-buckets on the mean, first and last step kept; values "
             "to %d significant digits): each run's metrics.csv holds every step exactly."
-            % (metric, "/".join(str(n) for n in seeds), MAX_POINTS, DIGITS))
+            % (lines, MAX_POINTS, DIGITS))
 
 
 def default_title(d):

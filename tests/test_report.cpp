@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -216,6 +217,24 @@ TEST_SUITE("report") {
     // The baseline's own speed-up is 1 and its loss gap 0.
     CHECK(html.find(">1.00×<") != std::string::npos);
     CHECK(html.find(">+0<") != std::string::npos);
+    // The gap is taken on --metric: eval_loss's final values (summary.json), not train_loss.
+    r = run_bitlab(d, "report " + tree.string() + " --baseline adam-a --metric eval_loss --out " +
+                          (d.path / "e.html").string());
+    REQUIRE(r.status == 0);
+    {
+      const Json base = Json::parse(slurp(tree / "adam-a" / "summary.json"))["final"];
+      const Json one = Json::parse(slurp(tree / "onebit" / "summary.json"))["final"];
+      char eval_gap[32], train_gap[32];
+      std::snprintf(eval_gap, sizeof eval_gap, ">%+.4g<",
+                    one["eval_loss"].get<double>() - base["eval_loss"].get<double>());
+      std::snprintf(train_gap, sizeof train_gap, ">%+.4g<",
+                    one["train_loss"].get<double>() - base["train_loss"].get<double>());
+      const std::string e = slurp(d.path / "e.html");
+      CHECK_MESSAGE(e.find(eval_gap) != std::string::npos, eval_gap);
+      CHECK_MESSAGE(e.find(train_gap) == std::string::npos, train_gap);
+      CHECK(e.find(">eval_loss gap<") != std::string::npos);
+      CHECK(html.find(train_gap) != std::string::npos);  // the default metric: train_loss
+    }
     // A baseline given as PATH=VALUE on the config.
     r = run_bitlab(d, "report " + tree.string() + " --baseline optimizer.name=onebit_adam --out " +
                           (d.path / "b.html").string());
@@ -323,11 +342,21 @@ TEST_SUITE("report") {
     CHECK(
         dom.find("<title>T&lt;/title&gt;&lt;script&gt;document.title='PW'+'NED'&lt;/script&gt;\"'`"
                  "</title>") != std::string::npos);
-    // Run folders: on hover (title), the labels made of the swept values shown.
-    CHECK(dom.find(" title=\"x</script><script>document.title='PW'+'NED'</script>\"") !=
-          std::string::npos);
-    CHECK(dom.find("<tr class=\"baseline\"><td class=\"label\" title=\"r&quot;'`<img src=x "
-                   "onerror=document.title='PW'+'NED'>\"") != std::string::npos);
+    // Run folders: on hover (title), the labels made of the swept values shown. Chromium
+    // writes < and > in attribute values as they are (older) or as &lt; &gt; (newer).
+    auto in_attribute = [&](const std::string& before, std::string value) {
+      if (dom.find(before + value + "\"") != std::string::npos) return true;
+      for (const auto& [raw, ref] :
+           {std::pair<std::string, std::string>{"<", "&lt;"}, {">", "&gt;"}}) {
+        for (size_t at = value.find(raw); at != std::string::npos; at = value.find(raw, at + 1)) {
+          value.replace(at, 1, ref);
+        }
+      }
+      return dom.find(before + value + "\"") != std::string::npos;
+    };
+    CHECK(in_attribute(" title=\"", "x</script><script>document.title='PW'+'NED'</script>"));
+    CHECK(in_attribute("<tr class=\"baseline\"><td class=\"label\" title=\"",
+                       "r&quot;'`<img src=x onerror=document.title='PW'+'NED'>"));
     // The runs' warnings, at the top of the page, as text.
     CHECK(dom.find("<li>w1&lt;/script&gt;&lt;script&gt;document.title='PW'+'NED'&lt;/script&gt; "
                    "<span class=\"note\">") != std::string::npos);
