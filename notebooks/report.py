@@ -68,6 +68,7 @@ LOSS_AXES = [("step", "step"), ("bytes_sent_cum", "bytes sent per worker"),
 # Points drawn per curve at most: a 50-run sweep of 3000 steps stays well under 2 MB
 # (tests/test_report.cpp measures it). Display only: metrics.csv keeps every step.
 MAX_POINTS = 300
+BAND_POINTS = 150  # the min-max band: a shape, drawn from half as many points
 DIGITS = 5  # significant digits of the drawn values (display only)
 
 
@@ -341,7 +342,10 @@ def lttb(xs, ys, n):
 
 
 def rounded(vs):
-    return [float("%.*g" % (DIGITS, v)) for v in vs]
+    """Values as drawn: DIGITS significant digits; whole numbers (steps, bytes) exact and
+    without a ".0"."""
+    return [int(v) if float(v).is_integer() and abs(v) < 1e15 else float("%.*g" % (DIGITS, v))
+            for v in vs]
 
 
 def palette(n):
@@ -376,6 +380,7 @@ def loss_figure(go, settings, x, title, metric):
     limit = BLOWUP_FACTOR * firsts[len(firsts) // 2]
     fig, kept, total = go.Figure(), [], 0
     for st, xs, mid, lo, hi in curves:
+        band = [[a[i] for i in lttb(xs, mid, BAND_POINTS)] for a in (xs, lo, hi)]
         keep = lttb(xs, mid, MAX_POINTS)
         xs, mid, lo, hi = ([a[i] for i in keep] for a in (xs, mid, lo, hi))
         blew_up = limit > 0 and max(abs(y) for y in hi + lo) > limit
@@ -384,9 +389,11 @@ def loss_figure(go, settings, x, title, metric):
             kept.extend(lo + hi)
         group = "s%d" % st.number
         if len(st.runs) > 1:
-            fig.add_trace(go.Scatter(x=rounded(xs), y=rounded(lo), mode="lines", line_width=0,
-                                     legendgroup=group, showlegend=False, hoverinfo="skip"))
-            fig.add_trace(go.Scatter(x=rounded(xs), y=rounded(hi), mode="lines", line_width=0,
+            fig.add_trace(go.Scatter(x=rounded(band[0]), y=rounded(band[1]), mode="lines",
+                                     line_width=0, legendgroup=group, showlegend=False,
+                                     hoverinfo="skip"))
+            fig.add_trace(go.Scatter(x=rounded(band[0]), y=rounded(band[2]), mode="lines",
+                                     line_width=0,
                                      fill="tonexty", fillcolor=rgba(st.colour, 0.2),
                                      legendgroup=group, showlegend=False, hoverinfo="skip"))
         name = shorten(st.label, LEGEND_CHARS) + (" (blew up)" if blew_up else "")
@@ -818,7 +825,9 @@ def make_figures(go, settings, records, runs, short, metric):
         fig = loss_figure(go, settings, x, title, metric)
         if fig is not None:
             figures.append(("%s against %s" % (metric, title), fig))
-    names = [plotly_text(s) for s in short]
+    # Bars by run: "k. label" (numbered, so that labels cut alike stay apart), cut short.
+    names = [plotly_text("%d. %s" % (k + 1, shorten(s, LEGEND_CHARS)))
+             for k, s in enumerate(short)]
     for name, fig in (("Per phase: steps, bytes and communication time",
                        phase_figure(go, records, names, runs)),
                       ("Bytes sent by collective (comm_log.csv: op, algorithm, dtype)",
@@ -854,10 +863,10 @@ def curves_note(settings, metric):
     lines = ("one run per setting: its %s" % metric if seeds == [1] else
              "line: the mean %s over its seeds (%s), band: their minimum to maximum"
              % (metric, "/".join(str(n) for n in seeds)))
-    return ("Curves: one colour per setting; %s. Drawn from at most %d points per curve "
-            "(largest-triangle-three-buckets on the mean, first and last step kept; values "
-            "to %d significant digits): each run's metrics.csv holds every step exactly."
-            % (lines, MAX_POINTS, DIGITS))
+    return ("Curves: one colour per setting; %s. Drawn from at most %d points per line and "
+            "%d per band (largest-triangle-three-buckets on the mean, first and last step "
+            "kept; values to %d significant digits): each run's metrics.csv holds every step "
+            "exactly." % (lines, MAX_POINTS, BAND_POINTS, DIGITS))
 
 
 def default_title(d):
