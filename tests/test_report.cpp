@@ -17,6 +17,7 @@
 #include <fstream>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "sim/core/human.hpp"
@@ -427,6 +428,20 @@ TEST_SUITE("report") {
       }
     }
     REQUIRE(runs == 50);
+    // sweep.csv's warnings column (messages joined by " | "), as `bitlab sweep` writes it: a
+    // column added at the end, the first run's row with two messages.
+    {
+      std::istringstream csv(slurp(out / "sweep.csv"));
+      std::string line, text;
+      for (int k = 0; std::getline(csv, line); ++k) {
+        text += line +
+                (k == 0   ? ",warnings"
+                 : k == 1 ? ",from sweep.csv | a second one"
+                          : ",") +
+                "\n";
+      }
+      put_file(out / "sweep.csv", text);
+    }
     r = run_bitlab(d, "report " + out.string() + " --baseline optimizer.name=adam");
     REQUIRE_MESSAGE(r.status == 0, r.err);
     const fs::path page = out / "report.html";
@@ -470,6 +485,8 @@ TEST_SUITE("report") {
       CHECK(std::atoi(attribute(dom, "data-width").c_str()) > width - 30);  // less a scrollbar
       CHECK(attribute(dom, "data-offscreen") == "[]");
       CHECK(dom.find("a planted warning") < dom.find("id=\"settings\""));
+      CHECK(dom.find("<li>from sweep.csv <span") < dom.find("id=\"settings\""));
+      CHECK(dom.find("<li>a second one <span") < dom.find("id=\"settings\""));
       const fs::path artefacts = fs::path(BITLAB_BINARY).parent_path() / "test-artefacts";
       fs::create_directories(artefacts);
       const fs::path shot = artefacts / ("report-50-runs-" + std::to_string(width) + ".png");
