@@ -233,10 +233,11 @@ void OneBitAdam::step(StepContext& ctx) {
 void OneBitAdam::warmup_step(StepContext& ctx) {
   phase_ = "warmup";
   if (variance_stable_) std::copy(v_.begin(), v_.end(), v_prev_.begin());
-  allreduce_gradients(ctx, g_mean_, wire_);
+  // ḡ: g_mean_, or on a streamed cluster the cluster's own mean.
+  const std::span<const float> g_mean = allreduce_gradients(ctx, g_mean_, wire_);
   const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
                                         opts_.weight_decay, opts_.bias_correction, ctx.step);
-  adam_update_elements(ctx.cluster.params(), m_, v_, g_mean_, c);
+  adam_update_elements(ctx.cluster.params(), m_, v_, g_mean, c);
 
   bool end = ctx.step >= opts_.freeze_step;
   if (variance_stable_) {

@@ -268,8 +268,9 @@ void ZeroOneAdam::stage_a(StepContext& ctx, bool full) {
                                         opts_.weight_decay, /*bias_correction=*/false, ctx.step);
   if (full) {
     // ḡ exact; m, v; x −= lr·(m ⊘ (sqrt(v)+ε) + wd·x): Adam's step bit for bit.
-    allreduce_gradients(ctx, g_, wire_);
-    adam_update_elements(cl.params(), m_, v_, g_, c);
+    // ḡ: g_, or on a streamed cluster the cluster's own mean.
+    const std::span<const float> g_mean = allreduce_gradients(ctx, g_, wire_);
+    adam_update_elements(cl.params(), m_, v_, g_mean, c);
   } else {
     // ĝ = 1-bit allreduce of the gradients (their worker stage folded as the
     // cluster made them, or here); m only; the same x update.
