@@ -123,7 +123,8 @@ struct OneBitLambOptions {
 //   so every result is bit-identical for any thread count.
 // Memory: the warm-up's Lamb keeps its own m, v; at the switch they are
 // copied once into this class's buffers (the compression stage then owns m,
-// v, v_fresh). The per-worker momenta are n × d floats.
+// v, v_fresh). No per-worker momentum row is held: each m_i is formed in a
+// per-thread row and handed to the worker stage (fold(), below).
 //
 // Compressor per stage (docs/algorithms.md §1, "Compressor per stage"):
 // `worker_compressor` and `server_compressor` choose the compressor of each
