@@ -57,7 +57,7 @@ int64_t optimizer_state_bytes_rank0(const std::string& label, int ranks) {
   // the nodes rank 0 leads (it owns worker 0, so node 0; b/g nodes when g < b).
   const int64_t allgather_rows = b + (g > 0 ? std::max<int64_t>(1, b / g) : 0);
   if (label.rfind("adam", 0) == 0) return 0;                       // shared state only
-  if (label.rfind("onebit", 0) == 0) return b * stride * 4;        // m_i
+  if (label.rfind("onebit", 0) == 0) return 0;  // m_i folded into the 1-bit allreduce's rows
   if (label.rfind("zero_one", 0) == 0) return 2 * b * stride * 4;  // m_i, u_i
   if (label.rfind("binsgdm", 0) == 0) return (3 * b + allgather_rows) * stride * 4;  // m, b, z
   // LoCo: h_i (stride), e_i (d floats: ErrorFeedback rows are unpadded), and
