@@ -180,7 +180,7 @@ std::string undetermined(const FitProblem& p) {
     } else if (untouched.empty()) {
       const std::string name = kSpecs[p.free[k]].name;
       const bool intra = name.rfind("intra", 0) == 0;
-      untouched = name + ": no measurement depends on it (" +
+      untouched = "cannot determine " + name + ": no measurement depends on it (" +
                   (intra ? "none runs between devices of one node under the " + p.allreduce +
                                " allreduce model: measure inside one node"
                          : "none spans nodes: measure across nodes") +
@@ -188,7 +188,8 @@ std::string undetermined(const FitProblem& p) {
     }
   }
   if (touched.size() > p.use.size()) {
-    return std::to_string(touched.size()) + " parameters from " + std::to_string(p.use.size()) +
+    return "cannot determine " + std::to_string(touched.size()) + " parameters from " +
+           std::to_string(p.use.size()) +
            " measurements: measure more points or --fix some of them";
   }
   Eigen::MatrixXd normalised(j.rows(), static_cast<Eigen::Index>(touched.size()));
@@ -203,8 +204,8 @@ std::string undetermined(const FitProblem& p) {
       if (std::abs(v[static_cast<Eigen::Index>(i)]) > 0.2) names.push_back(kSpecs[p.free[touched[i]]].name);
     std::string joined;
     for (const auto& n : names) joined += (joined.empty() ? "" : " and ") + n;
-    return joined +
-           " cannot be told apart: the measurements change them only together (for example, "
+    return "cannot tell " + joined +
+           " apart: the measurements change them only together (for example, "
            "every point at one level has the same message size and rank count); measure more "
            "message sizes or give --fix " + names.front() + "=VALUE";
   }
@@ -399,7 +400,7 @@ Calibration calibrate(const std::vector<Measurement>& pts, const CalibrationOpti
       best_problem = p;
     }
   }
-  if (c.tried.empty()) config_fail("measurements", Json(pts.size()), "cannot determine " + first_error);
+  if (c.tried.empty()) throw ConfigError("calibrate: " + first_error, "--fix");
   c.values = best.values;
   c.allreduce = best_problem.allreduce;
   for (int i = 0; i < kParamCount; ++i) {
