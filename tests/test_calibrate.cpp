@@ -278,4 +278,23 @@ TEST_SUITE("calibrate") {
     CHECK(r.err.find("intra_latency_us") != std::string::npos);
     CHECK(!std::filesystem::exists(dir.path / "x.json"));
   }
+
+  TEST_CASE("an experiment's network.file is read relative to the experiment file") {
+    TempDir dir;
+    NetworkFile nf;
+    nf.links = {"labnet", 4, 5.0, 34.0, 600.0, 5.0, "test"};
+    dir.file("exp/nets/labnet.json", network_file_json(nf, Json::object()).dump(2));
+    const auto exp = dir.file("exp/e.json",
+                              R"({"params": 1e6, "workers": 8, "steps": 10, "network": {"file": "nets/labnet.json"},
+                                  "optimizer": {"name": "adam"}})");
+    auto r = testing::run_bitlab(dir, "cost " + exp);  // run from the test's folder, not exp/
+    CHECK(r.status == 0);
+    CHECK(r.out.find("labnet") != std::string::npos);
+    const auto missing = dir.file("exp/m.json", R"({"params": 1e6, "workers": 8, "steps": 10,
+                                  "network": {"file": "nope.json"}, "optimizer": {"name": "adam"}})");
+    r = testing::run_bitlab(dir, "cost " + missing);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("network.file") != std::string::npos);
+    CHECK(r.err.find("cannot be read") != std::string::npos);
+  }
 }
