@@ -19,7 +19,7 @@ namespace {
 struct CostFlags {
   std::string file;
   std::vector<std::string> sets;
-  std::string params, workers, steps, network, optimizer, step_ms;
+  std::string params, workers, steps, network, network_file, optimizer, step_ms;
   bool json = false;
 };
 
@@ -39,7 +39,14 @@ int run_cost(const CostFlags& f) {
   flag(f.params, "params", "--params");
   flag(f.workers, "workers", "--workers");
   flag(f.steps, "steps", "--steps");
+  // A preset and a network file exclude each other: the one given on the
+  // command line replaces the file's.
+  if (!f.network.empty() && raw.contains("network") && raw["network"].is_object())
+    raw["network"].erase("file");
+  if (!f.network_file.empty() && raw.contains("network") && raw["network"].is_object())
+    raw["network"].erase("preset");
   flag(f.network, "network.preset", "--network");
+  flag(f.network_file, "network.file", "--network-file");
   if (!f.optimizer.empty()) {
     // Another optimizer's options would be unknown keys: a different name
     // starts from that optimizer's defaults (--set adds options).
@@ -88,6 +95,8 @@ Subcommand add_cost_command(CLI::App& app) {
   cmd->add_option("--workers", f->workers, "data-parallel workers n");
   cmd->add_option("--steps", f->steps, "training steps");
   cmd->add_option("--network", f->network, "network preset (or custom, with --set network.*)");
+  cmd->add_option("--network-file", f->network_file,
+                  "a network file written by `bitlab calibrate` (instead of a preset)");
   cmd->add_option("--optimizer", f->optimizer,
                   "optimizer name (a name other than the spec's drops the spec's optimizer "
                   "options)");

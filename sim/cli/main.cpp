@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
   auto* list = app.add_subcommand("list", "every problem and optimizer with its options");
   list->add_flag("--json", list_json, "machine-readable output");
   const std::vector<Subcommand> extra = {
-      add_cost_command(app), add_recost_command(app), add_sweep_command(app), add_rate_command(app),
+      add_cost_command(app), add_recost_command(app), add_calibrate_command(app), add_sweep_command(app), add_rate_command(app),
       add_plot_command(app), add_runs_command(app),   add_report_command(app)};
   try {
     app.parse(argc, argv);

@@ -315,7 +315,7 @@ Experiment resolve_inner(const Json& raw, const std::string& default_name) {
       network_schema.read(raw.contains("network") ? raw.at("network") : Json::object(), "network");
   e.compute =
       compute_schema.read(raw.contains("compute") ? raw.at("compute") : Json::object(), "compute");
-  if (e.network.preset != "none") make_topology(e.network, e.cluster.workers);  // validates
+  if (e.network.timed()) make_topology(e.network, e.cluster.workers);  // validates
   if (e.compute.straggler_worker >= e.cluster.workers) {
     config_fail("compute.straggler_worker", Json(e.compute.straggler_worker),
                 "must be < cluster.workers (" + std::to_string(e.cluster.workers) + ") or -1");
@@ -415,6 +415,20 @@ Json with_deepspeed_config(const std::string& path, Json raw, std::vector<std::s
   return merged;
 }
 
+// "network.file" in an experiment file names a path relative to that file's
+// folder (as "base" does); made absolute here, so the resolved config.json
+// finds it from anywhere.
+void anchor_network_file(Json& raw, const std::string& path) {
+  if (!raw.is_object() || !raw.contains("network") || !raw["network"].is_object()) return;
+  Json& net = raw["network"];
+  if (!net.contains("file") || !net["file"].is_string()) return;  // the schema names a bad type
+  const std::filesystem::path file = net["file"].get<std::string>();
+  if (file.empty() || file.is_absolute()) return;
+  net["file"] = std::filesystem::absolute(std::filesystem::path(path).parent_path() / file)
+                    .lexically_normal()
+                    .string();
+}
+
 Json load_with_bases(const std::string& path, std::vector<std::string>& chain,
                      std::vector<std::string>* notes) {
   std::error_code ec;
@@ -428,6 +442,7 @@ Json load_with_bases(const std::string& path, std::vector<std::string>& chain,
   }
   chain.push_back(canonical);
   Json raw = load_json_file(path);
+  anchor_network_file(raw, path);
   if (raw.is_object() && raw.contains("deepspeed_config")) {
     raw = with_deepspeed_config(path, std::move(raw), notes);
   }

@@ -80,7 +80,7 @@ CostSpec resolve_inner(const Json& raw) {
   }
   const auto network_schema = NetworkOptions::schema();
   spec.network = network_schema.read(raw.at("network"), "network");
-  if (spec.network.preset == "none") {
+  if (!spec.network.timed()) {
     config_fail("network.preset", Json(spec.network.preset),
                 "bitlab cost needs a network: a preset or \"custom\"");
   }
@@ -514,7 +514,7 @@ Json cost_spec_of_experiment(const Json& raw) {
   spec["optimizer"] = raw.at("optimizer");
   spec["compute"] = e.resolved.at("compute");
   // An experiment without a time model leaves the network to --network.
-  if (e.network.preset != "none") spec["network"] = e.resolved.at("network");
+  if (e.network.timed()) spec["network"] = e.resolved.at("network");
   return spec;
 }
 

@@ -343,12 +343,18 @@ RunConfig read_run_config(const fs::path& dir) {
 // --set overrides), the label and the run's old preset, into `res`.
 void read_new_model(const RecostOptions& o, const RunConfig& run, RecostResult& res) {
   Json sections = Json::object();
-  sections["network"] = o.network.empty() ? run.section("network") : Json{{"preset", o.network}};
+  if (!o.network.empty() && !o.network_file.empty()) {
+    config_fail("--network-file", Json(o.network_file),
+                "give either --network (\"" + o.network + "\") or --network-file, not both");
+  }
+  sections["network"] = !o.network_file.empty() ? Json{{"file", o.network_file}}
+                        : o.network.empty()      ? run.section("network")
+                                                 : Json{{"preset", o.network}};
   sections["compute"] = run.section("compute");
   apply_sets(sections, o.sets);
   const NetworkOptions net = read_section<NetworkOptions>(sections, "network", o.sets);
   const ComputeOptions compute = read_section<ComputeOptions>(sections, "compute", o.sets);
-  if (net.preset == "none") {
+  if (!net.timed()) {
     config_fail("network.preset", Json(net.preset),
                 o.network.empty()
                     ? "the run had no network model: give one with --network PRESET (see "
@@ -357,7 +363,9 @@ void read_new_model(const RecostOptions& o, const RunConfig& run, RecostResult& 
   }
   res.topology = make_topology(net, run.workers);
   res.compute = compute;
-  res.label = o.label.empty() ? net.preset : o.label;
+  res.label = !o.label.empty() ? o.label
+              : net.file.empty() ? net.preset
+                                 : res.topology.name.substr(res.topology.name.find(':') + 1);
   if (!label_ok(res.label)) {
     throw ConfigError("--label " + res.label +
                       ": must be non-empty and use only letters, digits, '_', '-', '.' and '+'");

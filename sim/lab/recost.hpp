@@ -42,6 +42,8 @@ struct RecostOptions {
   // A preset name (or "custom"); the network starts from that preset's values.
   // "": the run's own "network" section from config.json.
   std::string network;
+  // A network file written by `bitlab calibrate` instead of a preset ("": none).
+  std::string network_file;
   // Overrides "network.<field>=value" or "compute.<field>=value" applied on
   // top (the compute section starts from the run's own).
   std::vector<std::string> sets;

@@ -42,6 +42,17 @@ struct NetworkOptions {
   double inter_latency_us = 0;
   double inter_bandwidth_gbps = 0;      // per node (the NIC shared by its GPUs)
   std::string allreduce = "as_logged";  // as_logged | ring | tree | hierarchical
+  // Each collective's time is the α-β time / its efficiency (a fitted
+  // correction, `bitlab calibrate`); 0: the preset's or file's (1 for presets).
+  double allreduce_efficiency = 0;
+  double allgather_efficiency = 0;
+  double reduce_scatter_efficiency = 0;
+  double alltoall_efficiency = 0;
+  // A network file written by `bitlab calibrate` (network_file.hpp): it
+  // stands in for a preset (its values, overridden by any field given here).
+  std::string file;
+  // Whether the experiment has a time model: a preset, "custom" or a file.
+  bool timed() const { return preset != "none" || !file.empty(); }
   static Schema<NetworkOptions> schema();
 };
 
@@ -58,6 +69,11 @@ struct ComputeOptions {
   static Schema<ComputeOptions> schema();
 };
 
+// Per-collective efficiency: the collective's α-β time is divided by it.
+struct CollectiveEfficiency {
+  double allreduce = 1, allgather = 1, reduce_scatter = 1, alltoall = 1;
+};
+
 // A resolved topology: every number filled in.
 struct Topology {
   std::string name;
@@ -68,7 +84,8 @@ struct Topology {
   double inter_latency_s = 0;
   double inter_bytes_per_s = 0;  // the node's NIC
   std::string allreduce = "as_logged";
-  std::string source;  // where the preset's numbers come from
+  CollectiveEfficiency efficiency;
+  std::string source;  // where the preset's (or network file's) numbers come from
 };
 
 struct NetworkPreset {
