@@ -21,6 +21,7 @@
 #include "sim/core/human.hpp"
 #include "sim/core/isa.hpp"
 #include "sim/core/memory.hpp"
+#include "sim/core/threads.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/run.hpp"
 #include "sim/engine/simulation.hpp"
@@ -165,6 +166,9 @@ std::unique_ptr<Transport> make_transport(const RunFlags& f,
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any thread exists: may start the program again with a passive
+  // OpenMP wait policy (sim/core/threads.hpp says why).
+  ensure_passive_omp_wait(argv);
   CLI::App app{
       "bitlab: a simulator and convergence lab for communication-compressed "
       "distributed optimizers"};

@@ -42,6 +42,10 @@ Subcommand add_sweep_command(CLI::App& app) {
   cmd->add_option("file", f->file, "sweep JSON file")->required();
   cmd->add_option("--jobs,-j", f->options.jobs, "runs at once (default: the machine's cores)")
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--threads", f->options.threads,
+                  "OpenMP threads of each run (default: the machine's cores divided among the "
+                  "jobs, at least 1)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_flag("--resume", f->options.resume,
                 "finish an earlier sweep in the same folder: skip its completed and diverged "
                 "runs, re-run the others");

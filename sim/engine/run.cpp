@@ -27,6 +27,7 @@
 #include "sim/core/human.hpp"
 #include "sim/core/memory.hpp"
 #include "sim/core/state_archive.hpp"
+#include "sim/core/threads.hpp"
 #include "sim/engine/simulation.hpp"
 
 namespace bitlab {
@@ -278,6 +279,7 @@ Json make_manifest(const RunContext& run, const std::string& started_utc) {
   manifest["git_revision"] = bitlab_git_revision();
   manifest["seed"] = run.experiment.run.seed;
   manifest["threads"] = run.options.threads > 0 ? run.options.threads : omp_get_max_threads();
+  manifest["omp_wait_policy"] = omp_wait_policy_text();
   manifest["command"] = run.options.command_line;
   manifest["started_utc"] = started_utc;
   manifest["backend"] = run.transport.name();
@@ -731,6 +733,10 @@ void start_warnings(const RunContext& run, RunTally& tally) {
     tally.warnings.push_back(std::move(w));
   }
   for (const auto& w : tally.warnings) say_warning(run, w);
+  // Not a setting of the experiment (the bits do not depend on it): said, not
+  // kept in the summary.
+  const std::string threads = thread_count_warning(run.options.threads, machine_cores());
+  if (!threads.empty()) say_warning(run, threads);
 }
 
 // The warnings the optimizer raised during the last step, said once.

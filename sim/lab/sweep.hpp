@@ -57,6 +57,7 @@ struct SweepOptions {
   std::string out_dir;  // "" : <results_root>/<name>
   std::string results_root = "results";
   int jobs = 0;                           // 0: the machine's cores
+  int threads = 0;                        // each run's; 0: the cores divided among the jobs
   bool resume = false;                    // skip completed/diverged runs, re-run the others
   bool quiet = false;                     // no progress or summary on stderr
   std::string binary = "/proc/self/exe";  // the bitlab executable the children run

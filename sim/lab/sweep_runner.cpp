@@ -19,6 +19,7 @@
 
 #include "sim/comm/launcher.hpp"
 #include "sim/core/files.hpp"
+#include "sim/core/threads.hpp"
 #include "sim/engine/run.hpp"
 #include "sim/lab/sweep.hpp"
 #include "sim/lab/sweep_csv.hpp"
@@ -30,13 +31,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int machine_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
 
 // The stop signal received (SIGINT, SIGTERM or SIGHUP), 0 if none.
 volatile std::sig_atomic_t g_sweep_interrupted = 0;
@@ -163,7 +157,7 @@ class SweepRunner {
 int SweepRunner::run() {
   const int cores = machine_cores();
   const int jobs = std::max(1, o_.jobs > 0 ? o_.jobs : cores);
-  const int threads = std::max(1, cores / jobs);
+  const int threads = threads_per_job(jobs, o_.threads, cores);
   const std::vector<size_t> pending = pending_runs();
   write_csv();
 
