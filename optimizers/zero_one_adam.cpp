@@ -373,6 +373,8 @@ std::vector<std::string> ZeroOneAdam::warnings(int64_t steps) const {
         "optimizer.var_freeze_step = 0: the variance is frozen before any step "
         "has estimated it");
   }
+  std::string short_one = short_warmup_warning("var_freeze_step", freeze, steps);
+  if (!short_one.empty()) out.push_back(std::move(short_one));
   // The local interval first reaches 2 after local_step_scaler stage-B steps
   // (ZeroOneSchedule::next), and never with a clipper below 2.
   if (opts_.local_step_clipper < 2 || freeze + opts_.local_step_scaler >= steps) {

@@ -209,15 +209,30 @@ class Cnn final : public ClassifierProblem {
     p1_ = h1_ / 2;            // 12
     h2_ = p1_ - kKernel + 1;  // 8
     p2_ = h2_ / 2;            // 4
-    const auto k2 = size_t(kKernel * kKernel);
-    // Shapes as PyTorch's: conv weights [out, in, k, k], fc [classes, flat].
-    tensors_ = make_tensors(
-        {{"conv1.weight", size_t(c1_) * k2, size_t(c1_), 1},
-         {"conv1.bias", size_t(c1_)},
-         {"conv2.weight", size_t(c2_ * c1_) * k2, size_t(c2_), size_t(c1_)},
-         {"conv2.bias", size_t(c2_)},
-         {"fc.weight", size_t(data_.classes * flat()), size_t(data_.classes), size_t(flat())},
-         {"fc.bias", size_t(data_.classes)}});
+    tensors_ = make_tensors(parts(o, data_.height, data_.classes));
+  }
+
+  static ProblemShape shape(const CnnOptions& o, bool tensors) {
+    const DatasetSize data = dataset_size(o);
+    return shape_of_parts(parts(o, data.height, data.classes), data.train, tensors,
+                          {"problem.channels", Json(o.channels)});
+  }
+
+  // Shapes as PyTorch's: conv weights [out, in, k, k], fc [classes, flat]
+  // (flat = p2² · c2, p2 the side after both stages); a count over int64
+  // blames the channels.
+  static std::vector<TensorPart> parts(const CnnOptions& o, int64_t height, int classes) {
+    const ParamBlame blame{"problem.channels", Json(o.channels)};
+    const auto c1 = size_t(o.channels[0]), c2 = size_t(o.channels[1]), k2 = size_t(kKernel * kKernel),
+               c = size_t(classes);
+    const auto p2 = size_t(((height - kKernel + 1) / 2 - kKernel + 1) / 2);
+    const size_t flat = blame.product(p2 * p2, c2);
+    return {{"conv1.weight", blame.product(c1, k2), c1, 1},
+            {"conv1.bias", c1},
+            {"conv2.weight", blame.product(blame.product(c2, c1), k2), c2, c1},
+            {"conv2.bias", c2},
+            {"fc.weight", blame.product(c, flat), c, flat},
+            {"fc.bias", c}};
   }
 
   size_t dim() const override { return tensors_.back().offset + tensors_.back().size; }

@@ -105,15 +105,10 @@ std::pair<int, std::string> run(const std::string& resolved_json,
 }
 
 std::string cost(const std::string& raw_json, const std::vector<std::string>& sets) {
-  Json raw = parse(raw_json, "cost spec");
-  if (!raw.is_object()) config_fail("", raw, "a cost spec must be a JSON object");
-  if (raw.contains("problem")) raw = cost_spec_of_experiment(raw);
-  std::vector<std::pair<std::string, std::string>> labels;
-  for (const auto& s : sets) {
-    apply_set(raw, s);
-    labels.emplace_back(s, s);
-  }
-  const CostReport report = estimate_cost(resolve_cost_spec(raw, labels));
+  std::vector<CostOverride> overrides;
+  for (const auto& s : sets) overrides.push_back({s, s});
+  const CostReport report =
+      estimate_cost(resolve_cost_request(parse(raw_json, "cost spec"), overrides));
   Json out = cost_report_json(report);
   out["text"] = format_cost_report(report);
   return out.dump();

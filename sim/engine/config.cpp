@@ -371,6 +371,16 @@ std::string keep_known_optimizer_options(Json& raw, const std::string& previous_
          " (dropped; the shared options are kept)";
 }
 
+void apply_override(Json& raw, const std::string& assignment, const std::string& why,
+                    std::vector<std::string>& notes) {
+  // A switch of optimizer drops the old one's foreign options at once, so
+  // that a later --set may give the new one's.
+  const std::string before = raw_optimizer_name(raw);
+  apply_set(raw, assignment);
+  const std::string note = keep_known_optimizer_options(raw, before, why);
+  if (!note.empty()) notes.push_back(note);
+}
+
 namespace {
 
 // Merges `child` over `base` in place (RFC 7396: objects key by key, a null
@@ -504,14 +514,7 @@ Experiment load_experiment(const std::string& file, const std::vector<std::strin
   std::vector<std::string> notes;
   Json raw = load_experiment_file(file, &notes);
   for (const auto& u : unsets) apply_unset(raw, u);
-  for (const auto& s : sets) {
-    // A switch of optimizer drops the old one's foreign options at once, so
-    // that a later --set may give the new one's.
-    const std::string before = raw_optimizer_name(raw);
-    apply_set(raw, s);
-    const std::string note = keep_known_optimizer_options(raw, before, "--set " + s);
-    if (!note.empty()) notes.push_back(note);
-  }
+  for (const auto& s : sets) apply_override(raw, s, "--set " + s, notes);
   Experiment e = resolve_experiment(raw, std::filesystem::path(file).stem().string(), sets);
   e.notes = std::move(notes);
   return e;

@@ -77,6 +77,13 @@ void apply_unset(Json& raw, const std::string& path);
 std::string keep_known_optimizer_options(Json& raw, const std::string& previous_name,
                                          const std::string& why);
 
+// apply_set, then keep_known_optimizer_options when the assignment switched
+// the optimizer; its note (`why`: how the user gave it) goes to `notes`.
+// What run, validate and cost do with each override, in order, so that a
+// later --set may give the new optimizer's options.
+void apply_override(Json& raw, const std::string& assignment, const std::string& why,
+                    std::vector<std::string>& notes);
+
 // The optimizer name of a raw experiment ("" when there is none).
 std::string raw_optimizer_name(const Json& raw);
 

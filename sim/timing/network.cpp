@@ -121,6 +121,13 @@ Schema<ComputeOptions> ComputeOptions::schema() {
           {rules::at_least<int64_t>(-1)});
   s.field("straggler_factor", &O::straggler_factor, "the straggler's compute time multiplier",
           {rules::at_least(1.0)});
+  s.field("gradient_accumulation_steps", &O::gradient_accumulation_steps,
+          "micro-steps per optimizer step (DeepSpeed's gradient_accumulation_steps): a step "
+          "computes its batch in this many forward + backward passes and communicates once; "
+          "step_ms is one micro-step's time (a step costs this many times step_ms), a derived "
+          "time is the step's batch (the same FLOPs), and overlap hides an allreduce behind the "
+          "last micro-step's backward only",
+          {rules::at_least<int64_t>(1), rules::at_most<int64_t>(int64_t{1} << 20)});
   return s;
 }
 
@@ -326,7 +333,11 @@ StepTime price_step(const std::vector<CommRecord>& records, const Topology& t,
   // Backward is 2/3 of compute; `overlap` of it can hide the DDP-style
   // gradient allreduce. The 1-bit family compresses inside the optimizer
   // step, so its collectives are never hidden.
-  const double hidden = std::min(overlappable, c.overlap * (2.0 / 3.0) * st.compute_s);
+  // With gradient accumulation only the last micro-step's backward can
+  // (DeepSpeed allreduces at the accumulation boundary); x / 1 is exact.
+  const double hidden =
+      std::min(overlappable, c.overlap * (2.0 / 3.0) * st.compute_s /
+                                 static_cast<double>(c.gradient_accumulation_steps));
   // (overlappable − hidden) first: exposed + 0 stays exactly `exposed`, so a
   // faster link is never priced slower by a rounding step.
   st.comm_s = exposed + (overlappable - hidden) + st.compression_s;
@@ -335,7 +346,9 @@ StepTime price_step(const std::vector<CommRecord>& records, const Topology& t,
 }
 
 double base_compute_s(const ComputeOptions& c, double model_params, double samples_per_worker) {
-  if (c.step_ms > 0) return c.step_ms * 1e-3;
+  if (c.step_ms > 0) {
+    return static_cast<double>(c.gradient_accumulation_steps) * (c.step_ms * 1e-3);
+  }
   if (c.device_tflops <= 0) return 0.0;
   const double params = c.model_params > 0 ? c.model_params : model_params;
   return c.flops_per_param_sample * params * samples_per_worker / (c.device_tflops * 1e12);

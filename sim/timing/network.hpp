@@ -66,6 +66,10 @@ struct ComputeOptions {
   double jitter = 0.0;            // relative std. dev. of each worker's compute time
   int64_t straggler_worker = -1;  // -1: none
   double straggler_factor = 1.0;  // that worker's compute time × factor
+  // Micro-steps per optimizer step (DeepSpeed's name): a step's batch is
+  // computed in this many forward + backward passes (step_ms is one of
+  // them), its communication happens once.
+  int64_t gradient_accumulation_steps = 1;
   static Schema<ComputeOptions> schema();
 };
 
@@ -125,7 +129,9 @@ struct StepTime {
 StepTime price_step(const std::vector<CommRecord>& records, const Topology& t,
                     const std::vector<double>& worker_compute_s, const ComputeOptions& c);
 
-// Per-worker compute time of a step before jitter/stragglers, in seconds.
+// Per-worker compute time of a step before jitter/stragglers, in seconds:
+// gradient_accumulation_steps × step_ms when step_ms is given, else derived
+// from the step's samples (N micro-steps of samples / N each: the same FLOPs).
 double base_compute_s(const ComputeOptions& c, double model_params, double samples_per_worker);
 // Every worker's compute time at `step`: base × (1 + jitter·N(0,1), floored at 0)
 // from RngStream(seed, kJitter, worker, step); the straggler × its factor.

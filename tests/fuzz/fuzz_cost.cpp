@@ -15,14 +15,10 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bitlab::fuzz::Input in = bitlab::fuzz::split_input(data, size);
   try {
-    bitlab::Json raw = bitlab::parse_json_text(in.text, "fuzz.json");
-    if (!raw.is_object()) return 0;  // refused by `bitlab cost` the same way
-    std::vector<std::pair<std::string, std::string>> labels;
-    for (const auto& s : in.sets) {
-      bitlab::apply_set(raw, s);
-      labels.emplace_back(s, "--set " + s);
-    }
-    const bitlab::CostReport report = bitlab::estimate_cost(bitlab::resolve_cost_spec(raw, labels));
+    std::vector<bitlab::CostOverride> overrides;
+    for (const auto& s : in.sets) overrides.push_back({s, "--set " + s});
+    const bitlab::CostReport report = bitlab::estimate_cost(bitlab::resolve_cost_request(
+        bitlab::parse_json_text(in.text, "fuzz.json"), overrides));
     (void)bitlab::format_cost_report(report);
     (void)bitlab::cost_report_json(report).dump(2);
   } catch (const bitlab::ConfigError&) {
