@@ -2,7 +2,9 @@
 // anything is created, parallel runs equal to serial ones and to `bitlab run`,
 // divergence and failure that do not stop the sweep, --resume, Ctrl-C.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,9 +13,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
+#include "sim/core/files.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/lab/sweep.hpp"
 #include "tests/cli_fixtures.hpp"
@@ -533,5 +537,42 @@ TEST_SUITE("sweep") {
     // A bad sweep is still exit 2.
     const auto bad = d.file("bad.json", R"({"base": "base.json", "grid": {"optimizer.lr": [-1]}})");
     CHECK(run_bitlab(d, "sweep " + bad + " --dry-run").status == 2);
+  }
+}
+
+TEST_SUITE("sweep") {
+  // In process: the lock file exists while held, is gone after; a process that opened
+  // the file just before its holder removed it holds only an orphan, and a new lock takes
+  // the path's new file (the constructor's inode check is what a FolderLock relies on).
+  TEST_CASE("FolderLock: held while alive, removed at the end, an orphan does not share it") {
+    const fs::path dir = fs::temp_directory_path() / ("traps-lock-" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    const fs::path file = dir / ".bitlab.lock";
+    {
+      bitlab::FolderLock a(dir.string(), ".bitlab.lock", "test a");
+      CHECK(fs::exists(file));
+      CHECK_THROWS_AS(bitlab::FolderLock(dir.string(), ".bitlab.lock", "test b"),
+                      bitlab::ConfigError);
+    }
+    CHECK_FALSE(fs::exists(file));
+    // The race the inode check is for: B opens the file, A removes it and ends, and B's
+    // flock succeeds on a file no longer at the path (a FolderLock in B's place sees the
+    // inode differ and retries). The orphan does not lock the folder: C takes the new file,
+    // and D is refused while C holds it.
+    std::optional<bitlab::FolderLock> a;
+    a.emplace(dir.string(), ".bitlab.lock", "test a");
+    const int b = open(file.c_str(), O_RDWR);
+    REQUIRE(b >= 0);
+    a.reset();  // unlinks, then releases
+    CHECK(flock(b, LOCK_EX | LOCK_NB) == 0);  // B holds the orphan
+    {
+      bitlab::FolderLock c(dir.string(), ".bitlab.lock", "test c");
+      CHECK(fs::exists(file));
+      CHECK_THROWS_AS(bitlab::FolderLock(dir.string(), ".bitlab.lock", "test d"),
+                      bitlab::ConfigError);
+    }
+    close(b);
+    CHECK_FALSE(fs::exists(file));
+    fs::remove_all(dir);
   }
 }
