@@ -2,6 +2,8 @@
 // allreduce, and the one call that averages the workers' gradients.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <initializer_list>
 #include <span>
@@ -180,5 +182,26 @@ inline std::vector<std::string> warmup_warnings(int64_t freeze_step, int64_t ste
 // region. Each element is independent, so the result is bit-identical for
 // any thread count either way; this only avoids fork/join on tiny tensors.
 inline constexpr int64_t kParallelMinElements = 4096;
+
+// The divergence cause of a frozen variance v* (Optimizer::divergence_cause):
+// the share of coordinates whose sqrt(v*) lies below eps (in float, as the
+// update divides), whose momentum is then divided by about eps. "" when none.
+// `since` names when v* was frozen ("step 40").
+inline std::string frozen_variance_cause(std::span<const float> v, double eps,
+                                         const std::string& since, const std::string& remedy) {
+  int64_t below = 0;
+  const auto eps_f = static_cast<float>(eps);
+  for (const float x : v) below += std::sqrt(x) < eps_f ? 1 : 0;
+  if (below == 0) return "";
+  const double share = 100.0 * static_cast<double>(below) / static_cast<double>(v.size());
+  char text[400];
+  std::snprintf(text, sizeof text,
+                "%.2g %% of the coordinates (%lld of %zu) had sqrt(v) < eps = %g in the variance "
+                "frozen at %s: their momentum is divided by about eps, so a gradient that grows "
+                "there explodes; %s",
+                share, static_cast<long long>(below), v.size(), eps, since.c_str(),
+                remedy.c_str());
+  return text;
+}
 
 }  // namespace bitlab

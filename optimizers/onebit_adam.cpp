@@ -276,6 +276,13 @@ void OneBitAdam::check_frozen_variance(int64_t step) {
   run_warnings_.push_back(text);
 }
 
+std::string OneBitAdam::divergence_cause() const {
+  if (!compressed_) return "";
+  return frozen_variance_cause(v_, opts_.eps, "step " + std::to_string(switch_step_),
+                               "raise optimizer.eps or lengthen the warm-up "
+                               "(optimizer.freeze_step)");
+}
+
 std::vector<std::string> OneBitAdam::warnings(int64_t steps) const {
   return warmup_warnings(opts_.freeze_step, steps,
                          variance_stable_ ? "unless the variance settles first, the run never "

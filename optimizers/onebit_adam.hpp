@@ -159,6 +159,8 @@ class OneBitAdam : public Optimizer, private GradientSink {
   void state(StateArchive& io) override;
   std::vector<std::string> warnings(int64_t steps) const override;
   const std::vector<std::string>& run_warnings() const override { return run_warnings_; }
+  // Once compressed: the share of coordinates with sqrt(v*) < eps, if any.
+  std::string divergence_cause() const override;
   // "warmup" or "compressed": of the last step (before the first step: of
   // step 1).
   const char* phase() const override { return phase_; }

@@ -359,6 +359,13 @@ void ZeroOneAdam::state(StateArchive& io) {
   onebit_->state(io);
 }
 
+std::string ZeroOneAdam::divergence_cause() const {
+  if (!frozen_) return "";
+  return frozen_variance_cause(v_, opts_.eps,
+                               "step " + std::to_string(opts_.var_freeze_step) + " (stage B)",
+                               "raise optimizer.eps or freeze later (optimizer.var_freeze_step)");
+}
+
 std::vector<std::string> ZeroOneAdam::warnings(int64_t steps) const {
   std::vector<std::string> out;
   const int64_t freeze = opts_.var_freeze_step;

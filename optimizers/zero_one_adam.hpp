@@ -195,6 +195,8 @@ class ZeroOneAdam : public Optimizer, private GradientSink {
   CommPlan comm_plan(const PlanShape& shape) const override;
   void state(StateArchive& io) override;
   std::vector<std::string> warnings(int64_t steps) const override;
+  // In stage B: the share of coordinates with sqrt(v) < eps, if any.
+  std::string divergence_cause() const override;
   const char* phase() const override { return zero_one_phase_name(phase_); }
 
   const ZeroOneAdamOptions& options() const { return opts_; }

@@ -50,6 +50,7 @@ TEST_SUITE("cli") {
          {"config.json", "manifest.json", "metrics.csv", "comm_log.csv", "summary.json"}) {
       CHECK(fs::exists(fs::path(out) / f));
     }
+    CHECK_FALSE(fs::exists(fs::path(out) / ".bitlab.lock"));  // held while running only
     const Json summary = Json::parse(slurp(fs::path(out) / "summary.json"));
     CHECK(summary["status"] == "completed");
     CHECK(summary["steps_completed"] == 30);
@@ -361,6 +362,52 @@ TEST_SUITE("cli") {
     CHECK(r.err.find("--set steps=-1: steps = -1") != std::string::npos);
   }
 
+  TEST_CASE("validate, run and cost on a sweep file: \"this is a sweep file\", exit 2") {
+    TempDir d;
+    d.file("exp.json", kGood);
+    const auto sweep = d.file("sweep.json", R"({"name": "s", "base": "exp.json",
+      "grid": {"optimizer.lr": [0.01, 0.05]}})");
+    const auto out = d.path / "out";
+    for (const std::string& cmd : {"validate " + sweep, "run " + sweep + " --out " + out.string(),
+                                  "validate --print " + sweep}) {
+      CAPTURE(cmd);
+      const Result r = run_bitlab(d, cmd);
+      CHECK(r.status == 2);
+      CHECK(r.err.find(sweep + ": this is a sweep file (it has \"grid\"), not an experiment: use "
+                       "bitlab sweep " + sweep) != std::string::npos);
+      CHECK(r.err.find("unknown key") == std::string::npos);
+      CHECK_FALSE(fs::exists(out));
+    }
+    // Only a zip or seeds: the same.
+    const auto seeds = d.file("seeds.json", R"({"base": "exp.json", "seeds": [1, 2]})");
+    const Result r = run_bitlab(d, "validate " + seeds);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("this is a sweep file (it has \"seeds\")") != std::string::npos);
+  }
+
+  TEST_CASE("setup.sh stops on a build folder configured for another source tree") {
+    TempDir d;
+    const fs::path build = d.path / "build";
+    const std::string setup = "BITLAB_BUILD_DIR=" + build.string() + " bash " +
+                              (fs::path(BITLAB_SOURCE_DIR) / "setup.sh").string() + " nosuch-mode";
+    // As a copied checkout's build/ has it: configured for the original tree.
+    d.file("build/CMakeCache.txt", "CMAKE_HOME_DIRECTORY:INTERNAL=/some/other/checkout\n");
+    Result r = bitlab::testing::run_shell(d, setup);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("was configured for the source tree /some/other/checkout, not this one (" +
+                     fs::canonical(BITLAB_SOURCE_DIR).string() + ")") != std::string::npos);
+    CHECK(r.err.find("rm -rf " + build.string()) != std::string::npos);
+    CHECK(r.err.find("usage:") == std::string::npos);  // stopped before anything else
+    CHECK(fs::exists(build / "CMakeCache.txt"));       // and removed nothing
+    // Configured for this tree: the check passes (and the unknown mode is refused).
+    d.file("build/CMakeCache.txt",
+           "CMAKE_HOME_DIRECTORY:INTERNAL=" + std::string(BITLAB_SOURCE_DIR) + "\n");
+    r = bitlab::testing::run_shell(d, setup);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("was configured for") == std::string::npos);
+    CHECK(r.err.find("usage: ./setup.sh") != std::string::npos);
+  }
+
   TEST_CASE("list shows every optimizer, problem and option") {
     TempDir d;
     Result r = run_bitlab(d, "list");
@@ -398,14 +445,30 @@ TEST_SUITE("cli") {
       CHECK(r.err.find(b.expect) != std::string::npos);
       CHECK_FALSE(fs::exists(out));
     }
+    // --set as bitlab run's: a bad one is exit 2 naming it, with no folder.
+    const fs::path bad = d.path / "badset";
+    const Result bad_set = run_bitlab(d, "rate " + exp + " --vary steps=32,64,128 --set " +
+                                             "optimizer.lr=-1 --out " + bad.string());
+    CHECK(bad_set.status == 2);
+    CHECK(bad_set.err.find("--set optimizer.lr=-1: optimizer.lr = -1") != std::string::npos);
+    CHECK_FALSE(fs::exists(bad));
     const fs::path out = d.path / "fit";
     const Result r =
         run_bitlab(d, "rate " + exp + " --vary steps=32,64,128 --seeds 3 --lr-scaling " +
-                          "inv_sqrt_T --quiet --out " + out.string());
+                          "inv_sqrt_T --set optimizer.lr=0.5 --quiet --out " + out.string());
     REQUIRE(r.status == 0);
     CHECK(r.out.find("steps") != std::string::npos);
     CHECK(r.out.find("95% CI") != std::string::npos);
+    CHECK(r.out.find("fit: R^2 = ") != std::string::npos);
+    CHECK(r.out.find("local exponents in steps") != std::string::npos);
     CHECK(fs::exists(out / "rate.json"));
     CHECK(fs::exists(out / "rate.csv"));
+    const Json fit = Json::parse(slurp(out / "rate.json"));
+    CHECK(fit["goodness_of_fit"]["local_exponents"]["steps"].size() == 2);
+    CHECK(fit["goodness_of_fit"].contains("not_power_law"));
+    // The --set reached the runs: lr = 0.5 / sqrt(T) (--lr-scaling inv_sqrt_T of the set lr).
+    const Json first = Json::parse(slurp(out / "run-001_steps=32_optimizer.lr=0.0883883_seed=1" /
+                                         "config.json"));
+    CHECK(first["optimizer"]["lr"] == 0.0883883);
   }
 }

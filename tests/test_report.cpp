@@ -600,3 +600,56 @@ TEST_SUITE("report") {
     }
   }
 }
+
+// `bitlab runs` shows each run's warnings (summary.json's "warnings"): a count in
+// the table with the text under it, one csv cell joined by " | ", a JSON list; a
+// summary whose warnings are not a list of strings is bad input.
+TEST_SUITE("report") {
+  TEST_CASE("bitlab runs: each run's warnings, counted in the table and written out") {
+    TempDir d;
+    const fs::path tree = d.path / "tree";
+    // onebit_adam with its warm-up as long as the run warns; adam does not.
+    const auto exp = d.file("e.json", R"({"name": "e", "steps": 10,
+      "problem": {"name": "quadratic", "dim": 4}, "cluster": {"workers": 2},
+      "optimizer": {"name": "onebit_adam", "lr": 0.01, "freeze_step": 10}})");
+    REQUIRE(run_bitlab(d, "run " + exp + " --quiet --out " + (tree / "warned").string()).status ==
+            0);
+    REQUIRE(run_bitlab(d, "run " + exp + " --quiet --set optimizer.name=adam --out " +
+                              (tree / "plain").string())
+                .status == 0);
+    const Json warnings = Json::parse(slurp(tree / "warned" / "summary.json"))["warnings"];
+    REQUIRE(warnings.size() >= 1);
+    const std::string first = warnings[0].get<std::string>();
+    CHECK(Json::parse(slurp(tree / "plain" / "summary.json"))["warnings"].empty());
+
+    Result r = run_bitlab(d, "runs " + tree.string());
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    const std::string table = r.out.substr(0, r.out.find("\nwarnings:\n"));
+    CHECK(table.find("warnings") != std::string::npos);  // the column's header
+    CHECK(table.find(std::to_string(warnings.size()) + " (below)") != std::string::npos);
+    CHECK(r.out.find("\nwarnings:\n  warned: " + first + "\n") != std::string::npos);
+    CHECK(r.out.find("  plain: ") == std::string::npos);
+
+    r = run_bitlab(d, "runs " + tree.string() + " --json");
+    REQUIRE(r.status == 0);
+    for (const auto& run : Json::parse(r.out)) {
+      CHECK(run["warnings"] == (run["run"] == "warned" ? warnings : Json::array()));
+    }
+    r = run_bitlab(d, "runs " + tree.string() + " --csv");
+    REQUIRE(r.status == 0);
+    CHECK(r.out.substr(0, r.out.find('\n')).find(",path,warnings") != std::string::npos);
+    // Each warning has commas: the cell is quoted, and the rows end with it.
+    std::string joined;
+    for (const auto& w : warnings) joined += (joined.empty() ? "" : " | ") + w.get<std::string>();
+    CHECK(r.out.find("\"" + joined + "\"\n") != std::string::npos);
+
+    // Bad input: warnings of the wrong type name the file and the field, exit 2.
+    Json s = Json::parse(slurp(tree / "warned" / "summary.json"));
+    s["warnings"] = "not a list";
+    d.file("tree/warned/summary.json", s.dump());
+    r = run_bitlab(d, "runs " + tree.string());
+    CHECK(r.status == 2);
+    CHECK(r.err.find("summary.json: warnings = \"not a list\": must be a list of strings") !=
+          std::string::npos);
+  }
+}

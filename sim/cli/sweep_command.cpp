@@ -1,5 +1,5 @@
 // `bitlab sweep FILE.json [--jobs N] [--resume] [--out DIR] [--quiet]
-// [--shard i/k | --merge]`: a
+// [--shard i/k | --merge] [--dry-run]`: a
 // base experiment, a grid and zipped lists over config paths and a list of
 // seeds, each run in a child process (docs/sweeps.md has the file format, the
 // output folder and the exit statuses).
@@ -19,6 +19,7 @@ namespace {
 struct SweepFlags {
   std::string file;
   std::string shard;
+  bool dry_run = false;
   SweepOptions options;
 };
 
@@ -55,6 +56,9 @@ Subcommand add_sweep_command(CLI::App& app) {
                   "half-finished run from it instead of starting it again")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->add_flag("--quiet,-q", f->options.quiet, "no progress or summary on stderr");
+  cmd->add_flag("--dry-run,-n", f->dry_run,
+                "check the sweep and list its runs with what differs between their resolved "
+                "experiments; run and write nothing");
   auto* shard = cmd->add_option(
       "--shard", f->shard,
       "i/k (0-based, 0 <= i < k): run only the runs whose 1-based index r has (r-1) % k == i, "
@@ -94,6 +98,10 @@ Subcommand add_sweep_command(CLI::App& app) {
               for (const auto& w : spec.warnings) {
                 std::fprintf(stderr, "bitlab sweep: warning: %s\n", w.c_str());
               }
+            }
+            if (f->dry_run) {
+              std::fputs(sweep_plan_text(spec, f->options).c_str(), stdout);
+              return 0;
             }
             return run_sweep(spec, f->options);
           }};

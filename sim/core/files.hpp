@@ -18,7 +18,9 @@ void remove_atomic_leftovers(const std::string& path);
 // `<dir>/<name>`, released by the system even when the process is killed). The
 // file records the holder's process id and command, so that a second process
 // is told who holds the folder. Throws ConfigError (exit 2) naming the holder
-// when another process holds the lock.
+// when another process holds the lock. The file is removed when the lock ends
+// (a finished folder holds no `.bitlab.lock`); a killed process leaves it, and
+// the next lock takes it over.
 class FolderLock {
  public:
   FolderLock(const std::string& dir, const std::string& name, const std::string& command);
@@ -27,6 +29,7 @@ class FolderLock {
   FolderLock& operator=(const FolderLock&) = delete;
 
  private:
+  std::string path_;
   int fd_ = -1;
 };
 

@@ -453,6 +453,14 @@ Json load_with_bases(const std::string& path, std::vector<std::string>& chain,
   chain.push_back(canonical);
   Json raw = load_json_file(path);
   anchor_network_file(raw, path);
+  for (const char* key : {"grid", "zip", "seeds"}) {
+    // A sweep file given where an experiment belongs (bitlab run, validate).
+    if (raw.is_object() && raw.contains(key)) {
+      throw ConfigError(path + ": this is a sweep file (it has \"" + key +
+                            "\"), not an experiment: use bitlab sweep " + path,
+                        key);
+    }
+  }
   if (raw.is_object() && raw.contains("deepspeed_config")) {
     raw = with_deepspeed_config(path, std::move(raw), notes);
   }

@@ -676,14 +676,20 @@ std::string divergence_reason(const RunSettings& rs, RunTally& tally, const Step
   return "";
 }
 
-// summary.json's "divergence": the step, what went wrong, and a hint.
-Json divergence_record(const Experiment& e, const StepMetrics& m, const std::string& what) {
+// summary.json's "divergence": the step, what went wrong, and a hint that
+// starts with the likely cause the optimizer's state shows (`cause`, "" when
+// none: Optimizer::divergence_cause).
+Json divergence_record(const Experiment& e, const StepMetrics& m, const std::string& what,
+                       const std::string& cause) {
   const double lr = e.optimizer.contains("lr") ? e.optimizer.at("lr").get<double>() : 0.0;
+  const std::string generic =
+      "try a smaller optimizer.lr (now " + fmt(lr) +
+      "), a longer warm-up, or check the problem's scale (the thresholds are "
+      "diverge_loss_factor and diverge_grad_norm_factor)";
   return {{"step", m.step},
           {"what", what},
-          {"hint", "the optimizer diverged; try a smaller optimizer.lr (now " + fmt(lr) +
-                       "), a longer warm-up, or check the problem's scale (the thresholds are "
-                       "diverge_loss_factor and diverge_grad_norm_factor)"}};
+          {"hint", cause.empty() ? "the optimizer diverged; " + generic
+                                 : "likely cause: " + cause + "; otherwise " + generic}};
 }
 
 // The stop signal seen, 0 if none. Under MPI a signal may reach the ranks at
@@ -781,7 +787,8 @@ bool step_once(const RunContext& run, RunFiles& files, RunTally& tally, Progress
       divergence_reason(run.experiment.run, tally, m, run.sim.problem().losses_measured());
   if (!why.empty()) {
     tally.status = "diverged";
-    tally.divergence = divergence_record(run.experiment, m, why);
+    tally.divergence =
+        divergence_record(run.experiment, m, why, run.sim.optimizer().divergence_cause());
     return false;
   }
   report_new_warnings(run, tally);

@@ -597,8 +597,8 @@ std::string unquoted(const std::string& cell) {
 }
 
 // sweep.csv with `columns` set in each row to the values of its run (named
-// by the "dir" column, the sweep runner's last: columns an earlier recost
-// added come after it); rows of runs not re-priced get empty cells. A column
+// by the "dir" column, found by name: the runner's `warnings` and the columns
+// an earlier recost added come after it); rows of runs not re-priced get empty cells. A column
 // the header already has is refused, or with `force` rewritten in place.
 std::string csv_with_columns(const fs::path& csv, const std::vector<std::string>& columns,
                              const std::map<std::string, std::vector<double>>& values,

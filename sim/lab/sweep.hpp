@@ -77,6 +77,11 @@ struct SweepOptions {
   int64_t checkpoint_every = 0;
 };
 
+// --dry-run: the runs (their folders) and, for each, the settings of its
+// resolved experiment that differ between the runs (a setting another run
+// lacks included), then the sweep's warnings; the folder it would write.
+std::string sweep_plan_text(const SweepSpec& spec, const SweepOptions& options);
+
 // Parses "i/k" (0 <= i < k). Throws ConfigError naming --shard otherwise.
 std::pair<int, int> parse_shard(const std::string& text);
 // The csv of shard i of k: "sweep.shard-<i>-of-<k>.csv".

@@ -130,6 +130,7 @@ class SweepRunner {
   void write_csv() const { write_sweep_csv(spec_, outcomes_, (dir_ / csv_name_).string()); }
   void progress(bool force);
   void final_report(double wall_s);
+  void report_warnings() const;
   int exit_status() const;
   // Run i belongs to this invocation's shard (always, without --shard).
   bool in_shard(size_t i) const {
@@ -364,8 +365,53 @@ void SweepRunner::final_report(double wall_s) {
     }
     std::fprintf(stderr, "  %s: run %d (%s)%s: %s\n", out.status.c_str(), r.index, r.label.c_str(),
                  extra.c_str(), (dir_ / r.dir_name).string().c_str());
+    const std::string hint =
+        out.status == "diverged" && out.summary.contains("divergence") &&
+                out.summary["divergence"].is_object()
+            ? summary_cell(out.summary["divergence"].value("hint", Json()))
+            : "";
+    if (hint.rfind("likely cause: ", 0) == 0) {
+      // The cause the run saw, without the generic advice that follows it.
+      std::fprintf(stderr, "    %s\n", hint.substr(0, hint.find("; otherwise ")).c_str());
+    }
   }
+  report_warnings();
   std::fprintf(stderr, "  results: %s\n", (dir_ / csv_name_).string().c_str());
+}
+
+// The finished runs' warnings (summary.json), each distinct text once with
+// how many runs and which raised it, most frequent first.
+void SweepRunner::report_warnings() const {
+  std::map<std::string, std::vector<int>> by_text;
+  std::vector<std::string> order;  // first-seen order, for ties
+  int runs_warned = 0;
+  for (size_t i = 0; i < outcomes_.size(); ++i) {
+    if (!outcomes_[i].done) continue;
+    const auto warnings = run_warnings(outcomes_[i].summary);
+    runs_warned += warnings.empty() ? 0 : 1;
+    for (const auto& w : warnings) {
+      auto& runs = by_text[w];
+      if (runs.empty()) order.push_back(w);
+      if (runs.empty() || runs.back() != spec_.runs[i].index) runs.push_back(spec_.runs[i].index);
+    }
+  }
+  if (order.empty()) return;
+  std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
+    return by_text[a].size() > by_text[b].size();
+  });
+  std::fprintf(stderr, "  warnings (%zu distinct, in %d of %d runs; sweep.csv's warnings column):\n",
+               order.size(), runs_warned, shard_size());
+  constexpr size_t kShownRuns = 8;
+  for (const auto& w : order) {
+    const auto& runs = by_text[w];
+    std::string which;
+    for (size_t k = 0; k < runs.size() && k < kShownRuns; ++k) {
+      which += (k ? ", " : "") + std::to_string(runs[k]);
+    }
+    if (runs.size() > kShownRuns) which += ", ...";
+    std::fprintf(stderr, "    %zu run%s (%s%s): %s\n", runs.size(), runs.size() == 1 ? "" : "s",
+                 runs.size() == 1 ? "run " : "runs ", which.c_str(), w.c_str());
+  }
 }
 
 int SweepRunner::exit_status() const {
