@@ -466,7 +466,15 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& o) {
   const FolderLock lock(
       dir.string(), lock_name,
       std::string("bitlab sweep") + (o.resume ? " --resume" : "") + " of " + spec.name);
-  write_text_atomic(dir / "sweep.json", sweep_json.dump(2) + "\n");
+  try {
+    write_text_atomic(dir / "sweep.json", sweep_json.dump(2) + "\n");
+  } catch (const IoError&) {
+    // A full disk: no folder holding only the lock is left (exit 4).
+    std::error_code ignored;
+    fs::remove(dir / lock_name, ignored);
+    fs::remove(dir, ignored);  // only when empty
+    throw;
+  }
   SweepRunner runner(spec, o, dir);
   return runner.run();
 }
