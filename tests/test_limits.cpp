@@ -32,27 +32,13 @@ const char* kSmall = R"({
   "optimizer": {"name": "adam", "lr": 0.05}
 })";
 
-// A tmpfs of `kib` KiB mounted at dir/disk while this object lives: a real
-// disk that fills up (ENOSPC from the kernel, not a stand-in). Mounting needs
-// root (CAP_SYS_ADMIN); `mounted` says whether it worked.
-struct SmallDisk {
-  fs::path path;
-  bool mounted = false;
-  SmallDisk(const TempDir& d, int kib) : path(d.path / "disk") {
-    fs::create_directories(path);
-    const std::string cmd = "mount -t tmpfs -o size=" + std::to_string(kib) + "k tmpfs " +
-                            path.string() + " >/dev/null 2>&1";
-    mounted = std::system(cmd.c_str()) == 0;
-  }
-  ~SmallDisk() {
-    if (mounted) (void)std::system(("umount " + path.string()).c_str());
-  }
+// A tmpfs of `kib` KiB at dir/disk that `fill` fills up.
+struct SmallDisk : bitlab::testing::TmpfsMount {
+  SmallDisk(const TempDir& d, int kib) : TmpfsMount(d.path / "disk", kib) {}
   // Writes zeros to disk/filler until the disk is full.
   void fill(const TempDir& d) const {
     (void)run_shell(d, "head -c 100M /dev/zero > " + (path / "filler").string());
   }
-  SmallDisk(const SmallDisk&) = delete;
-  SmallDisk& operator=(const SmallDisk&) = delete;
 };
 
 const char* kNoMount =
@@ -61,8 +47,7 @@ const char* kNoMount =
 
 // The message names `what`, and it is not an internal error.
 bool says(const Result& r, const std::string& what) {
-  return r.err.find(what) != std::string::npos &&
-         r.err.find("internal error") == std::string::npos;
+  return r.err.find(what) != std::string::npos && r.err.find("internal error") == std::string::npos;
 }
 
 // The sweep of two runs of kSmall (file `exp.json` beside it).
@@ -177,8 +162,8 @@ TEST_SUITE("cli") {
     const Result jobs = run_bitlab(d, "sweep " + small_sweep(d, 5) + " --jobs 4096");
     CHECK(jobs.status == 2);
     CHECK(jobs.err.find("must be an integer from 1 to 1024") != std::string::npos);
-    const Result ok = run_bitlab(d, "run " + exp + " --threads 2 --quiet --out " +
-                                        (d.path / "ok").string());
+    const Result ok =
+        run_bitlab(d, "run " + exp + " --threads 2 --quiet --out " + (d.path / "ok").string());
     CHECK_MESSAGE(ok.status == 0, ok.err);
   }
 
@@ -192,8 +177,9 @@ TEST_SUITE("cli") {
     CHECK(loco.err.find("optimizer.group_size = 1099511627776: must be <= 16777216") !=
           std::string::npos);
     CHECK(loco.err.find("out of memory") == std::string::npos);
-    CHECK(run_bitlab(d, "validate " + exp + " --set optimizer.name=loco --set "
-                                            "optimizer.group_size=4096")
+    CHECK(run_bitlab(d, "validate " + exp +
+                            " --set optimizer.name=loco --set "
+                            "optimizer.group_size=4096")
               .status == 0);
   }
 
@@ -204,17 +190,16 @@ TEST_SUITE("cli") {
                               "lr": 1e400}, "cluster": {"workers": 2}})");
     const Result r = run_bitlab(d, "validate " + exp);
     CHECK(r.status == 2);
-    CHECK_MESSAGE(r.err.find("exp.json: optimizer.lr: number overflow parsing '1e400'") !=
-                      std::string::npos,
-                  r.err);
+    CHECK_MESSAGE(
+        r.err.find("exp.json: optimizer.lr: number overflow parsing '1e400'") != std::string::npos,
+        r.err);
     // Inside a list: the index too.
     d.file("exp.json", kSmall);
-    const std::string sweep = d.file(
-        "sweep.json", R"({"base": "exp.json", "grid": {"optimizer.lr": [0.1, -1e999]}})");
+    const std::string sweep =
+        d.file("sweep.json", R"({"base": "exp.json", "grid": {"optimizer.lr": [0.1, -1e999]}})");
     const Result s = run_bitlab(d, "sweep " + sweep + " --quiet");
     CHECK(s.status == 2);
-    CHECK_MESSAGE(s.err.find("grid.optimizer.lr[1]: number overflow") != std::string::npos,
-                  s.err);
+    CHECK_MESSAGE(s.err.find("grid.optimizer.lr[1]: number overflow") != std::string::npos, s.err);
     const Result set =
         run_bitlab(d, "validate " + (d.path / "exp.json").string() + " --set a.b.c.d=1");
     CHECK(set.status == 2);

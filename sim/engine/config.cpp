@@ -107,8 +107,8 @@ class JsonPlace {
  private:
   struct Frame {
     bool array;
-    std::string key;   // an object's key being read
-    size_t index;      // an array's element being read
+    std::string key;  // an object's key being read
+    size_t index;     // an array's element being read
   };
   std::vector<Frame> frames_;
 };
@@ -523,8 +523,8 @@ Json load_with_bases(const std::string& path, std::vector<std::string>& chain,
   try {
     merged = load_with_bases(base_path.string(), chain, notes);
   } catch (const ConfigError& e) {
-    throw ConfigError(bounded_message(path + ": base = " + show_value(base_value) + ": " + e.what()),
-                      "base");
+    throw ConfigError(
+        bounded_message(path + ": base = " + show_value(base_value) + ": " + e.what()), "base");
   }
   if (!merged.is_object()) {
     throw ConfigError(
