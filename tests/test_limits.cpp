@@ -14,6 +14,7 @@
 
 #include "sim/core/schema.hpp"
 #include "tests/cli_fixtures.hpp"
+#include "tests/tmpfs_mount.hpp"
 
 namespace fs = std::filesystem;
 using bitlab::Json;

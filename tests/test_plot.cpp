@@ -14,6 +14,7 @@
 #include <string>
 
 #include "tests/cli_fixtures.hpp"
+#include "tests/tmpfs_mount.hpp"
 
 namespace fs = std::filesystem;
 

@@ -20,6 +20,7 @@
 #include "sim/core/human.hpp"
 #include "sim/core/schema.hpp"
 #include "tests/cli_fixtures.hpp"
+#include "tests/tmpfs_mount.hpp"
 
 namespace fs = std::filesystem;
 

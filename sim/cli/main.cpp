@@ -15,6 +15,7 @@
 #include "optimizers/optimizer.hpp"
 #include "problems/problem.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/cli/thread_limits.hpp"
 #include "sim/comm/launcher.hpp"
 #include "sim/comm/transport.hpp"
 #include "sim/compress/compressor.hpp"

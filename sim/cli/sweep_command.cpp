@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "sim/cli/commands.hpp"
+#include "sim/cli/thread_limits.hpp"
 #include "sim/comm/launcher.hpp"
 #include "sim/lab/sweep.hpp"
 

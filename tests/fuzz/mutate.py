@@ -14,7 +14,8 @@ know the formats, so that most inputs get past the first check.
               priced as it stands).
 
 Each input goes through replay.py's replay(): exit 0 or 2, never 1, a signal, a
-sanitizer report or a hang. A failure is written to OUT/KIND/ (in the input format
+sanitizer report or a hang. A failure is written to OUT/KIND/ (default
+build/fuzz/mutate-findings/KIND/, in the input format
 replay.py and the libFuzzer harnesses read: copy it to tests/fuzz/regression/KIND/
 once fixed).
 
@@ -139,7 +140,7 @@ def main():
     parser.add_argument("kind", choices=["checkpoint", "cost"])
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", default="mutate-findings")
+    parser.add_argument("--out", default="build/fuzz/mutate-findings")
     args = parser.parse_args()
     bitlab = str(pathlib.Path(args.bitlab).resolve())
     rng = random.Random(args.seed)
