@@ -38,7 +38,7 @@ struct SmallDisk : bitlab::testing::TmpfsMount {
   SmallDisk(const TempDir& d, int kib) : TmpfsMount(d.path / "disk", kib) {}
   // Writes zeros to disk/filler until the disk is full.
   void fill(const TempDir& d) const {
-    (void)run_shell(d, "head -c 100M /dev/zero > " + (path / "filler").string());
+    (void)run_shell(d, "dd if=/dev/zero bs=64k of=" + (path / "filler").string());
   }
 };
 
@@ -51,12 +51,14 @@ bool says(const Result& r, const std::string& what) {
   return r.err.find(what) != std::string::npos && r.err.find("internal error") == std::string::npos;
 }
 
-// The sweep of two runs of kSmall (file `exp.json` beside it).
+// The sweep of two runs of kSmall with `steps` steps (its base sweep-exp.json beside it).
 std::string small_sweep(const TempDir& d, int steps) {
-  d.file("exp.json", kSmall);
-  return d.file("sweep.json", R"({"name": "full", "base": "exp.json", "steps": )" +
-                                  std::to_string(steps) +
-                                  R"(, "grid": {"optimizer.lr": [0.05, 0.01]}, "seeds": [1]})");
+  Json exp = Json::parse(kSmall);
+  exp["steps"] = steps;
+  exp["eval_every"] = 0;
+  d.file("sweep-exp.json", exp.dump());
+  return d.file("sweep.json", R"({"name": "full", "base": "sweep-exp.json",
+                                  "grid": {"optimizer.lr": [0.05, 0.01]}, "seeds": [1]})");
 }
 
 }  // namespace

@@ -37,11 +37,16 @@ void write_text_atomic(const std::string& path, const std::string& text) {
       throw IoError("cannot write " + p.string() + ": " +
                     (errno != 0 ? std::strerror(errno) : "cannot create the file"));
     }
-    out << text;
+    // A text longer than the stream's buffer meets a full disk while it is
+    // written, a short one at the flush: keep the first errno either sets.
     errno = 0;
-    out.close();  // the data reaches the system here: a full disk shows now
+    out << text;
+    out.flush();
+    int error = out ? 0 : errno;
+    out.close();  // whatever is still buffered reaches the system here
     if (!out) {
-      const std::string why = errno != 0 ? std::strerror(errno) : "write error";
+      if (error == 0) error = errno;
+      const std::string why = error != 0 ? std::strerror(error) : "write error";
       std::error_code ignored;
       fs::remove(tmp, ignored);  // never rename a partial file into place
       throw IoError("cannot write " + p.string() + ": " + why);
