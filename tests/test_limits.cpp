@@ -1,9 +1,8 @@
-// End-to-end tests of the `bitlab` binary at its limits (issue 34, items 4
-// and 5): a disk that is full before or during a run, a sweep and a resumed
-// sweep (exit 4, never "internal error", no folder holding only the lock);
-// a chain of base files too deep, a --threads past the cap, a LoCo group_size
-// past its rule, a number that overflows, a --set path under an unknown key
-// and an unknown subcommand (exit 2, naming what is wrong).
+// End-to-end tests of the `bitlab` binary at its limits: a disk that is full
+// before or during a run, a sweep and a resumed sweep (exit 4, never "internal error", no folder
+// holding only the lock); a chain of base files too deep, a --threads past the cap, a LoCo
+// group_size past its rule, a number that overflows, a --set path under an unknown key and an
+// unknown subcommand (exit 2, naming what is wrong).
 #include <doctest/doctest.h>
 #include <unistd.h>
 
