@@ -14,6 +14,7 @@
 #include <string>
 
 #include "tests/cli_fixtures.hpp"
+#include "tests/tmpfs_mount.hpp"
 
 namespace fs = std::filesystem;
 
@@ -380,9 +381,16 @@ TEST_SUITE("plot") {
       check_stopped(plot((d.path / "ro" / "fig").string()), 4,
                     "cannot write " + (d.path / "ro" / "fig.png").string() + ": Permission denied");
       fs::permissions(d.path / "ro", fs::perms::owner_all);
+    } else if (const bitlab::testing::TmpfsMount ro(d.path / "ro", 64, true); ro.mounted) {
+      // Root writes into a folder whatever its permissions, not into a
+      // read-only file system.
+      check_stopped(
+          plot((d.path / "ro" / "fig").string()), 4,
+          "cannot write " + (d.path / "ro" / "fig.png").string() + ": Read-only file system");
     } else {
       MESSAGE(
-          "the read-only folder check is skipped as root (root writes anyway); /proc stands in");
+          "the read-only folder check is skipped: permissions do not stop root, and a "
+          "read-only tmpfs could not be mounted; /proc stands in");
     }
     const Result r = plot(fig);  // and with all of it put right, the figure is drawn
     CHECK(r.status == 0);

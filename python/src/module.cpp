@@ -21,6 +21,7 @@
 #include "problems/external.hpp"
 #include "problems/real_problems.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/core/files.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/deepspeed.hpp"
 #include "sim/engine/run.hpp"
@@ -154,6 +155,9 @@ PYBIND11_MODULE(_bitlab, m) {
       py::object cls = py::module_::import("bitlab._errors").attr("ConfigError");
       py::object err = cls(e.what(), e.path());
       PyErr_SetObject(cls.ptr(), err.ptr());
+    } catch (const IoError& e) {
+      // A full disk (the CLI's exit 4): OSError, as docs/python.md says.
+      PyErr_SetString(PyExc_OSError, e.what());
     }
   });
   m.def("version", [] { return std::string(bitlab_version()); });

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "sim/cli/commands.hpp"
+#include "sim/cli/thread_limits.hpp"
 #include "sim/comm/launcher.hpp"
 #include "sim/lab/sweep.hpp"
 
@@ -39,14 +40,15 @@ Subcommand add_sweep_command(CLI::App& app) {
       "  \"seeds\": [1, 2, 3]}\n"
       "Output: results/<name>/ (or --out): sweep.json, run-NNN_<assignments>/, sweep.csv.\n"
       "Exit status: 0 all runs completed; 3 some run diverged or failed (listed at the end); "
-      "2 bad sweep (nothing created); 130 interrupted.");
+      "4 a run or the sweep could not write its results (a full disk); 2 bad sweep (nothing "
+      "created); 128 + the signal interrupted (130 Ctrl-C).");
   cmd->add_option("file", f->file, "sweep JSON file")->required();
   cmd->add_option("--jobs,-j", f->options.jobs, "runs at once (default: the machine's cores)")
-      ->check(CLI::Range(1, 4096));
+      ->check(thread_count_check());
   cmd->add_option("--threads", f->options.threads,
                   "OpenMP threads of each run (default: the machine's cores divided among the "
                   "jobs, at least 1)")
-      ->check(CLI::Range(1, 4096));
+      ->check(thread_count_check());
   cmd->add_flag("--resume", f->options.resume,
                 "finish an earlier sweep in the same folder: skip its completed and diverged "
                 "runs, re-run the others");

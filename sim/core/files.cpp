@@ -32,18 +32,46 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   const fs::path p(path);
   const fs::path tmp = temp_prefix(p.string()) + std::to_string(getpid());
   {
-    std::ofstream out(tmp);
-    out << text;
     errno = 0;
-    out.close();  // the data reaches the system here: a full disk shows now
+    std::ofstream out(tmp);
     if (!out) {
-      const std::string why = errno != 0 ? std::strerror(errno) : "write error";
+      throw IoError("cannot write " + p.string() + ": " +
+                    (errno != 0 ? std::strerror(errno) : "cannot create the file"));
+    }
+    // A text longer than the stream's buffer meets a full disk while it is
+    // written, a short one at the flush: keep the first errno either sets.
+    errno = 0;
+    out << text;
+    out.flush();
+    int error = out ? 0 : errno;
+    out.close();  // whatever is still buffered reaches the system here
+    if (!out) {
+      if (error == 0) error = errno;
+      const std::string why = error != 0 ? std::strerror(error) : "write error";
       std::error_code ignored;
       fs::remove(tmp, ignored);  // never rename a partial file into place
-      throw std::runtime_error("cannot write " + p.string() + ": " + why);
+      throw IoError("cannot write " + p.string() + ": " + why);
     }
   }
-  fs::rename(tmp, p);
+  std::error_code ec;
+  fs::rename(tmp, p, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw IoError("cannot write " + p.string() + ": " + ec.message());
+  }
+}
+
+void create_folder(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!ec) return;
+  const std::string message = "cannot create " + what + " " + dir + ": " + ec.message();
+  const int e = ec.value();
+  if (ec.category() == std::generic_category() || ec.category() == std::system_category()) {
+    if (e == ENOSPC || e == EDQUOT || e == EROFS || e == EIO || e == EFBIG) throw IoError(message);
+  }
+  throw ConfigError(message);
 }
 
 void remove_atomic_leftovers(const std::string& path) {

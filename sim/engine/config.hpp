@@ -62,8 +62,12 @@ Json load_json_file(const std::string& path);
 // file's keys override its base's (objects merged key by key, anything else
 // replaced, a null removes the key); a relative base is relative to the
 // file's folder. A missing base, a base that is not an experiment object and
-// a cycle are ConfigErrors naming the files. Switching optimizer.name in a
+// a cycle are ConfigErrors naming the files, as is a chain deeper than
+// kMaxBaseDepth files; the message, which names every file of the chain, is
+// kept under about kMaxBaseMessageBytes. Switching optimizer.name in a
 // file drops the base's options the new optimizer does not know (a note).
+inline constexpr int kMaxBaseDepth = 64;
+inline constexpr size_t kMaxBaseMessageBytes = 4096;
 Json load_experiment_file(const std::string& path, std::vector<std::string>* notes = nullptr);
 
 // Removes the key at the dotted `path` ("--unset optimizer.freeze_step": the

@@ -301,12 +301,24 @@ Json make_manifest(const RunContext& run, const std::string& started_utc) {
   return manifest;
 }
 
+// A refused write (a full disk) removes what the run wrote so far and the
+// folder when that leaves it empty: no folder holding only .bitlab.lock looks
+// like a run. IoError then ends the command with exit 4.
 void write_config_and_manifest(const RunContext& run) {
   if (!run.writer) return;
   const std::string started_utc = utc_now();
   const fs::path d(run.dir);
-  write_json(d / "config.json", run.experiment.resolved);
-  write_json(d / "manifest.json", make_manifest(run, started_utc));
+  try {
+    write_json(d / "config.json", run.experiment.resolved);
+    write_json(d / "manifest.json", make_manifest(run, started_utc));
+  } catch (const IoError&) {
+    std::error_code ignored;
+    for (const char* name : {"config.json", "manifest.json", ".bitlab.lock"}) {
+      fs::remove(d / name, ignored);
+    }
+    fs::remove(d, ignored);  // only when empty
+    throw;
+  }
 }
 
 // Opens the csvs (rank 0) and writes their header lines.
@@ -1168,9 +1180,7 @@ std::string make_run_dir(const Experiment& e, const RunCliOptions& o) {
     dir = base / stem;
     for (int k = 2; fs::exists(dir); ++k) dir = base / (stem + "-" + std::to_string(k));
   }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw ConfigError("cannot create results folder " + dir.string() + ": " + ec.message());
+  create_folder(dir.string(), "results folder");
   return dir.string();
 }
 

@@ -57,10 +57,10 @@ std::string format_duration(double s) {
 void prepare_run_dir(const fs::path& run_dir, const Json& config) {
   std::error_code ec;
   fs::remove_all(run_dir, ec);
-  fs::create_directories(run_dir, ec);
-  if (ec) throw std::runtime_error("cannot create " + run_dir.string() + ": " + ec.message());
-  std::ofstream out(run_dir / "run.json");
-  out << config.dump(2) << "\n";
+  // A full disk: IoError, and the sweep stops with exit 4 (an unchecked
+  // stream would hand the child an empty run.json: exit 2, "bad input").
+  create_folder(run_dir.string(), "run folder");
+  write_text_atomic((run_dir / "run.json").string(), config.dump(2) + "\n");
 }
 
 // This process's environment less the MPI launcher's variables: the child is
@@ -414,12 +414,17 @@ void SweepRunner::report_warnings() const {
   }
 }
 
+// A signal first; then a run that could not write its results (exit 4: the
+// disk is full for the runs after it too); then any other unfinished run.
 int SweepRunner::exit_status() const {
   if (g_sweep_interrupted) return 128 + static_cast<int>(g_sweep_interrupted);
+  int status = 0;
   for (const auto& out : outcomes_) {
-    if (out.done && out.status != "completed") return 3;
+    if (!out.done || out.status == "completed") continue;
+    if (out.exit_code == kExitIoError) return kExitIoError;
+    status = 3;
   }
-  return 0;
+  return status;
 }
 
 // ---------------------------------------------------------------------------
@@ -493,9 +498,7 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& o) {
   const Json sweep_json = describe_sweep(spec);
   check_sweep_folder(dir, spec, sweep_json, o);
   if (o.merge) return merge_shard_csvs(spec, dir, sweep_csv_name(o));
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw ConfigError("cannot create sweep folder " + dir.string() + ": " + ec.message());
+  create_folder(dir.string(), "sweep folder");
   // One process per sweep (or per shard: shards share the folder) at a time: a
   // second `--resume` of the same sweep would re-run the same runs beside it.
   const std::string lock_name =
@@ -503,7 +506,15 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& o) {
   const FolderLock lock(
       dir.string(), lock_name,
       std::string("bitlab sweep") + (o.resume ? " --resume" : "") + " of " + spec.name);
-  write_text_atomic(dir / "sweep.json", sweep_json.dump(2) + "\n");
+  try {
+    write_text_atomic(dir / "sweep.json", sweep_json.dump(2) + "\n");
+  } catch (const IoError&) {
+    // A full disk: no folder holding only the lock is left (exit 4).
+    std::error_code ignored;
+    fs::remove(dir / lock_name, ignored);
+    fs::remove(dir, ignored);  // only when empty
+    throw;
+  }
   SweepRunner runner(spec, o, dir);
   return runner.run();
 }

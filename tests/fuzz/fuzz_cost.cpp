@@ -1,7 +1,7 @@
 // libFuzzer harness: the cost-spec path, as `bitlab cost SPEC --set A ...
-// [--json]` takes it (the spec, the --set overrides in order, validation,
-// pricing, and both reports). A ConfigError is the promised refusal (exit 2);
-// anything else that escapes is a finding.
+// [--json]` takes it (the spec, or an experiment file turned into one, the
+// --set overrides in order, validation, pricing, and both reports). A ConfigError is the promised
+// refusal (exit 2); anything else that escapes is a finding.
 #include <cstddef>
 #include <cstdint>
 #include <string>
