@@ -322,10 +322,14 @@ def lttb(xs, ys, n):
     if m <= n or n < 3:
         return list(range(m))
     keep, a = [0], 0
-    every = (m - 2) / (n - 2)
+    # Bucket bounds in integers: (b + 1)(m - 2)/(n - 2) in floats can fall just
+    # short of m - 2 and drop the last bucket's final point.
+    def edge(b):
+        return b * (m - 2) // (n - 2) + 1
+
     for b in range(n - 2):
-        lo, hi = int(b * every) + 1, int((b + 1) * every) + 1
-        nlo, nhi = hi, min(int((b + 2) * every) + 1, m)
+        lo, hi = edge(b), edge(b + 1)
+        nlo, nhi = hi, min(edge(b + 2), m)
         if nlo >= nhi:  # the last bucket: the last point stands for the next one
             nlo, nhi = m - 1, m
         cx = sum(xs[nlo:nhi]) / (nhi - nlo)

@@ -3,7 +3,7 @@
 // (no padding, stride 1: 28 → 24 → 12 → 8 → 4), softmax cross-entropy.
 //
 // A convolution is im2col + fixed-order products (sim/core/matmul.hpp), laid
-// out so that each product's panels stay in cache (issue 32: the whole
+// out so that each product's panels stay in cache (before: the whole
 // batch's column matrices, 1.8 MB a worker, went to memory and back):
 //   conv1 (one input channel, 576 output pixels a sample, K1 = 25 taps): one
 //     sample at a time. Forward out1ᵀ = W1 · colsᵀ (colsᵀ: K1 × 576, so the

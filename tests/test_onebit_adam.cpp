@@ -239,7 +239,7 @@ TEST_SUITE("onebit_adam") {
     // docs/algorithms.md §3, departure D24. With bias_correction on, the
     // warm-up steps by m̂ ⊘ (sqrt(v̂)+ε); a compression stage dividing by the
     // uncorrected v* would step (1−β1^T_w)/sqrt(1−β2^T_w) times larger at the
-    // switch: 6.2x at T_w = 20, 3.2x at T_w = 100 (issue #31). The twin
+    // switch: 6.2x at T_w = 20, 3.2x at T_w = 100. The twin
     // (compression "none": exact momenta, frozen variance) must step on as
     // the warm-up did. Measured: ‖x_t − x_{t−1}‖ over d = 4000 coordinates,
     // gradients N(0.3, 1) per worker. Bound: the switch step's ratio to the

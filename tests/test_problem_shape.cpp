@@ -1,7 +1,7 @@
 // Every problem's shape from its options alone (ProblemShape, the registry's
 // `shape`), which `bitlab cost` prices without building the model: equal to
 // what the built problem says, for every registered problem; parameter
-// counts over int64 refused naming the option (issue #32, item 4).
+// counts over int64 refused naming the option.
 #include <doctest/doctest.h>
 
 #include <cstdint>

@@ -214,7 +214,7 @@ TEST_SUITE("sweep") {
           "run,optimizer.lr,optimizer.name,optimizer.bias_correction,optimizer,workers,problem,"
           "seed,status,steps_completed,"
           "train_loss,eval_loss,eval_accuracy,train_loss_full,suboptimality,bytes_sent_per_worker,"
-          "messages_per_worker,dir,");
+          "messages_per_worker,dir,warnings,");
     // The optimizer, workers and problem columns hold every run's values, swept or not.
     CHECK(csv_a[1].rfind("1,0.01,adam,true,adam,4,logistic,1,completed,", 0) == 0);
     CHECK(std::count_if(csv_a.begin(), csv_a.end(), [](const std::string& row) {

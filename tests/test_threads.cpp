@@ -1,7 +1,7 @@
 // sim/core/threads.hpp: the OpenMP wait policy is in force in a bitlab
 // process (libgomp's own report of it), a sweep divides the cores among its
 // jobs unless --threads says otherwise, and `run` warns when asked for more
-// threads than the machine has cores (issue 32; the busy-machine speed itself
+// threads than the machine has cores (the busy-machine speed itself
 // is measured by tests/bench/busy_machine.sh, not here).
 #include <doctest/doctest.h>
 

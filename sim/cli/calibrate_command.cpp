@@ -33,7 +33,7 @@ struct CalibrateFlags {
 
 // Past these the fit is called poor on the page (a warning, not an error: a
 // poor fit is reported, never hidden). 15 % and 25 % are the bounds the
-// validation of issue #29 asks of a fit and of its leave-one-out.
+// validation of a fit asks of it and of its leave-one-out (docs/calibrate.md).
 constexpr double kPoorResidual = 0.15;
 constexpr double kPoorLeaveOneOut = 0.25;
 

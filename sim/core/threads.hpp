@@ -8,7 +8,7 @@
 // processes also use, the spinning threads take the cores the thread still
 // working needs, and every region ends late: 1000 steps of 1-bit Adam took
 // 1.9 s with 1 thread and 42.8 s with 2 on a loaded 2-core machine, 2.0 s with
-// 2 under OMP_WAIT_POLICY=passive (issue 32). Passive waiting costs a futex
+// 2 under OMP_WAIT_POLICY=passive. Passive waiting costs a futex
 // wake per region, which the steps' regions (tens of µs and up) absorb.
 #pragma once
 

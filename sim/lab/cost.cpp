@@ -524,7 +524,7 @@ Json cost_spec_of_experiment(const Json& raw) {
   // that a warm-up given as a share ("15%") follows the steps being priced.
   const Experiment e = resolve_experiment(raw, "experiment");
   // The problem's shape from its options: nothing of the model's size is
-  // allocated (a d = 1e9 quadratic took 78 s and 7.8 GB built, issue #32).
+  // allocated (a d = 1e9 quadratic took 78 s and 7.8 GB built).
   const ProblemShape shape = problem_shape(e.problem);
   const size_t dim = shape.dim, num_train = shape.num_train;
   const double workers = static_cast<double>(e.cluster.workers);

@@ -2,7 +2,7 @@
 # Benchmark (run on demand, not a test): what `bitlab cost` takes to price an
 # experiment file — wall time and peak resident memory of the whole process,
 # from /usr/bin/time -v, the median of REPEATS runs — for a d = 1e9 quadratic
-# (built before issue #32: 78 s, 7.8 GB) and every experiment file under
+# (built before, it took 78 s and 7.8 GB) and every experiment file under
 # experiments/ (sweep files and cost specs are left out: the first are not
 # priced, the second never built a problem). Target: < 1 s and < 100 MB each.
 #   tests/bench/bench_cost.sh [BITLAB_BINARY]     (default build/bitlab)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark (run on demand, not a test): a run beside a busy loop (issue 32).
+# Benchmark (run on demand, not a test): a run beside a busy loop.
 # One busy process (a shell loop) takes a core; each job then runs with
 # --threads 1 and --threads 2, alternately, BENCH_REPEATS times, and the
 # script prints the median wall time of each and the ratio 2 threads / 1
