@@ -13,6 +13,7 @@
 #include "sim/cli/commands.hpp"
 #include "sim/core/files.hpp"
 #include "sim/lab/measurements.hpp"
+#include "sim/lab/recost.hpp"
 #include "sim/timing/calibrate.hpp"
 #include "sim/timing/network_file.hpp"
 
@@ -138,19 +139,12 @@ NetworkFile network_of(const Calibration& c, const std::string& name, const std:
   return f;
 }
 
-void check_name(const std::string& name) {
-  bool ok = !name.empty();
-  for (char ch : name)
-    ok = ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.');
-  if (!ok)
-    throw ConfigError("--name " + name + ": must use only letters, digits, '-', '_' and '.' (it "
-                      "labels recost columns)", "--name");
-}
-
 int run_calibrate(const CalibrateFlags& f) {
   const std::string name =
       f.name.empty() ? std::filesystem::path(f.out).stem().string() : f.name;
-  check_name(name);
+  if (!recost_label_ok(name))
+    throw ConfigError("--name " + name + ": must be non-empty and use only letters, digits, '_', "
+                      "'-', '.' and '+' (it labels recost's columns)", "--name");
   if (std::filesystem::exists(f.out) && !f.force)
     throw ConfigError("--out " + f.out + ": exists; give --force to replace it", "--out");
   std::vector<Measurement> points;

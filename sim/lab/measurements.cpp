@@ -265,10 +265,7 @@ std::vector<Measurement> read_csv(const std::string& path, const std::vector<std
 
 }  // namespace
 
-std::string canonical_collective(const std::string& name) {
-  const std::string c = collective_from(name);
-  return c;
-}
+std::string canonical_collective(const std::string& name) { return collective_from(name); }
 
 std::vector<Measurement> read_measurements(const std::string& path,
                                            const MeasurementReadOptions& o) {

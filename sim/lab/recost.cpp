@@ -213,15 +213,6 @@ class CommLogReader {
   throw ConfigError(file.string() + ": " + what);
 }
 
-bool label_ok(const std::string& label) {
-  if (label.empty()) return false;
-  for (char c : label) {
-    const bool ok =
-        std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '+';
-    if (!ok) return false;
-  }
-  return true;
-}
 
 // Applies the --set overrides to {"network": ..., "compute": ...}; each must
 // name network.<field> or compute.<field>.
@@ -366,7 +357,7 @@ void read_new_model(const RecostOptions& o, const RunConfig& run, RecostResult& 
   res.label = !o.label.empty() ? o.label
               : net.file.empty() ? net.preset
                                  : res.topology.name.substr(res.topology.name.find(':') + 1);
-  if (!label_ok(res.label)) {
+  if (!recost_label_ok(res.label)) {
     throw ConfigError("--label " + res.label +
                       ": must be non-empty and use only letters, digits, '_', '-', '.' and '+'");
   }
@@ -483,6 +474,16 @@ void reprice_rows(LineReader& metrics, CommLogReader& comm_log, const MetricsLay
 }
 
 }  // namespace
+
+bool recost_label_ok(const std::string& label) {
+  if (label.empty()) return false;
+  for (char c : label) {
+    const bool ok =
+        std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '+';
+    if (!ok) return false;
+  }
+  return true;
+}
 
 std::vector<std::string> recost_columns(const std::string& label) {
   return {"compute_s@" + label, "comm_s@" + label, "step_s@" + label, "sim_time_s@" + label};

@@ -94,5 +94,8 @@ SweepRecost recost_sweep(const RecostOptions& options);
 
 // The names of the four columns a label adds, in order.
 std::vector<std::string> recost_columns(const std::string& label);
+// Whether `label` may suffix recost's columns (and name a network file, whose
+// name is recost's default label): non-empty letters, digits, '_', '-', '.', '+'.
+bool recost_label_ok(const std::string& label);
 
 }  // namespace bitlab
