@@ -72,6 +72,24 @@ install_python_path() {
   echo "setup: cannot write $site/bitlab.pth; use: export PYTHONPATH=$pkg" >&2
 }
 
+# A build folder configured for another source tree (a copied checkout that
+# kept its build/) would build that other tree: CMake keeps the source path it
+# was configured with (CMakeCache.txt's CMAKE_HOME_DIRECTORY). Stop and say so,
+# before anything is installed or built; the folder is not removed, since it
+# may be the other checkout's own (BITLAB_BUILD_DIR naming it).
+check_build_dir() {
+  local cache="$BUILD_DIR/CMakeCache.txt" home here
+  [ -f "$cache" ] || return 0
+  home="$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$cache" | head -n 1)"
+  here="$(pwd -P)"
+  if [ -n "$home" ] && [ "$(cd "$home" 2>/dev/null && pwd -P || echo "$home")" = "$here" ]; then
+    return 0
+  fi
+  echo "setup: $BUILD_DIR/ was configured for the source tree ${home:-(none recorded)}, not this one ($here): building there would compile that tree's code." >&2
+  echo "setup: remove it (rm -rf $BUILD_DIR) or give another folder (BITLAB_BUILD_DIR=build-here ./setup.sh), then run ./setup.sh again" >&2
+  exit 2
+}
+
 build() {
   local gen=()
   if command -v ninja >/dev/null; then gen=(-G Ninja); fi
@@ -83,6 +101,8 @@ build() {
   cmake --build "$BUILD_DIR" -j "$JOBS"
   install_python_path
 }
+
+check_build_dir
 
 case "$MODE" in
   quickstart|"")

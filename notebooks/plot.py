@@ -4,7 +4,7 @@
 Usage (also through `bitlab plot`, which runs this script with /usr/bin/python3):
 
     plot.py DIR... [--metric M] [--x step|sim_time_s|bytes_sent_cum|all|COLUMN]
-                   [--out PREFIX] [--title T] [--logy]
+                   [--out PREFIX] [--title T] [--logx] [--logy]
 
 A DIR is a run folder (it holds metrics.csv), a sweep folder (it holds sweep.csv, whose
 `dir` column names the run folders) or any folder with run folders below it (searched
@@ -12,7 +12,11 @@ three levels deep). All the runs found are drawn on one figure, one panel per x 
 
 Curves are labelled by the configuration values that differ between the runs: each run's
 config.json is flattened to path=value and the paths whose values differ (seed, name and
-description excepted) name the curve, e.g. `lr=0.01, workers=16`. Runs that differ only by
+description excepted) name the curve as a person writes them: `lr=0.01, workers=16`, an
+optimizer's name bare (`adam`), a stage's compressor by its name (`4-bit`, `1-bit (sign)`,
+`top-k 10 %`), values a run lacks (another optimizer's options) left out; a sweep that zips
+distinct descriptions with its settings (experiments/compression-axis) is labelled by
+them. Runs that differ only by
 seed form one curve: the mean over seeds, with a band from the minimum to the maximum. The
 runs of a group are aligned by step; the x value of a grouped point is the mean of its
 runs' x values (bytes are equal across seeds; simulated time with jitter is not). A run that
@@ -218,6 +222,86 @@ class Run:
 # ---------------------------------------------------------------- labels and groups
 
 
+# Compressors of the compressed allreduce's stages (`bitlab list`), as a person names them:
+# the compressor's usual name from its main option. Other options the user wrote are
+# appended as key=value where they differ between the curves.
+COMPRESSOR_STAGES = ("worker_compressor", "server_compressor")
+COMPRESSOR_MAIN = {"nbit": "bits", "topk": "ratio", "randomk": "ratio"}
+
+
+def compressor_phrase(name, options, varying):
+    """'1-bit (sign)', '4-bit', 'top-k 10 %', 'random-k 10 %, rescaled, no error feedback'
+    for one stage's compressor (options: its flattened keys; varying: the keys that differ
+    between curves)."""
+    if name == "sign":
+        text = "1-bit (sign)"
+    elif name == "nbit" and is_number(options.get("bits")):
+        text = "%s-bit" % format_value(options["bits"])
+    elif name in ("topk", "randomk") and is_number(options.get("ratio")):
+        text = "%s %s %%" % ("top-k" if name == "topk" else "random-k",
+                             format_value(100.0 * options["ratio"]))
+    elif name == "identity":
+        text = "fp32 (identity)"
+    else:
+        text = str(name)
+    extra = []
+    for key, value in options.items():
+        if key in ("name", COMPRESSOR_MAIN.get(name)) or value is None:
+            continue
+        if key == "error_feedback":
+            if value is False:
+                extra.append("no error feedback")
+        elif key == "rescale":
+            if value is True:
+                extra.append("rescaled")
+        elif key in varying:
+            extra.append("%s=%s" % (key, format_value(value)))
+    return ", ".join([text] + extra)
+
+
+def person_label(run, paths, names, varying_all):
+    """A curve's label as a person writes it: the values of the varying paths, an
+    optimizer's name bare (adam), a stage's compressor by its name ('4-bit', '1-bit
+    (sign)'), values a run does not have (null: an option of another optimizer) left out,
+    never `worker_compressor=null, ratio=null`."""
+    parts, stages = [], {}
+    compression, compression_none = None, False
+    for p in paths:
+        v = run.config.get(p)
+        stage = next((s for s in COMPRESSOR_STAGES if "." + s + "." in "." + p), None)
+        if stage is not None:
+            section = p[:p.index(stage) + len(stage)]
+            stages.setdefault(section, None)
+            continue
+        if v is None:
+            continue
+        if p.endswith(".compression"):  # "none": the uncompressed twin; else said below
+            compression_none = v == "none"
+            compression = "compression %s" % format_value(v)
+            parts.append(compression)
+        elif p.endswith(".name") or p == "name":
+            parts.append(format_value(v))
+        else:
+            parts.append("%s=%s" % (names[p], format_value(v)))
+    phrases = {}
+    for section in stages:
+        name = run.config.get(section + ".name")
+        if name is None or compression_none:  # no compressor, or one that is not used
+            continue
+        options = {k[len(section) + 1:]: v for k, v in run.config.items()
+                   if k.startswith(section + ".")}
+        varying = {k[len(section) + 1:] for k in varying_all if k.startswith(section + ".")}
+        phrases[section.rsplit(".", 1)[-1]] = compressor_phrase(name, options, varying)
+    if phrases and compression is not None and not compression_none:
+        parts.remove(compression)  # the compressor's name says it
+    if len(set(phrases.values())) == 1:
+        parts.append(next(iter(phrases.values())))
+    else:
+        parts += ["%s %s" % (s.split("_")[0], phrases[s]) for s in COMPRESSOR_STAGES
+                  if s in phrases]
+    return ", ".join(parts)
+
+
 def format_value(v):
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -301,10 +385,15 @@ def group_runs(runs, sweep_columns=None):
     for r in runs:
         key = tuple(r.config.get(p) for p in paths)
         groups.setdefault(json.dumps(key), (key, []))[1].append(r)
+    described = descriptions(groups.values())
+    varying_all = set(varying_paths_all(runs))
     out = []
     for key, members in sorted(groups.values(), key=lambda g: sort_key(g[0])):
-        if paths:
-            label = ", ".join("%s=%s" % (names[p], format_value(v)) for p, v in zip(paths, key))
+        if described:
+            label = str(members[0].config["description"])
+        elif paths:
+            label = person_label(members[0], paths, names, varying_all) or ", ".join(
+                "%s=%s" % (names[p], format_value(v)) for p, v in zip(paths, key))
         elif len(groups) == 1:
             label = str(members[0].config.get("name") or os.path.basename(
                 os.path.normpath(members[0].path)))
@@ -316,6 +405,26 @@ def group_runs(runs, sweep_columns=None):
     if not paths and len(groups) > 1:
         note("the runs' configs are equal but for the seed, yet they were not grouped")
     return out, paths, names
+
+
+def varying_paths_all(runs):
+    """Every config path whose value differs between the runs (None where absent)."""
+    paths = {p for r in runs for p in r.config}
+    return [p for p in paths if len({json.dumps(r.config.get(p)) for r in runs}) > 1]
+
+
+def descriptions(groups):
+    """True when each group's runs share a description and the descriptions tell the groups
+    apart (a sweep that zips "description" with the settings, as
+    experiments/compression-axis does): then they are the curves' labels."""
+    texts = []
+    for _, members in groups:
+        d = {json.dumps(r.config.get("description")) for r in members}
+        if len(d) != 1 or not isinstance(members[0].config.get("description"), str) \
+                or not members[0].config["description"].strip():
+            return False
+        texts.append(members[0].config["description"])
+    return len(texts) > 1 and len(set(texts)) == len(texts)
 
 
 class Group:
@@ -507,7 +616,10 @@ def choose_styles(groups, paths, names, matplotlib):
     values = {p: sorted({json.dumps(g.values[p]) for g in groups},
                         key=lambda t: sort_key([json.loads(t)])) for p in paths}
     styled = [p for p in paths if 1 < len(values[p]) <= len(LINE_STYLES)]
-    if len(paths) in (1, 2):
+    # A value some curves lack (null: another optimizer's option) would read "bits=null":
+    # then every curve gets its own colour and its label (person_label) instead.
+    complete = all(json.loads(v) is not None for p in paths for v in values[p])
+    if len(paths) in (1, 2) and complete:
         color_path = next((p for p in paths if all(is_number(json.loads(v))
                                                    for v in values[p])), paths[0])
         style_path = next((p for p in styled if p != color_path), None)
@@ -556,10 +668,9 @@ PANEL_IN = (2.35, 2.2)  # inches per panel: three panels and a legend fit a 9 in
 FONT_PT = 8
 
 
-def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix):
+def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix, logx=False):
     matplotlib, plt = import_matplotlib()
-    from matplotlib.lines import Line2D
-    from matplotlib.ticker import EngFormatter, MaxNLocator
+    from matplotlib.ticker import EngFormatter, MaxNLocator, NullFormatter
     plt.rcParams.update({"font.size": FONT_PT, "axes.titlesize": FONT_PT,
                          "axes.labelsize": FONT_PT, "xtick.labelsize": FONT_PT - 1,
                          "ytick.labelsize": FONT_PT - 1, "legend.fontsize": FONT_PT - 1,
@@ -580,6 +691,9 @@ def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix):
         kept_y, stopped_y = [], []  # stopped curves set the y limits only if all stopped
         for i, c in enumerate(curves):
             xs, mean, lo, hi = c.drawn()
+            if logx:  # a log axis has no place for x <= 0 (step 0, nothing sent yet)
+                keep = [k for k, v in enumerate(xs) if v > 0]
+                xs, mean, lo, hi = ([a[k] for k in keep] for a in (xs, mean, lo, hi))
             if not xs:
                 continue
             sparse = eval_like or len(xs) < 30
@@ -609,31 +723,20 @@ def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix):
                            linestyle="none", clip_on=False, zorder=5)
         panel.set_xlabel(X_LABELS.get(x, x))
         panel.grid(True, alpha=0.3)
+        if logx:  # before the formatters below, which set_xscale would reset
+            panel.set_xscale("log")
+            panel.xaxis.set_minor_formatter(NullFormatter())
         if x.startswith("bytes"):
             panel.xaxis.set_major_formatter(EngFormatter(unit="B", sep=""))
         elif x.startswith("sim_time_s"):
             panel.xaxis.set_major_formatter(EngFormatter(unit="s", sep=""))
             panel.set_xlabel("simulated time" + x[len("sim_time_s"):])
-        panel.xaxis.set_major_locator(MaxNLocator(nbins=4))  # room for "400ms" labels
+        if not logx:
+            panel.xaxis.set_major_locator(MaxNLocator(nbins=4))  # room for "400ms" labels
     panels[0].set_ylabel(metric + (" (EMA)" if smooth > 1 else ""))
 
-    handles, labels = [], []
+    handles, labels = legend_entries(sections, any_stopped, any_unfinished)
     seeds = sorted({len(g.members) for g in groups})
-    for header, entries in sections:
-        if header:
-            handles.append(Line2D([], [], linestyle="none"))
-            labels.append(r"$\bf{%s}$" % header.replace("_", r"\_"))
-        for text, color, style in entries:
-            handles.append(Line2D([], [], color=color, linestyle=style, linewidth=1.5))
-            labels.append(text)
-    if any_stopped:
-        handles.append(Line2D([], [], marker="X", color="0.5", markeredgecolor="black",
-                              markeredgewidth=0.5, linestyle="none"))
-        labels.append("diverged / blew up\n(cut at > %g× median\ninitial value)" % BLOWUP_FACTOR)
-    if any_unfinished:
-        handles.append(Line2D([], [], marker="o", markerfacecolor="white", color="0.3",
-                              markeredgewidth=1.2, linestyle="none"))
-        labels.append("unfinished (interrupted,\nfailed or no summary.json)")
     notes = []
     if seeds != [1]:
         notes.append("line: mean over %s seeds, band: min–max"
@@ -658,6 +761,29 @@ def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix):
         out.append(path)
     plt.close(fig)
     return out
+
+
+def legend_entries(sections, any_stopped, any_unfinished):
+    """(handles, labels) of the legend: each section's header and entries, then the marks
+    for curves that blew up or did not finish."""
+    from matplotlib.lines import Line2D
+    handles, labels = [], []
+    for header, entries in sections:
+        if header:
+            handles.append(Line2D([], [], linestyle="none"))
+            labels.append(r"$\bf{%s}$" % header.replace("_", r"\_"))
+        for text, color, style in entries:
+            handles.append(Line2D([], [], color=color, linestyle=style, linewidth=1.5))
+            labels.append(text)
+    if any_stopped:
+        handles.append(Line2D([], [], marker="X", color="0.5", markeredgecolor="black",
+                              markeredgewidth=0.5, linestyle="none"))
+        labels.append("diverged / blew up\n(cut at > %g× median\ninitial value)" % BLOWUP_FACTOR)
+    if any_unfinished:
+        handles.append(Line2D([], [], marker="o", markerfacecolor="white", color="0.3",
+                              markeredgewidth=1.2, linestyle="none"))
+        labels.append("unfinished (interrupted,\nfailed or no summary.json)")
+    return handles, labels
 
 
 def set_ylim(panel, ys, logy):
@@ -720,6 +846,9 @@ def main(argv=None):
     parser.add_argument("--title", help="figure title (default: the sweep's name, else the "
                                         "runs' names, and the metric)")
     parser.add_argument("--logy", action="store_true", help="logarithmic y axis")
+    parser.add_argument("--logx", action="store_true",
+                        help="logarithmic x axes (points at x <= 0 left out): a warm-up's "
+                             "bytes no longer squash the compressed phase into a line")
     parser.add_argument("--where", action="append", default=[], metavar="PATH=VALUE",
                         help="keep only runs whose config has PATH=VALUE (PATH may be its last "
                              "part: freeze_step=120); repeat to combine (a path given twice "
@@ -743,7 +872,8 @@ def main(argv=None):
     check_out_folder("--out", prefix, prefix=True)
 
     title = args.title or default_title(args.dirs, runs, args.metric)
-    out = draw(groups, varying, names, args.metric, axes, title, args.logy, args.smooth, prefix)
+    out = draw(groups, varying, names, args.metric, axes, title, args.logy, args.smooth, prefix,
+               logx=args.logx)
     print("plot: %d runs in %d curves" % (len(runs), len(groups)), file=sys.stderr)
     write_stdout("".join(p + "\n" for p in out))
     return 0

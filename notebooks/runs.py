@@ -6,9 +6,12 @@ Usage: runs.py [--csv | --json] [DIR]   (DIR default: results)
 A DIR is a results tree (run folders up to three levels down), a sweep folder or one run
 folder. One row per run: its folder (relative to DIR), optimizer, key options (the
 optimizer's options as given in the config), workers, problem, status, steps completed /
-planned, final train_loss and eval metrics, bytes sent per worker, simulated time and wall
-time. The table's options are lr and those that differ between runs of one optimizer; it prints bytes and times for people (kB/MB/GB in steps of 10^3, ms/s/min/h);
---csv and --json print raw numbers (bytes, seconds) for scripts.
+planned, final train_loss and eval metrics, bytes sent per worker, simulated time, wall
+time and how many warnings the run raised (summary.json's "warnings"; their text follows the
+table; --csv joins them with " | ", --json lists them). The table's options are lr and
+those that differ between runs of one optimizer; it prints bytes and times for people
+(kB/MB/GB in steps of 10^3, ms/s/min/h); --csv and --json print raw numbers (bytes,
+seconds) for scripts.
 
 Exit status (bitlab_files.py): 0 done; 2 bad input (no such folder, no runs, a run's file
 that is not UTF-8 text, valid csv or JSON, a summary.json field of the wrong type), with one
@@ -25,7 +28,7 @@ import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bitlab_files import run_main, write_stdout  # noqa: E402
+from bitlab_files import InputError, run_main, short_json, write_stdout  # noqa: E402
 from plot import Run, find_runs  # noqa: E402
 
 
@@ -86,10 +89,20 @@ def run_record(run, root):
         "bytes_sent_per_worker": (s.get("totals") or {}).get("bytes_sent_per_worker"),
         "sim_time_s": (s.get("time") or {}).get("sim_time_s"),
         "wall_s": s.get("wall_s"),
+        "warnings": run_warnings(run),
         # "baseline": "twin" runs: the gaps to the uncompressed twin (summary.json)
         "twin": s.get("baseline"),
         "path": run.path,
     }
+
+
+def run_warnings(run):
+    """The run's warnings (summary.json's "warnings": a list of strings), [] when none."""
+    warnings = run.summary.get("warnings") or []
+    if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
+        raise InputError("%s: warnings = %s: must be a list of strings"
+                         % (os.path.join(run.path, "summary.json"), short_json(warnings)))
+    return warnings
 
 
 def last_metrics(run):
@@ -144,7 +157,7 @@ def print_table(records):
     metrics = metric_columns(records)
     keys = key_options(records)
     header = (["run", "optimizer", "options", "workers", "problem", "status", "steps"] +
-              metrics + ["bytes/worker", "sim time", "wall"])
+              metrics + ["bytes/worker", "sim time", "wall", "warnings"])
     rows = []
     for r, key in zip(records, keys):
         steps = "%s/%s" % (r["steps"], r["steps_planned"]) if r["steps_planned"] else str(
@@ -153,13 +166,22 @@ def print_table(records):
                      str(r["workers"] or ""), str(r["problem"] or ""), r["status"], steps] +
                     [number_text(r["final"].get(m)) for m in metrics] +
                     [human_bytes(r["bytes_sent_per_worker"]), human_duration(r["sim_time_s"]),
-                     human_duration(r["wall_s"])])
+                     human_duration(r["wall_s"]),
+                     "%d (below)" % len(r["warnings"]) if r["warnings"] else ""])
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
-    numeric = set(range(7, len(header))) | {3}
+    numeric = set(range(7, len(header) - 1)) | {3}
     write_stdout("".join("  ".join(cell.rjust(w) if i in numeric else cell.ljust(w)
                                    for i, (cell, w) in enumerate(zip(line, widths))).rstrip()
-                         + "\n" for line in [header] + rows))
+                         + "\n" for line in [header] + rows) + warnings_text(records))
     print("%d runs" % len(records), file=sys.stderr)
+
+
+def warnings_text(records):
+    """Each warned run's warnings under the table, one per line."""
+    lines = ["\nwarnings:\n"] if any(r["warnings"] for r in records) else []
+    for r in records:
+        lines += ["  %s: %s\n" % (r["run"], w) for w in r["warnings"]]
+    return "".join(lines)
 
 
 def write_csv(records):
@@ -168,13 +190,13 @@ def write_csv(records):
     w = csv.writer(out, lineterminator="\n")
     w.writerow(["run", "experiment", "optimizer", "options", "workers", "problem", "seed",
                 "status", "steps_completed", "steps_planned"] + metrics +
-               ["bytes_sent_per_worker", "sim_time_s", "wall_s", "path"])
+               ["bytes_sent_per_worker", "sim_time_s", "wall_s", "path", "warnings"])
     for r in records:
         w.writerow([r["run"], r["experiment"], r["optimizer"], json.dumps(r["options"]),
                     r["workers"], r["problem"], r["seed"], r["status"], r["steps"],
                     r["steps_planned"]] + [raw(r["final"].get(m)) for m in metrics] +
                    [raw(r["bytes_sent_per_worker"]), raw(r["sim_time_s"]), raw(r["wall_s"]),
-                    r["path"]])
+                    r["path"], " | ".join(r["warnings"])])
     write_stdout(out.getvalue())
 
 

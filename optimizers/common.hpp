@@ -2,6 +2,9 @@
 // allreduce, and the one call that averages the workers' gradients.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -137,9 +140,28 @@ inline void phase_state(StateArchive& io, const char*& phase,
   throw ConfigError("checkpoint: unknown phase \"" + name + "\"");
 }
 
+// The papers' warm-up share, said by every warm-up warning.
+inline constexpr const char* kPaperWarmup =
+    "the papers warm up for 15-25 % of training (freeze_step: \"15%\")";
+
+// A warm-up `field` = `warmup` steps under 1 % of a run of `steps` (as a
+// default freeze_step of 100 is in a 100 000-step job): "" when it is not.
+inline std::string short_warmup_warning(const std::string& field, int64_t warmup, int64_t steps) {
+  if (warmup <= 0 || warmup >= steps || static_cast<double>(warmup) * 100.0 >= double(steps)) {
+    return "";
+  }
+  char share[32];
+  std::snprintf(share, sizeof share, "%.3g", 100.0 * double(warmup) / double(steps));
+  return "optimizer." + field + " = " + std::to_string(warmup) + " is " + share +
+         " % of steps = " + std::to_string(steps) +
+         ": a warm-up under 1 % of the run freezes a variance estimated over few steps; " +
+         kPaperWarmup;
+}
+
 // The warnings of a warm-up of `freeze_step` steps in a run of `steps`
-// (Optimizer::warnings): as long as the run (`never`: what then happens), or
-// none at all (0 steps, or 1: `frozen` says what is frozen after that step).
+// (Optimizer::warnings): as long as the run (`never`: what then happens),
+// none at all (0 steps, or 1: `frozen` says what is frozen after that step),
+// or under 1 % of the run.
 inline std::vector<std::string> warmup_warnings(int64_t freeze_step, int64_t steps,
                                                 const std::string& never,
                                                 const std::string& frozen) {
@@ -150,10 +172,32 @@ inline std::vector<std::string> warmup_warnings(int64_t freeze_step, int64_t ste
   if (freeze_step <= 1) {
     const std::string what =
         freeze_step == 0 ? "the variance is frozen before any step has estimated it" : frozen;
-    return {head + ": no warm-up, " + what +
-            "; the papers warm up for 15-25 % of training (freeze_step: \"15%\")"};
+    return {head + ": no warm-up, " + what + "; " + kPaperWarmup};
   }
+  std::string short_one = short_warmup_warning("freeze_step", freeze_step, steps);
+  if (!short_one.empty()) return {std::move(short_one)};
   return {};
+}
+
+// The divergence cause of a frozen variance v* (Optimizer::divergence_cause):
+// the share of coordinates whose sqrt(v*) lies below eps (in float, as the
+// update divides), whose momentum is then divided by about eps. "" when none.
+// `since` names when v* was frozen ("step 40").
+inline std::string frozen_variance_cause(std::span<const float> v, double eps,
+                                         const std::string& since, const std::string& remedy) {
+  int64_t below = 0;
+  const auto eps_f = static_cast<float>(eps);
+  for (const float x : v) below += std::sqrt(x) < eps_f ? 1 : 0;
+  if (below == 0) return "";
+  const double share = 100.0 * static_cast<double>(below) / static_cast<double>(v.size());
+  char text[400];
+  std::snprintf(text, sizeof text,
+                "%.2g %% of the coordinates (%lld of %zu) had sqrt(v) < eps = %g in the variance "
+                "frozen at %s: their momentum is divided by about eps, so a gradient that grows "
+                "there explodes; %s",
+                share, static_cast<long long>(below), v.size(), eps, since.c_str(),
+                remedy.c_str());
+  return text;
 }
 
 }  // namespace bitlab

@@ -4,6 +4,7 @@
 #include "optimizers/adam.hpp"
 #include "optimizers/common.hpp"
 #include "sim/compress/compressors.hpp"
+#include "sim/compress/group_limits.hpp"
 
 namespace bitlab {
 
@@ -37,7 +38,7 @@ Schema<LocoOptions> LocoOptions::schema() {
           "flat and allgather exchanges: elements per quantization scale (fp32), also the group "
           "of the 8-bit error storage. two_stage uses the reference's max(rows, cols, world) "
           "groups per tensor instead",
-          {rules::at_least<int64_t>(1)});
+          {rules::at_least<int64_t>(1), rules::at_most<int64_t>(kMaxQuantizeGroup)});
   s.field("rounding", &O::rounding, "rounding of Q_b: nearest (LoCo) or stochastic",
           {rules::one_of({"nearest", "stochastic"})});
   s.field("err_beta", &O::err_beta,

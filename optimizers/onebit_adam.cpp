@@ -1,5 +1,7 @@
 #include "optimizers/onebit_adam.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -31,9 +33,11 @@ Schema<O> make_onebit_adam_schema() {
                            "(DeepSpeed's 1-bit Adam form)",
                            {rules::at_least(0.0)});
   s.template field<bool>("bias_correction", &O::bias_correction,
-                         "divide m, v by 1−β1^t, 1−β2^t during the warm-up (as PyTorch's Adam); "
-                         "off by default because DeepSpeed's 1-bit Adam accepts the flag and "
-                         "never applies it. The compression stage never corrects");
+                         "divide m, v by 1−β1^t, 1−β2^t during the warm-up (as PyTorch's Adam), "
+                         "and in the compression stage m by 1−β1^t and the frozen v* by "
+                         "1−β2^T_w (its value at the switch), so the step does not jump there "
+                         "(departure D24: DeepSpeed never corrects); off by default because "
+                         "DeepSpeed's 1-bit Adam accepts the flag and never applies it");
   s.template field<int64_t>(
       "freeze_step", &O::freeze_step,
       "T_w: steps t = 1..freeze_step are the full-precision warm-up (1-based; the switch "
@@ -139,14 +143,19 @@ CommPlan OneBitAdam::comm_plan(const PlanShape& shape) const {
 }
 
 // What setup() allocates: ḡ, m, v (APMSqueeze: and the previous v; a momentum
-// mask: the mask), each d floats; every resident worker's momentum row; the
+// mask: the mask), each d floats; with compression "none" every resident
+// worker's m_i row, with general stages one m_i row per thread; the
 // compressed allreduce's buffers (OneBitAllreduce::resident_bytes_for).
 uint64_t OneBitAdam::state_bytes(const StateShape& s) const {
-  const uint64_t d = s.dim;
+  const uint64_t d = s.dim, stride = (d + 15) / 16 * 16;
   uint64_t bytes = (12 + (variance_stable_ ? 4 : 0) + (opts_.momentum_mask.empty() ? 0 : 4)) * d;
-  bytes += 4 * d * static_cast<uint64_t>(s.resident);
+  if (!compress_) bytes += 4 * stride * static_cast<uint64_t>(s.resident);
+  if (compress_ && !stages_.reference()) {
+    bytes += 4 * stride * static_cast<uint64_t>(std::max(1, omp_get_max_threads()));
+  }
   if (compress_) {
-    bytes += OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.reference());
+    bytes += OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.reference(),
+                                                 static_cast<size_t>(opts_.pad_multiple));
   }
   return bytes;
 }
@@ -187,7 +196,15 @@ void OneBitAdam::setup(Cluster& cluster) {
   // Rows for this process's workers only (all in the simulator): worker i at
   // row i − local_.begin.
   local_ = cluster.local_workers();
-  m_workers_.assign(static_cast<size_t>(local_.size()) * stride_, 0.0f);
+  seed_ = cluster.seed();
+  fused_ = compress_ && stages_.reference();
+  m_workers_.assign(compress_ ? 0 : static_cast<size_t>(local_.size()) * stride_, 0.0f);
+  scratch_.assign(
+      compress_ && !fused_ ? static_cast<size_t>(std::max(1, omp_get_max_threads())) * stride_ : 0,
+      0.0f);
+  folding_step_ = -1;
+  // On a streamed cluster the compressed steps' gradients come to fold().
+  if (cluster.streams_mean()) cluster.set_gradient_sink(this);
   if (compress_) {
     check_stages_local(stages_, opts_.worker_compressor, opts_.server_compressor, workers_, local_);
     onebit_ = std::make_unique<OneBitAllreduceSet>(
@@ -216,10 +233,11 @@ void OneBitAdam::step(StepContext& ctx) {
 void OneBitAdam::warmup_step(StepContext& ctx) {
   phase_ = "warmup";
   if (variance_stable_) std::copy(v_.begin(), v_.end(), v_prev_.begin());
-  allreduce_gradients(ctx, g_mean_, wire_);
+  // ḡ: g_mean_, or on a streamed cluster the cluster's own mean.
+  const std::span<const float> g_mean = allreduce_gradients(ctx, g_mean_, wire_);
   const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
                                         opts_.weight_decay, opts_.bias_correction, ctx.step);
-  adam_update_elements(ctx.cluster.params(), m_, v_, g_mean_, c);
+  adam_update_elements(ctx.cluster.params(), m_, v_, g_mean, c);
 
   bool end = ctx.step >= opts_.freeze_step;
   if (variance_stable_) {
@@ -244,7 +262,9 @@ void OneBitAdam::warmup_step(StepContext& ctx) {
 void OneBitAdam::check_frozen_variance(int64_t step) {
   int64_t below = 0;
   const auto eps = static_cast<float>(opts_.eps);
-  for (const float v : v_) below += std::sqrt(v) < eps ? 1 : 0;
+  // The frozen variance the compression stage divides by (D24: corrected).
+  const float bc2 = compressed_coeffs(step + 1).bias_correction2;
+  for (const float v : v_) below += std::sqrt(v / bc2) < eps ? 1 : 0;
   const double share = v_.empty() ? 0.0 : static_cast<double>(below) / v_.size();
   if (share <= 0.01) return;
   char text[320];
@@ -256,6 +276,13 @@ void OneBitAdam::check_frozen_variance(int64_t step) {
   run_warnings_.push_back(text);
 }
 
+std::string OneBitAdam::divergence_cause() const {
+  if (!compressed_) return "";
+  return frozen_variance_cause(v_, opts_.eps, "step " + std::to_string(switch_step_),
+                               "raise optimizer.eps or lengthen the warm-up "
+                               "(optimizer.freeze_step)");
+}
+
 std::vector<std::string> OneBitAdam::warnings(int64_t steps) const {
   return warmup_warnings(opts_.freeze_step, steps,
                          variance_stable_ ? "unless the variance settles first, the run never "
@@ -264,43 +291,84 @@ std::vector<std::string> OneBitAdam::warnings(int64_t steps) const {
                          "the variance is frozen after one Adam step");
 }
 
-// Paper Alg. 1, compression stage.
+AdamCoeffs OneBitAdam::compressed_coeffs(int64_t t) const {
+  AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
+                                  opts_.weight_decay, opts_.bias_correction, t);
+  // Departure D24 (docs/algorithms.md §3): with bias correction on, the
+  // frozen variance is the corrected v* / (1−β2^T_w) the last warm-up step
+  // divided by, and the momentum keeps Adam's 1 − β1^t, so the step does not
+  // jump at the switch (DeepSpeed never corrects). Off: both are exactly 1.
+  if (opts_.bias_correction) {
+    c.bias_correction2 =
+        switch_step_ > 0
+            ? static_cast<float>(1.0 - std::pow(opts_.beta2, static_cast<double>(switch_step_)))
+            : 1.0f;
+  }
+  return c;
+}
+
+void OneBitAdam::begin_compressed_step(int64_t t) {
+  c_ = compressed_coeffs(t);
+  if (onebit_) onebit_->begin(fused_, seed_, t);
+  folding_step_ = t;
+}
+
+bool OneBitAdam::folds(int64_t t) {
+  if (!compressed_) return false;
+  begin_compressed_step(t);
+  return true;
+}
+
+// Paper Alg. 1 line 9, worker i: m_i = β1 m + (1−β1) g_i (the last
+// synchronised m; onebit_adam_local_momentum, adam_moments' expression), handed
+// straight to the worker stage of the compressed allreduce (line 10). The
+// reference stages form m_i inside their one-pass kernel
+// (cpu::onebit_adam_worker_block), checked bit for bit against the two lines
+// below by test_kernels ("run_momentum (one pass, ...) is run() on the
+// momenta": fused, streamed in any worker order, and written-out rows).
+void OneBitAdam::fold(int i, std::span<const float> g) {
+  if (fused_) {
+    onebit_->add_worker_momentum(i, m_.data(), g.data(), c_);
+    return;
+  }
+  float* m_i = compress_ ? scratch_.data() + static_cast<size_t>(omp_get_thread_num()) * stride_
+                         : m_workers_.data() + static_cast<size_t>(i - local_.begin) * stride_;
+  cpu::onebit_adam_momentum(m_.data(), g.data(), dim_, m_i, c_);
+  if (onebit_) onebit_->add_worker(i, {m_i, dim_});
+}
+
+// Paper Alg. 1, compression stage (lines 8-12), in one place:
+//   line 9   every worker i: m_i = β1 m + (1−β1) g_i       fold()
+//   line 10  m = compressed_allreduce(m_1, …, m_n)         (§1; identical on all)
+//   line 11  m = m ⊙ mask                                   (optional)
+//   line 12  x = x − lr·( m̂ ⊘ (sqrt(v̂*)+ε) + wd·x )        m̂ = m, v̂* = v* unless D24
+// A streamed cluster has handed every gradient to fold() as it made it;
+// otherwise (MPI, the Python bridge) the held rows are folded here.
 void OneBitAdam::compressed_step(StepContext& ctx) {
   phase_ = "compressed";
-  // Bias correction never applies here: both corrections are exactly 1, and
-  // adam_direction() is the uncorrected m ⊘ (sqrt(v*)+ε) + wd·x.
-  const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
-                                        opts_.weight_decay, /*bias_correction=*/false, ctx.step);
-  const int n = workers_;
-  const int64_t d = static_cast<int64_t>(dim_);
-  const size_t stride = stride_;
-
-  // m_i = β1 m + (1−β1) g_i (each worker's local gradient into the shared m;
-  // the same expression as adam_moments()), then m = compressed_allreduce(m_i),
-  // identical on every worker. With the reference stages the worker kernel
-  // forms m_i itself (run_momentum: the same bits, m_i never written out).
-  const WorkerBuffers g = ctx.cluster.grads();
-  const WorkerRange mine = ctx.comm.local_workers();  // all workers in the simulator
-  if (onebit_ && !onebit_->general()) {
-    onebit_->run_momentum(ctx.comm, {m_.data(), g, c}, m_);
-  } else {
-    const float* mp = m_.data();
-    float* mw = m_workers_.data();
-#pragma omp parallel for schedule(static) if (n * d > kParallelMinElements)
-    for (int i = mine.begin; i < mine.end; ++i) {
-      cpu::onebit_adam_momentum(mp, g[i].data(), dim_, mw + (i - mine.begin) * stride, c);
-    }
-    const WorkerBuffers momenta{m_workers_.data(), stride, dim_, n, mine.begin, mine.size()};
-    if (onebit_) {
-      onebit_->run(ctx.comm, momenta, m_, ctx.cluster.seed(), ctx.step);
-    } else {
-      ctx.comm.allreduce_mean(momenta, m_, WireDtype::kFp32, "ring");
-    }
+  if (folding_step_ != ctx.step) {
+    begin_compressed_step(ctx.step);
+    const WorkerBuffers g = ctx.cluster.grads();
+    const WorkerRange mine = ctx.comm.local_workers();  // all workers in the simulator
+    // The fused kernel is parallel over each row's blocks; the others over
+    // workers (the bits are the same either way).
+    const bool rows_parallel =
+        !fused_ && static_cast<int64_t>(mine.size()) * static_cast<int64_t>(dim_) >
+                       kParallelMinElements;
+#pragma omp parallel for schedule(static) if (rows_parallel)
+    for (int i = mine.begin; i < mine.end; ++i) fold(i, g[i]);
   }
+  folding_step_ = -1;
 
-  // Optional mask, then x = x − lr·(m ⊘ (sqrt(v*)+ε) + wd·x).
+  if (onebit_) {
+    onebit_->finish(ctx.comm, m_);
+  } else {
+    const WorkerBuffers momenta{m_workers_.data(), stride_, dim_, workers_, local_.begin,
+                                local_.size()};
+    ctx.comm.allreduce_mean(momenta, m_, WireDtype::kFp32, "ring");
+  }
   cpu::onebit_adam_update(ctx.cluster.params().data(), m_.data(), v_.data(),
-                          mask_.empty() ? nullptr : mask_.data(), dim_, c);
+                          mask_.empty() ? nullptr : mask_.data(), dim_, c_);
 }
 
 void OneBitAdam::state(StateArchive& io) {

@@ -73,8 +73,12 @@ struct ApmSqueezeOptions : OneBitAdamOptions {
 //     m   = compressed_allreduce(m_i)   (§1: the momentum is communicated)
 //     m   = m ⊙ mask                    (optional momentum mask)
 //     x   = x − lr·( m ⊘ (sqrt(v*)+ε) + wd·x )
-//   The update uses adam_direction() with bias correction off, so it is the
-//   Adam update's float arithmetic with v frozen.
+//   The update is adam_direction() with v frozen: the Adam update's float
+//   arithmetic. With bias_correction on it is m̂ ⊘ (sqrt(v̂*)+ε) + wd·x with
+//   m̂ = m/(1−β1^t) and v̂* = v*/(1−β2^T_w), the corrected variance the last
+//   warm-up step used, frozen (departure D24, docs/algorithms.md §3): without
+//   it the step would grow at the switch by (1−β1^T_w)/sqrt(1−β2^T_w), 6.2x
+//   at T_w = 20. compressed_step() is the one place these lines are written.
 //
 // What t and T_w mean here: steps are 1-based; the warm-up covers
 // t = 1..T_w and step T_w+1 is the first compressed one.
@@ -119,7 +123,8 @@ struct ApmSqueezeOptions : OneBitAdamOptions {
 // The padding is fresh zeros on every call, as in the reference.
 //
 // Departures (docs/algorithms.md §3): D8 no initialization call (above);
-// D9 bias_correction default off, warm-up only when on; D10 freeze_step
+// D9 bias_correction default off; D24 when on, the compression stage keeps
+// the warm-up's corrections (above); D10 freeze_step
 // default 100; D11 no `non_freeze` groups and no error reset on checkpoint
 // load (bitlab's checkpoints keep the errors); D3 n = 1 (below).
 //
@@ -136,11 +141,21 @@ struct ApmSqueezeOptions : OneBitAdamOptions {
 // collective bit for bit, anything else compresses each chunk on its own and
 // logs two collectives of the compressors' exact image sizes. binarize is
 // refused, and so are non-default stages under MPI with several ranks (exit 2).
-class OneBitAdam : public Optimizer {
+//
+// Memory (docs/building.md, "Many workers"): the warm-up reads the gradients
+// through their mean (gradient_mean_wire), and a compressed step folds each
+// worker's gradient into its momentum m_i and the worker stage of the
+// compressed allreduce as the cluster makes it (GradientSink::fold), so on
+// the simulator no gradient row and no m_i row is held: per worker, the
+// algorithm's own error row e_i and its signs (OneBitAllreduce).
+class OneBitAdam : public Optimizer, private GradientSink {
  public:
   explicit OneBitAdam(const OneBitAdamOptions& opts);
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
+  // The warm-up's wire: its steps read the gradients' mean only; the
+  // compressed steps take each gradient through fold().
+  std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
   // "warmup" (min(freeze_step, steps) steps: the gradient allreduce) and
   // "compressed" (the 1-bit allreduce of the momentum, or an fp32 allreduce
   // with compression "none"); variance_stable is priced at freeze_step, its
@@ -149,9 +164,14 @@ class OneBitAdam : public Optimizer {
   void state(StateArchive& io) override;
   std::vector<std::string> warnings(int64_t steps) const override;
   const std::vector<std::string>& run_warnings() const override { return run_warnings_; }
+  // Once compressed: the share of coordinates with sqrt(v*) < eps, if any.
+  std::string divergence_cause() const override;
   // "warmup" or "compressed": of the last step (before the first step: of
   // step 1).
   const char* phase() const override { return phase_; }
+  // The m_i rows, held with compression "none" only (folded otherwise); the
+  // compressed allreduce's error rows are the collective's
+  // (OneBitAllreduceSet::resident_bytes), as for 0/1 Adam.
   size_t worker_state_bytes() const override { return m_workers_.size() * sizeof(float); }
   uint64_t state_bytes(const StateShape& s) const override;
 
@@ -173,6 +193,15 @@ class OneBitAdam : public Optimizer {
  private:
   void warmup_step(StepContext& ctx);
   void compressed_step(StepContext& ctx);
+  // The compression stage's coefficients at step t: bias correction as the
+  // options say, the variance's frozen at the switch (departure D24).
+  AdamCoeffs compressed_coeffs(int64_t t) const;
+  // Starts step t's compressed allreduce; fold() then takes the workers.
+  void begin_compressed_step(int64_t t);
+  // GradientSink: whether step t folds (it is compressed), and worker i's
+  // line 9 (the one place m_i is formed).
+  bool folds(int64_t t) override;
+  void fold(int i, std::span<const float> g) override;
   void check_frozen_variance(int64_t step);
 
   OneBitAdamOptions opts_;
@@ -180,6 +209,10 @@ class OneBitAdam : public Optimizer {
   WireDtype wire_;
   bool variance_stable_;
   bool compress_;
+  bool fused_ = false;            // reference stages: m_i formed inside the worker kernel
+  uint64_t seed_ = 0;
+  AdamCoeffs c_;                  // the current compressed step's (compressed_coeffs)
+  int64_t folding_step_ = -1;     // the step whose gradients fold() has taken
   const char* phase_ = "warmup";
   bool compressed_ = false;
   int64_t switch_step_ = -1;
@@ -192,7 +225,8 @@ class OneBitAdam : public Optimizer {
   std::vector<float> v_;          // second moment; v* after the switch
   std::vector<float> v_prev_;     // v_{t−1} (variance_stable only)
   WorkerRange local_;             // the workers this process computes
-  std::vector<float> m_workers_;  // local workers × stride: the m_i sent by each
+  std::vector<float> m_workers_;  // compression "none": local workers × stride, each m_i
+  std::vector<float> scratch_;    // general stages: threads × stride, m_i while compressed
   std::vector<float> mask_;       // dim 0/1 values, or empty
   std::unique_ptr<OneBitAllreduceSet> onebit_;
   std::vector<std::string> run_warnings_;

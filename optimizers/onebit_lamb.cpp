@@ -1,5 +1,7 @@
 #include "optimizers/onebit_lamb.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -114,13 +116,16 @@ CommPlan OneBitLamb::comm_plan(const PlanShape& shape) const {
 }
 
 // What setup() allocates: m, m_prev, v, v_fresh, u_prelim, u, k_elem (d
-// floats each), the warm-up's Lamb (Lamb::state_bytes), every resident
-// worker's momentum row and the compressed allreduce's buffers; per-tensor
+// floats each), the warm-up's Lamb (Lamb::state_bytes), one momentum row per
+// thread (fold) and the compressed allreduce's buffers; per-tensor
 // scalars left out.
 uint64_t OneBitLamb::state_bytes(const StateShape& s) const {
   const uint64_t d = s.dim;
-  return 28 * d + warmup_.state_bytes(s) + 4 * d * static_cast<uint64_t>(s.resident) +
-         OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.reference());
+  const uint64_t stride = (d + 15) / 16 * 16;
+  return 28 * d + warmup_.state_bytes(s) +
+         4 * stride * static_cast<uint64_t>(std::max(1, omp_get_max_threads())) +
+         OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.reference(),
+                                             static_cast<size_t>(opts_.pad_multiple));
 }
 
 void OneBitLamb::setup(Cluster& cluster) {
@@ -150,7 +155,11 @@ void OneBitLamb::setup(Cluster& cluster) {
   // Rows for this process's workers only (all in the simulator): worker i at
   // row i − local_.begin.
   local_ = cluster.local_workers();
-  worker_m_.assign(stride_ * static_cast<size_t>(local_.size()), 0.0f);
+  scratch_.assign(stride_ * static_cast<size_t>(std::max(1, omp_get_max_threads())), 0.0f);
+  seed_ = cluster.seed();
+  folding_step_ = -1;
+  // On a streamed cluster the compressed steps' gradients come to fold().
+  if (cluster.streams_mean()) cluster.set_gradient_sink(this);
   const size_t P = tensors_.size();
   coeff_frozen_.assign(P, 0.0);
   scaling_.assign(P, 0.0);
@@ -247,43 +256,72 @@ void OneBitLamb::compute_scaling_coeffs(int64_t step) {
   have_scaling_ = true;
 }
 
-void OneBitLamb::compressed_step(StepContext& ctx) {
-  if (!switched_) enter_compression();
-  if (!have_scaling_) compute_scaling_coeffs(ctx.step);
-  // β and ε in float, no bias correction (the reference applies none).
-  const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
-                                        opts_.weight_decay, /*bias_correction=*/false, ctx.step);
-  const int64_t d = static_cast<int64_t>(dim_);
+AdamCoeffs OneBitLamb::compressed_coeffs(int64_t t) const {
+  // β and ε in float; no bias correction unless asked (the reference applies
+  // none). D24: with it, m̂ = m/(1−β1^t) and the frozen v̂ = v/(1−β2^T_w).
+  AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
+                                  opts_.weight_decay, opts_.bias_correction, t);
+  if (opts_.bias_correction) {
+    c.bias_correction2 =
+        opts_.freeze_step > 0
+            ? static_cast<float>(1.0 - std::pow(opts_.beta2, static_cast<double>(opts_.freeze_step)))
+            : 1.0f;
+  }
+  return c;
+}
 
-  // m_prev = m ; worker i: m_i = (β1 m + (1−β1) g_i)·k (k = k_p of k's tensor)
-  {
+void OneBitLamb::begin_compressed_step(int64_t t) {
+  if (!switched_) enter_compression();
+  if (!have_scaling_) compute_scaling_coeffs(t);
+  c_ = compressed_coeffs(t);
+  onebit_->begin(false, seed_, t);
+  folding_step_ = t;
+}
+
+bool OneBitLamb::folds(int64_t t) {
+  if (t <= opts_.freeze_step) return false;
+  begin_compressed_step(t);
+  return true;
+}
+
+// Worker i: m_i = (β1 m + (1−β1) g_i)·k (k = k_p of the element's tensor),
+// straight into the worker stage of the compressed allreduce.
+void OneBitLamb::fold(int i, std::span<const float> g) {
+  float* m_i = scratch_.data() + static_cast<size_t>(omp_get_thread_num()) * stride_;
+  const float* m = m_.data();
+  const float* k_elem = k_elem_.data();
+  const AdamCoeffs c = c_;
+#pragma omp simd
+  for (size_t k = 0; k < dim_; ++k) {
+    m_i[k] = onebit_adam_local_momentum(m[k], g[k], c) * k_elem[k];
+  }
+  onebit_->add_worker(i, {m_i, dim_});
+}
+
+void OneBitLamb::compressed_step(StepContext& ctx) {
+  // Every worker's m_i into the worker stage: folded by the cluster as it
+  // made the gradients (streamed), or here from the held rows.
+  if (folding_step_ != ctx.step) {
+    begin_compressed_step(ctx.step);
     const WorkerBuffers g = ctx.cluster.grads();
+    const WorkerRange mine = ctx.comm.local_workers();  // all workers in the simulator
+#pragma omp parallel for schedule(static) if (mine.size() * dim_ > kParallelMinElements)
+    for (int i = mine.begin; i < mine.end; ++i) fold(i, g[i]);
+  }
+  folding_step_ = -1;
+  const AdamCoeffs c = c_;
+  const int64_t d = static_cast<int64_t>(dim_);
+  {
+    // m_prev = m (m is read by fold() above, written by the allreduce below).
     const float* m = m_.data();
     float* m_prev = m_prev_.data();
-    const float* k_elem = k_elem_.data();
-    float* w = worker_m_.data();
-    const int n = workers_;
-    const size_t stride = stride_;
 #pragma omp parallel for schedule(static) if (d > kParallelMinElements)
     for (int64_t k = 0; k < d; ++k) m_prev[k] = m[k];
-    const WorkerRange mine = ctx.comm.local_workers();  // all workers in the simulator
-#pragma omp parallel for schedule(static) collapse(2) if (n * d > kParallelMinElements)
-    for (int i = mine.begin; i < mine.end; ++i) {
-      for (int64_t k = 0; k < d; ++k) {
-        const float gi =
-            g.data[static_cast<size_t>(i - g.first) * g.stride + static_cast<size_t>(k)];
-        w[static_cast<size_t>(i - mine.begin) * stride + static_cast<size_t>(k)] =
-            (c.beta1 * m[k] + c.one_minus_beta1 * gi) * k_elem[k];
-      }
-    }
   }
 
   // m = compressed_allreduce(all tensors' momenta as ONE flat buffer) (§1):
   // four collectives, logged by OneBitAllreduce.
-  onebit_->run(
-      ctx.comm,
-      WorkerBuffers{worker_m_.data(), stride_, dim_, workers_, local_.begin, local_.size()},
-      std::span<float>(m_), ctx.cluster.seed(), ctx.step);
+  onebit_->finish(ctx.comm, std::span<float>(m_));
 
   const std::span<float> params = ctx.cluster.params();
   for (size_t p = 0; p < tensors_.size(); ++p) {
@@ -307,10 +345,11 @@ void OneBitLamb::compressed_step(StepContext& ctx) {
       m[k] = mk;
       const float g_hat = (mk - m_prev[k] * c.beta1) / c.one_minus_beta1;
       vf[k] = c.beta2 * vf[k] + c.one_minus_beta2 * (g_hat * g_hat);
-      const float denom = std::sqrt(v[k]) + c.eps;
-      up[k] = mk / denom;
+      // The corrections are exactly 1 (exact divisions) unless D24.
+      const float denom = std::sqrt(v[k] / c.bias_correction2) + c.eps;
+      up[k] = (mk / c.bias_correction1) / denom;
       u[k] = up[k] + c.weight_decay * x[k];
-      fmax = std::max(fmax, denom / (std::sqrt(vf[k]) + c.eps));
+      fmax = std::max(fmax, denom / (std::sqrt(vf[k] / c.bias_correction2) + c.eps));
     }
     double f = fmax;
     if (opts_.weight_decay > 0.0) {
@@ -347,7 +386,6 @@ void OneBitLamb::state(StateArchive& io) {
   io.field("onebit_lamb.v_fresh", v_fresh_);
   io.field("onebit_lamb.u_prelim", u_prelim_);
   io.field("onebit_lamb.u", u_);
-  io.field("onebit_lamb.worker_m", worker_m_);
   io.field("onebit_lamb.k_elem", k_elem_);
   io.field("onebit_lamb.coeff_frozen", coeff_frozen_);
   io.field("onebit_lamb.scaling", scaling_);

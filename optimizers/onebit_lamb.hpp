@@ -87,9 +87,11 @@ struct OneBitLambOptions {
 //   cannot be carried by a 1-bit compressor either (1 bit cannot say 0; the
 //   reference needs a momentum mask for such coordinates), so a silent
 //   fallback would hide a drifting tensor.
-// - bias_correction (off by default) applies to the warm-up only, where it
-//   makes the warm-up `lamb` with bias_correction on. The compression stage
-//   never applies it; the reference accepts the flag and applies it nowhere.
+// - bias_correction (off by default) makes the warm-up `lamb` with
+//   bias_correction on, and then (departure D24, as 1-bit Adam) the
+//   compression stage divides m by 1−β1^t and the frozen v (and v_fresh, so
+//   f_p starts at 1) by 1−β2^T_w, so u_p does not jump at the switch; the
+//   reference accepts the flag and applies it nowhere.
 // - The reference's momentum mask (exp_avg_mask) is not offered, nor its
 //   "initialization call" that consumes the first step without updating (an
 //   artefact of its engine), nor its reset of the errors on checkpoint load.
@@ -123,7 +125,8 @@ struct OneBitLambOptions {
 //   so every result is bit-identical for any thread count.
 // Memory: the warm-up's Lamb keeps its own m, v; at the switch they are
 // copied once into this class's buffers (the compression stage then owns m,
-// v, v_fresh). The per-worker momenta are n × d floats.
+// v, v_fresh). No per-worker momentum row is held: each m_i is formed in a
+// per-thread row and handed to the worker stage (fold(), below).
 //
 // Compressor per stage (docs/algorithms.md §1, "Compressor per stage"):
 // `worker_compressor` and `server_compressor` choose the compressor of each
@@ -132,18 +135,29 @@ struct OneBitLambOptions {
 // collective bit for bit, anything else compresses each chunk on its own and
 // logs two collectives of the compressors' exact image sizes. binarize is
 // refused, and so are non-default stages under MPI with several ranks (exit 2).
-class OneBitLamb : public Optimizer {
+//
+// Memory: as 1-bit Adam (optimizers/onebit_adam.hpp), the warm-up reads the
+// gradients' mean and a compressed step folds each worker's gradient into its
+// scaled momentum and the worker stage as the cluster makes it (fold()), so
+// the simulator holds no gradient or momentum row per worker.
+class OneBitLamb : public Optimizer, private GradientSink {
  public:
   explicit OneBitLamb(const OneBitLambOptions& opts);
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
+  // The warm-up's (LAMB's) wire; the compressed steps fold each gradient.
+  std::optional<WireDtype> gradient_mean_wire() const override {
+    return warmup_.gradient_mean_wire();
+  }
   // "warmup" (min(freeze_step, steps) steps: LAMB's gradient allreduce) and
   // "compressed" (the 1-bit allreduce of the momentum).
   CommPlan comm_plan(const PlanShape& shape) const override;
   void state(StateArchive& io) override;
   std::vector<std::string> warnings(int64_t steps) const override;
   const char* phase() const override { return phase_; }
-  size_t worker_state_bytes() const override { return worker_m_.size() * sizeof(float); }
+  // No m_i row is held (fold()); the compressed allreduce's error rows are
+  // the collective's (OneBitAllreduceSet::resident_bytes).
+  size_t worker_state_bytes() const override { return 0; }
   uint64_t state_bytes(const StateShape& s) const override;
 
   const OneBitLambOptions& options() const { return opts_; }
@@ -170,6 +184,13 @@ class OneBitLamb : public Optimizer {
   void enter_compression();
   void compute_scaling_coeffs(int64_t step);
   void compressed_step(StepContext& ctx);
+  // The compression stage's coefficients at step t (D24 with bias correction).
+  AdamCoeffs compressed_coeffs(int64_t t) const;
+  // Step t's preparation (the switch's copies, k_p, the allreduce's begin).
+  void begin_compressed_step(int64_t t);
+  // GradientSink: step t folds when it is compressed; worker i's momentum.
+  bool folds(int64_t t) override;
+  void fold(int i, std::span<const float> g) override;
 
   OneBitLambOptions opts_;
   OneBitStages stages_;
@@ -188,7 +209,10 @@ class OneBitLamb : public Optimizer {
   std::vector<float> u_prelim_;  // m ⊘ (sqrt(v)+ε)
   std::vector<float> u_;         // u_prelim + wd·x
   WorkerRange local_;            // the workers this process computes
-  std::vector<float> worker_m_;  // local workers × stride_: each one's scaled momentum
+  std::vector<float> scratch_;   // threads × stride_: m_i of the worker being folded
+  uint64_t seed_ = 0;
+  AdamCoeffs c_;                 // the current compressed step's
+  int64_t folding_step_ = -1;    // the step whose gradients fold() has taken
   std::vector<float> k_elem_;    // float(k_p) of each element's tensor
   std::unique_ptr<OneBitAllreduceSet> onebit_;
   std::vector<double> coeff_frozen_;  // C_p at the switch

@@ -113,6 +113,11 @@ class Optimizer {
   // Warnings only the run can show (at the switch to compression, say), in
   // the order they arose.
   virtual const std::vector<std::string>& run_warnings() const;
+  // What the optimizer's state shows that likely made the run diverge, with
+  // the numbers ("2.7 % of the coordinates had sqrt(v) < eps = 1e-08 ..."),
+  // or "" when nothing stands out: put first in summary.json's divergence
+  // hint. Computed from the state when asked (deterministic, no extra state).
+  virtual std::string divergence_cause() const { return ""; }
 };
 
 // Every optimizer `bitlab` knows by name (optimizers/registry.cpp), then those

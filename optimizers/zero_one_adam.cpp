@@ -139,7 +139,8 @@ CommPlan ZeroOneAdam::comm_plan(const PlanShape& shape) const {
 uint64_t ZeroOneAdam::state_bytes(const StateShape& s) const {
   const uint64_t d = s.dim;
   return 20 * d + 12 * d * static_cast<uint64_t>(s.resident) +
-         OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.reference());
+         OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.reference(),
+                                             static_cast<size_t>(opts_.pad_multiple));
 }
 
 void ZeroOneAdam::setup(Cluster& cluster) {
@@ -167,6 +168,11 @@ void ZeroOneAdam::setup(Cluster& cluster) {
   schedule_ = ZeroOneSchedule(opts_);
   frozen_ = false;
   lrs_ = 0.0;
+  seed_ = cluster.seed();
+  cluster_ = &cluster;
+  folding_step_ = -1;
+  // On a streamed cluster the gradients of every phase but "full" come to fold().
+  if (cluster.streams_mean()) cluster.set_gradient_sink(this);
   if (opts_.var_freeze_step == 0) transition();  // no stage A
 }
 
@@ -213,17 +219,64 @@ void ZeroOneAdam::step(StepContext& ctx) {
   }
 }
 
+bool ZeroOneAdam::folds(int64_t t) {
+  ZeroOneSchedule next = schedule_;  // the phase of step t, without advancing
+  if (t != next.step() + 1) return false;  // step() refuses it
+  folding_phase_ = next.next();
+  if (folding_phase_ == ZeroOnePhase::kFull) return false;
+  if (folding_phase_ == ZeroOnePhase::kOneBit) onebit_->begin(false, seed_, t);
+  folding_step_ = t;
+  return true;
+}
+
+// Worker i's gradient g_i of a step that folds: stage A's "onebit" sends it
+// to the 1-bit allreduce's worker stage; stage B takes worker i's local step
+//   m_i = β1 m_i + (1−β1) g_i ; δ = lr·(m_i ⊘ (sqrt(v)+ε) + wd·x_i)
+//   x_i −= δ ; u_i −= δ
+// (its gradient was made at x_i before this changes it).
+void ZeroOneAdam::fold(int i, std::span<const float> g) {
+  if (folding_phase_ == ZeroOnePhase::kOneBit) {
+    onebit_->add_worker(i, g);
+    return;
+  }
+  const ZeroOneLocalCoeffs lc{static_cast<float>(opts_.lr), static_cast<float>(opts_.beta1),
+                              static_cast<float>(1.0 - opts_.beta1),
+                              static_cast<float>(opts_.weight_decay)};
+  float* x = cluster_->params(i).data();
+  float* m = m_local_.data() + static_cast<size_t>(i - local_.begin) * stride_;
+  float* u = u_.data() + static_cast<size_t>(i - local_.begin) * stride_;
+  cpu::zero_one_local_step(x, m, u, g.data(), denom_.data(), dim_, lc);
+}
+
+void ZeroOneAdam::fold_rows(StepContext& ctx, ZeroOnePhase phase) {
+  folding_phase_ = phase;
+  const WorkerBuffers g = ctx.cluster.grads();
+  const WorkerRange mine = ctx.comm.local_workers();
+  if (phase == ZeroOnePhase::kOneBit) {
+    onebit_->begin(false, seed_, ctx.step);
+#pragma omp parallel for schedule(static)
+    for (int i = mine.begin; i < mine.end; ++i) fold(i, g[i]);
+  } else {
+    // One worker at a time, each local step parallel over its elements.
+    for (int i = mine.begin; i < mine.end; ++i) fold(i, g[i]);
+  }
+}
+
 void ZeroOneAdam::stage_a(StepContext& ctx, bool full) {
   Cluster& cl = ctx.cluster;
   const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
                                         opts_.weight_decay, /*bias_correction=*/false, ctx.step);
   if (full) {
     // ḡ exact; m, v; x −= lr·(m ⊘ (sqrt(v)+ε) + wd·x): Adam's step bit for bit.
-    allreduce_gradients(ctx, g_, wire_);
-    adam_update_elements(cl.params(), m_, v_, g_, c);
+    // ḡ: g_, or on a streamed cluster the cluster's own mean.
+    const std::span<const float> g_mean = allreduce_gradients(ctx, g_, wire_);
+    adam_update_elements(cl.params(), m_, v_, g_mean, c);
   } else {
-    // ĝ = 1-bit allreduce of the gradients; m only; the same x update.
-    onebit_->run(ctx.comm, cl.grads(), g_, cl.seed(), ctx.step);
+    // ĝ = 1-bit allreduce of the gradients (their worker stage folded as the
+    // cluster made them, or here); m only; the same x update.
+    if (folding_step_ != ctx.step) fold_rows(ctx, ZeroOnePhase::kOneBit);
+    folding_step_ = -1;
+    onebit_->finish(ctx.comm, g_);
     float* x = cl.params().data();
     float* m = m_.data();
     const float* v = v_.data();
@@ -244,20 +297,12 @@ void ZeroOneAdam::stage_a(StepContext& ctx, bool full) {
 
 void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   Cluster& cl = ctx.cluster;
-  const ZeroOneLocalCoeffs lc{static_cast<float>(opts_.lr), static_cast<float>(opts_.beta1),
-                              static_cast<float>(1.0 - opts_.beta1),
-                              static_cast<float>(opts_.weight_decay)};
   const float* den = denom_.data();
 
-  // Local step on every worker (no communication):
-  //   m_i = β1 m_i + (1−β1) g_i ; δ = lr·(m_i ⊘ (sqrt(v)+ε) + wd·x_i)
-  //   x_i −= δ ; u_i −= δ
-  for (int i = local_.begin; i < local_.end; ++i) {
-    float* x = cl.params(i).data();
-    float* m = m_local_.data() + static_cast<size_t>(i - local_.begin) * stride_;
-    float* u = u_.data() + static_cast<size_t>(i - local_.begin) * stride_;
-    cpu::zero_one_local_step(x, m, u, cl.grad(i).data(), den, dim_, lc);
-  }
+  // Local step on every worker (no communication; fold()), as the cluster
+  // made the gradients or here from the held rows.
+  if (folding_step_ != ctx.step) fold_rows(ctx, ZeroOnePhase::kLocal);
+  folding_step_ = -1;
   lrs_ += opts_.lr;
   if (!sync) return;
 
@@ -314,6 +359,13 @@ void ZeroOneAdam::state(StateArchive& io) {
   onebit_->state(io);
 }
 
+std::string ZeroOneAdam::divergence_cause() const {
+  if (!frozen_) return "";
+  return frozen_variance_cause(v_, opts_.eps,
+                               "step " + std::to_string(opts_.var_freeze_step) + " (stage B)",
+                               "raise optimizer.eps or freeze later (optimizer.var_freeze_step)");
+}
+
 std::vector<std::string> ZeroOneAdam::warnings(int64_t steps) const {
   std::vector<std::string> out;
   const int64_t freeze = opts_.var_freeze_step;
@@ -328,6 +380,8 @@ std::vector<std::string> ZeroOneAdam::warnings(int64_t steps) const {
         "optimizer.var_freeze_step = 0: the variance is frozen before any step "
         "has estimated it");
   }
+  std::string short_one = short_warmup_warning("var_freeze_step", freeze, steps);
+  if (!short_one.empty()) out.push_back(std::move(short_one));
   // The local interval first reaches 2 after local_step_scaler stage-B steps
   // (ZeroOneSchedule::next), and never with a clipper below 2.
   if (opts_.local_step_clipper < 2 || freeze + opts_.local_step_scaler >= steps) {

@@ -179,16 +179,26 @@ double zero_one_check_lrs(double lrs, int64_t step);
 // collective bit for bit, anything else compresses each chunk on its own and
 // logs two collectives of the compressors' exact image sizes. binarize is
 // refused, and so are non-default stages under MPI with several ranks (exit 2).
-class ZeroOneAdam : public Optimizer {
+//
+// Memory: the "full" steps read the gradients' mean (gradient_mean_wire); on
+// the others each worker's gradient is folded as the cluster makes it
+// (fold(): into the 1-bit allreduce's worker stage, or into worker i's local
+// step), so the simulator holds no gradient row. Stage B's algorithm state is
+// still x_i, m_i, u_i and the allreduce's error e_i per worker.
+class ZeroOneAdam : public Optimizer, private GradientSink {
  public:
   explicit ZeroOneAdam(const ZeroOneAdamOptions& opts);
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
+  // The "full" steps' wire; the others fold each gradient (fold()).
+  std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
   // "full" (the gradient allreduce), "onebit" and "sync" (the 1-bit
   // allreduce), "local" (nothing), counted by iterating the schedule.
   CommPlan comm_plan(const PlanShape& shape) const override;
   void state(StateArchive& io) override;
   std::vector<std::string> warnings(int64_t steps) const override;
+  // In stage B: the share of coordinates with sqrt(v) < eps, if any.
+  std::string divergence_cause() const override;
   const char* phase() const override { return zero_one_phase_name(phase_); }
 
   const ZeroOneAdamOptions& options() const { return opts_; }
@@ -223,7 +233,16 @@ class ZeroOneAdam : public Optimizer {
   void transition();
   void stage_a(StepContext& ctx, bool full);
   void stage_b(StepContext& ctx, bool sync);
-
+  // GradientSink: whether step t folds (every phase but "full"; its phase is
+  // the schedule's next), and worker i's part of it. fold_rows(): the same
+  // from held rows (no streamed cluster).
+  bool folds(int64_t t) override;
+  void fold(int i, std::span<const float> g) override;
+  void fold_rows(StepContext& ctx, ZeroOnePhase phase);
+  ZeroOnePhase folding_phase_ = ZeroOnePhase::kFull;
+  int64_t folding_step_ = -1;  // the step whose gradients fold() has taken
+  uint64_t seed_ = 0;
+  Cluster* cluster_ = nullptr;
   ZeroOneAdamOptions opts_;
   OneBitStages stages_;
   WireDtype wire_;

@@ -2,21 +2,34 @@
 //   conv 5×5×c1 → relu → maxpool 2 → conv 5×5×c2 → relu → maxpool 2 → fc 10
 // (no padding, stride 1: 28 → 24 → 12 → 8 → 4), softmax cross-entropy.
 //
-// Activations are NHWC, one sample after the other, so a batch of feature maps
-// is a row-major (n·H·W) × C matrix. A convolution is im2col + one product
-// (sim/kernels/matmul.hpp; over all workers' samples at once, the weight
-// gradients per worker: ClassifierProblem::loss_grad_workers):
-// row (s, y, x) of the column matrix holds the k×k×C input patch in (ky, kx, c)
-// order — for each ky the k·C values are contiguous in NHWC, one memcpy — and
-//   forward:  out = cols · Wᵀ + b                 (W: C_out × k·k·C_in, row-major)
-//   backward: ∇W = δᵀ · cols;  ∇b = Σ_rows δ;  δcols = δ · W, scattered back
-//             onto the input by col2im (not needed for the first layer).
+// A convolution is im2col + fixed-order products (sim/kernels/matmul.hpp), laid
+// out so that each product's panels stay in cache (before: the whole
+// batch's column matrices, 1.8 MB a worker, went to memory and back):
+//   conv1 (one input channel, 576 output pixels a sample, K1 = 25 taps): one
+//     sample at a time. Forward out1ᵀ = W1 · colsᵀ (colsᵀ: K1 × 576, so the
+//     pixels fill the vector lanes; 8 channels would fill half an AVX-512
+//     vector); out1 is kept NCHW. ∇W1 = δ1ᵀ · cols, summed sample after
+//     sample with matmul_acc over a column matrix made again in the backward
+//     pass (576 × 32: K1 padded with zero columns to whole register tiles; the
+//     padding's results are dropped).
+//   conv2 (NHWC, 64 output pixels a sample, K2 = 25·c1): blocks of
+//     kConv2Samples samples, whose column matrix (229 kB, K2 padded to 224
+//     columns) stays in L2 from im2col to the products: forward
+//     out2 = cols · W2ᵀ + b; backward ∇W2 = δ2ᵀ · cols (matmul_acc, block
+//     after block within each worker, on whole tiles), ∇b2 = Σ_rows δ2,
+//     δcols = δ2 · W2 scattered back by col2im.
+//   Neither column matrix is kept between the passes (before: 1.8 MB + 1.6 MB
+//   for a worker's 32 samples).
+// Column (ky, kx, c) of a column matrix holds input (y + ky, x + kx, c).
+// Every element of every product is summed over k in the same order as one
+// product over the worker's whole batch, whatever the blocking (matmul_acc
+// continues each element's chain), and a·b = b·a exactly, so these layouts
+// give the bits the whole-batch products gave (compared before and after on
+// experiments/real-cnn-fashion under each BITLAB_ISA: docs/building.md).
 // Max pooling keeps the index of each window's maximum (first one on ties)
 // and routes the gradient there. Checked by finite differences in
 // tests/test_real_problems.cpp.
-//
-// Parameters: conv1.weight (c1 × 25), conv1.bias, conv2.weight (c2 × 25·c1),
-// conv2.bias, fc.weight (10 × 16·c2, input in (y, x, c) order), fc.bias.
+#include <algorithm>
 #include <cstring>
 
 #include "problems/classifier.hpp"
@@ -43,27 +56,48 @@ Schema<CnnOptions> CnnOptions::schema() {
 
 namespace {
 
+// Samples per block of conv2's products: 4 × 64 rows × 25·c1 columns (205 kB
+// for c1 = 8) stay in L2 between im2col and the products.
+constexpr Eigen::Index kConv2Samples = 4;
+// The column matrices' rows are padded with zero columns to a multiple of 32
+// floats (a register tile of two AVX-512 vectors, four AVX2, eight SSE2
+// vectors), so that the weight gradients' products run on whole tiles; the
+// padding's results are computed and dropped.
+constexpr Eigen::Index kPadCols = 32;
+
 // One convolution + relu + 2×2 max-pool stage's buffers.
 struct Stage {
-  RowMatrixF cols;              // (n·Ho·Wo) × (k·k·C_in)
-  RowMatrixF out;               // (n·Ho·Wo) × C_out, after relu
-  RowMatrixF pooled;            // (n·Ho/2·Wo/2) × C_out
+  RowMatrixF out;               // after relu: conv1 NCHW (n·C_out × H·W), conv2 NHWC
+  RowMatrixF pooled;            // (n·Ho/2·Wo/2) × C_out, NHWC
   std::vector<int32_t> argmax;  // per pooled element: flat index into out
   RowMatrixF dout;              // gradient w.r.t. out (pre-relu after masking)
 };
 
 struct CnnWorkspace final : ClassifierWorkspace {
   Stage s1, s2;
+  // One sample's or block's column matrices (cache-sized, reused; one each so
+  // that none is reallocated between the stages).
+  RowMatrixF cols1_t;  // conv1 forward: K1 × 576
+  RowMatrixF cols1;    // conv1 backward: 576 × padded(K1)
+  RowMatrixF cols2;    // conv2: kConv2Samples·64 × padded(K2)
+  RowMatrixF dcols2;   // gradient w.r.t. a block of conv2's columns
   RowMatrixF dflat;   // n × 16·c2
-  RowMatrixF dcols2;  // gradient w.r.t. stage 2's columns
   RowMatrixF dpool1;  // gradient w.r.t. stage 1's pooled output
+  std::vector<float> dw;  // a weight gradient with padded rows
 };
 
-// im2col of n samples of size h × w × c (NHWC, contiguous) for a k×k kernel.
+// Columns rounded up to whole register tiles of every instruction set.
+Eigen::Index padded(Eigen::Index cols) { return (cols + kPadCols - 1) / kPadCols * kPadCols; }
+
+// im2col of n samples of size h × w × c (NHWC, contiguous) for a k×k kernel,
+// into rows of padded(k·k·c) columns, the columns past k·k·c zero (set when
+// the matrix is made, never written after).
 void im2col(const float* in, Eigen::Index n, Eigen::Index h, Eigen::Index w, Eigen::Index c,
             RowMatrixF& cols) {
   const Eigen::Index ho = h - kKernel + 1, wo = w - kKernel + 1, span = kKernel * c;
-  cols.resize(n * ho * wo, kKernel * span);
+  if (cols.rows() != n * ho * wo || cols.cols() != padded(kKernel * span)) {
+    cols.setZero(n * ho * wo, padded(kKernel * span));
+  }
   for (Eigen::Index s = 0; s < n; ++s) {
     const float* sample = in + s * h * w * c;
     for (Eigen::Index y = 0; y < ho; ++y) {
@@ -73,6 +107,39 @@ void im2col(const float* in, Eigen::Index n, Eigen::Index h, Eigen::Index w, Eig
           std::memcpy(row + ky * span, sample + ((y + ky) * w + x) * c,
                       sizeof(float) * size_t(span));
         }
+      }
+    }
+  }
+}
+
+// One single-channel h × w sample's column matrix, transposed: row ky·k + kx
+// holds input (y + ky, x + kx) for every output pixel (y, x).
+void im2col_t(const float* in, Eigen::Index h, Eigen::Index w, RowMatrixF& cols_t) {
+  const Eigen::Index ho = h - kKernel + 1, wo = w - kKernel + 1;
+  cols_t.resize(kKernel * kKernel, ho * wo);
+  for (Eigen::Index ky = 0; ky < kKernel; ++ky) {
+    for (Eigen::Index kx = 0; kx < kKernel; ++kx) {
+      float* row = cols_t.row(ky * kKernel + kx).data();
+      for (Eigen::Index y = 0; y < ho; ++y) {
+        const float* src = in + (y + ky) * w + kx;
+        for (Eigen::Index x = 0; x < wo; ++x) row[y * wo + x] = src[x];
+      }
+    }
+  }
+}
+
+// One single-channel sample's column matrix, as im2col's (padded columns).
+void im2col_1(const float* in, Eigen::Index h, Eigen::Index w, RowMatrixF& cols) {
+  const Eigen::Index ho = h - kKernel + 1, wo = w - kKernel + 1;
+  if (cols.rows() != ho * wo || cols.cols() != padded(kKernel * kKernel)) {
+    cols.setZero(ho * wo, padded(kKernel * kKernel));
+  }
+  for (Eigen::Index y = 0; y < ho; ++y) {
+    for (Eigen::Index x = 0; x < wo; ++x) {
+      float* row = cols.row(y * wo + x).data();
+      for (Eigen::Index ky = 0; ky < kKernel; ++ky) {
+        const float* src = in + (y + ky) * w + x;
+        for (Eigen::Index kx = 0; kx < kKernel; ++kx) row[ky * kKernel + kx] = src[kx];
       }
     }
   }
@@ -97,31 +164,40 @@ void col2im(const RowMatrixF& cols, Eigen::Index n, Eigen::Index h, Eigen::Index
   }
 }
 
-// 2×2 max pool, stride 2, of n maps h × w × c (NHWC) in `in`.
-void max_pool(const RowMatrixF& in, Eigen::Index n, Eigen::Index h, Eigen::Index w, RowMatrixF& out,
-              std::vector<int32_t>& argmax) {
-  const Eigen::Index c = in.cols(), ho = h / 2, wo = w / 2;
+// 2×2 max pool, stride 2: window element (dy, dx) of pooled element
+// (s, y, x, ch) is src[at(s, ch, 2y + dy, 2x + dx)]; the first maximum in
+// (dy, dx) order wins. Pooled output NHWC (n·h/2·w/2 × c).
+template <class At>
+void max_pool(const float* src, Eigen::Index n, Eigen::Index h, Eigen::Index w, Eigen::Index c,
+              const At& at, RowMatrixF& out, std::vector<int32_t>& argmax) {
+  const Eigen::Index ho = h / 2, wo = w / 2;
   out.resize(n * ho * wo, c);
   argmax.resize(size_t(out.size()));
-  const float* src = in.data();
   for (Eigen::Index s = 0; s < n; ++s) {
     for (Eigen::Index y = 0; y < ho; ++y) {
       for (Eigen::Index x = 0; x < wo; ++x) {
         const Eigen::Index o = ((s * ho + y) * wo + x) * c;
         for (Eigen::Index ch = 0; ch < c; ++ch) {
-          Eigen::Index best = ((s * h + 2 * y) * w + 2 * x) * c + ch;
-          for (const Eigen::Index dy : {0, 1}) {
-            for (const Eigen::Index dx : {0, 1}) {
-              const Eigen::Index i = ((s * h + 2 * y + dy) * w + 2 * x + dx) * c + ch;
-              if (src[i] > src[best]) best = i;
-            }
+          // Selects, not branches (a random maximum mispredicts a branch
+          // half the time); the same comparisons, in the same order.
+          Eigen::Index best = at(s, ch, 2 * y, 2 * x);
+          float v = src[best];
+          for (const Eigen::Index i : {at(s, ch, 2 * y, 2 * x + 1), at(s, ch, 2 * y + 1, 2 * x),
+                                       at(s, ch, 2 * y + 1, 2 * x + 1)}) {
+            const bool more = src[i] > v;
+            best = more ? i : best;
+            v = more ? src[i] : v;
           }
-          out.data()[o + ch] = src[best];
+          out.data()[o + ch] = v;
           argmax[size_t(o + ch)] = static_cast<int32_t>(best);
         }
       }
     }
   }
+}
+
+void relu_in_place(float* v, Eigen::Index size) {
+  for (Eigen::Index i = 0; i < size; ++i) v[i] = v[i] > 0.0f ? v[i] : 0.0f;
 }
 
 class Cnn final : public ClassifierProblem {
@@ -133,15 +209,30 @@ class Cnn final : public ClassifierProblem {
     p1_ = h1_ / 2;            // 12
     h2_ = p1_ - kKernel + 1;  // 8
     p2_ = h2_ / 2;            // 4
-    const auto k2 = size_t(kKernel * kKernel);
-    // Shapes as PyTorch's: conv weights [out, in, k, k], fc [classes, flat].
-    tensors_ = make_tensors(
-        {{"conv1.weight", size_t(c1_) * k2, size_t(c1_), 1},
-         {"conv1.bias", size_t(c1_)},
-         {"conv2.weight", size_t(c2_ * c1_) * k2, size_t(c2_), size_t(c1_)},
-         {"conv2.bias", size_t(c2_)},
-         {"fc.weight", size_t(data_.classes * flat()), size_t(data_.classes), size_t(flat())},
-         {"fc.bias", size_t(data_.classes)}});
+    tensors_ = make_tensors(parts(o, data_.height, data_.classes));
+  }
+
+  static ProblemShape shape(const CnnOptions& o, bool tensors) {
+    const DatasetSize data = dataset_size(o);
+    return shape_of_parts(parts(o, data.height, data.classes), data.train, tensors,
+                          {"problem.channels", Json(o.channels)});
+  }
+
+  // Shapes as PyTorch's: conv weights [out, in, k, k], fc [classes, flat]
+  // (flat = p2² · c2, p2 the side after both stages); a count over int64
+  // blames the channels.
+  static std::vector<TensorPart> parts(const CnnOptions& o, int64_t height, int classes) {
+    const ParamBlame blame{"problem.channels", Json(o.channels)};
+    const auto c1 = size_t(o.channels[0]), c2 = size_t(o.channels[1]), k2 = size_t(kKernel * kKernel),
+               c = size_t(classes);
+    const auto p2 = size_t(((height - kKernel + 1) / 2 - kKernel + 1) / 2);
+    const size_t flat = blame.product(p2 * p2, c2);
+    return {{"conv1.weight", blame.product(c1, k2), c1, 1},
+            {"conv1.bias", c1},
+            {"conv2.weight", blame.product(blame.product(c2, c1), k2), c2, c1},
+            {"conv2.bias", c2},
+            {"fc.weight", blame.product(c, flat), c, flat},
+            {"fc.bias", c}};
   }
 
   size_t dim() const override { return tensors_.back().offset + tensors_.back().size; }
@@ -166,7 +257,7 @@ class Cnn final : public ClassifierProblem {
 
   // A sample is already 576 rows of the first convolution's product and 64
   // of the second's: one worker's batch fills the products, and grouping
-  // workers would only multiply the workspace (about 0.2 MB a sample).
+  // workers would only multiply the workspace.
   size_t pass_samples() const override { return 1; }
 
   void backward(std::span<const float> x, std::span<const WorkerRows> workers,
@@ -174,9 +265,6 @@ class Cnn final : public ClassifierProblem {
     auto& ws = static_cast<CnnWorkspace&>(workspace);
     const Eigen::Index n = ws.rows.rows();
     const RowMatrixF& dlogits = ws.logits;
-    // Rows per sample of each stage's matrices: worker w's rows of stage 1
-    // are [begin·576, (begin + count)·576), and so on.
-    const Eigen::Index rows1 = h1_ * h1_, rows2 = h2_ * h2_;
 
     // fc.
     const Eigen::Map<const RowMatrixF> flat_in(ws.s2.pooled.data(), n, flat());
@@ -184,19 +272,15 @@ class Cnn final : public ClassifierProblem {
     ws.dflat.resize(n, flat());
     matmul_nn(dlogits, param_map(x, 4, data_.classes, flat()), ws.dflat);
 
-    // Stage 2: unpool, relu, conv (∇W, ∇b, δcols), col2im onto pooled 1.
+    // Stage 2: unpool, relu, conv (∇W, ∇b per worker; δcols, col2im onto
+    // pooled 1 for every sample).
     unpool_relu(ws.dflat.data(), ws.s2);
-    worker_layer_grads(workers, ws.s2.dout, ws.s2.cols, rows2, tensors_[2].offset,
-                       tensors_[3].offset);
-    ws.dcols2.resize(ws.s2.cols.rows(), ws.s2.cols.cols());
-    matmul_nn(ws.s2.dout, param_map(x, 2, c2_, kKernel * kKernel * c1_), ws.dcols2);
-    ws.dpool1.resize(ws.s1.pooled.rows(), c1_);
-    col2im(ws.dcols2, n, p1_, p1_, c1_, ws.dpool1.data());
+    for (const WorkerRows& w : workers) conv2_weight_grads(w, ws);
+    conv2_input_grads(x, n, ws);
 
     // Stage 1: unpool, relu, conv (∇W, ∇b; the input needs no gradient).
     unpool_relu(ws.dpool1.data(), ws.s1);
-    worker_layer_grads(workers, ws.s1.dout, ws.s1.cols, rows1, tensors_[0].offset,
-                       tensors_[1].offset);
+    for (const WorkerRows& w : workers) conv1_weight_grads(w, ws);
   }
 
  protected:
@@ -204,8 +288,8 @@ class Cnn final : public ClassifierProblem {
                       RowMatrixF& logits) const override {
     auto& ws = static_cast<CnnWorkspace&>(workspace);
     const Eigen::Index n = rows.rows();
-    conv_relu_pool(x, 0, rows.data(), n, h0_, 1, c1_, ws.s1, ws.packed);
-    conv_relu_pool(x, 2, ws.s1.pooled.data(), n, p1_, c1_, c2_, ws.s2, ws.packed);
+    conv1_forward(x, rows.data(), n, ws);
+    conv2_forward(x, n, ws);
     const Eigen::Map<const RowMatrixF> flat_in(ws.s2.pooled.data(), n, flat());
     logits.resize(n, data_.classes);
     matmul_nt(flat_in, param_map(x, 4, data_.classes, flat()), logits, ws.packed);
@@ -214,6 +298,8 @@ class Cnn final : public ClassifierProblem {
 
  private:
   Eigen::Index flat() const { return p2_ * p2_ * c2_; }
+  Eigen::Index k1() const { return kKernel * kKernel; }  // conv1's taps (one input channel)
+  Eigen::Index k2() const { return kKernel * kKernel * c1_; }
 
   Eigen::Map<const RowMatrixF> param_map(std::span<const float> x, size_t t, Eigen::Index r,
                                          Eigen::Index c) const {
@@ -224,18 +310,111 @@ class Cnn final : public ClassifierProblem {
                                              Eigen::Index(tensors_[t].size));
   }
 
-  // conv (weights tensor t, bias t+1) of n maps side × side × cin → relu → pool.
-  void conv_relu_pool(std::span<const float> x, size_t t, const float* in, Eigen::Index n,
-                      Eigen::Index side, Eigen::Index cin, Eigen::Index cout, Stage& s,
-                      std::vector<float>& packed) const {
-    im2col(in, n, side, side, cin, s.cols);
-    s.out.resize(s.cols.rows(), cout);
-    matmul_nt(s.cols, param_map(x, t, cout, s.cols.cols()), s.out, packed);
-    add_to_rows(s.out, param_vec(x, t + 1).data());
-    float* out = s.out.data();
-    for (Eigen::Index i = 0; i < s.out.size(); ++i) out[i] = out[i] > 0.0f ? out[i] : 0.0f;
-    const Eigen::Index side_out = side - kKernel + 1;
-    max_pool(s.out, n, side_out, side_out, s.pooled, s.argmax);
+  // conv1 → relu → pool, a sample at a time: out1 (NCHW) = W1 · colsᵀ + b.
+  void conv1_forward(std::span<const float> x, const float* in, Eigen::Index n,
+                     CnnWorkspace& ws) const {
+    const Eigen::Index pixels = h1_ * h1_;
+    const float* w1 = x.data() + tensors_[0].offset;
+    const float* b1 = x.data() + tensors_[1].offset;
+    ws.s1.out.resize(n * c1_, pixels);
+    for (Eigen::Index s = 0; s < n; ++s) {
+      im2col_t(in + s * h0_ * h0_, h0_, h0_, ws.cols1_t);
+      float* out = ws.s1.out.data() + s * c1_ * pixels;
+      matmul(size_t(c1_), size_t(pixels), size_t(k1()), w1, k1(), 1, ws.cols1_t.data(),
+             size_t(pixels), out, size_t(pixels));
+      for (Eigen::Index c = 0; c < c1_; ++c) {
+        for (Eigen::Index p = 0; p < pixels; ++p) out[c * pixels + p] += b1[c];
+      }
+    }
+    relu_in_place(ws.s1.out.data(), ws.s1.out.size());
+    const Eigen::Index side = h1_, c1 = c1_;
+    max_pool(
+        ws.s1.out.data(), n, side, side, c1,
+        [side, c1](Eigen::Index s, Eigen::Index ch, Eigen::Index y, Eigen::Index xx) {
+          return ((s * c1 + ch) * side + y) * side + xx;
+        },
+        ws.s1.pooled, ws.s1.argmax);
+  }
+
+  // conv2 → relu → pool, kConv2Samples samples at a time: out2 = cols · W2ᵀ + b.
+  void conv2_forward(std::span<const float> x, Eigen::Index n, CnnWorkspace& ws) const {
+    const Eigen::Index rows2 = h2_ * h2_;
+    transpose_into(x.data() + tensors_[2].offset, size_t(c2_), size_t(k2()), size_t(k2()),
+                   ws.packed);
+    ws.s2.out.resize(n * rows2, c2_);
+    for (Eigen::Index s0 = 0; s0 < n; s0 += kConv2Samples) {
+      const Eigen::Index count = std::min(kConv2Samples, n - s0);
+      im2col(ws.s1.pooled.data() + s0 * p1_ * p1_ * c1_, count, p1_, p1_, c1_, ws.cols2);
+      matmul(size_t(count * rows2), size_t(c2_), size_t(k2()), ws.cols2.data(), ws.cols2.cols(), 1,
+             ws.packed.data(), size_t(c2_), ws.s2.out.data() + s0 * rows2 * c2_, size_t(c2_));
+    }
+    add_to_rows(ws.s2.out, param_vec(x, 3).data());
+    relu_in_place(ws.s2.out.data(), ws.s2.out.size());
+    const Eigen::Index side = h2_, c2 = c2_;
+    max_pool(
+        ws.s2.out.data(), n, side, side, c2,
+        [side, c2](Eigen::Index s, Eigen::Index ch, Eigen::Index y, Eigen::Index xx) {
+          return ((s * side + y) * side + xx) * c2 + ch;
+        },
+        ws.s2.pooled, ws.s2.argmax);
+  }
+
+  // Worker w's ∇W2 = δ2ᵀ · cols over its samples, block by block (the column
+  // matrix made again), and ∇b2 = Σ of δ2 over its rows.
+  void conv2_weight_grads(const WorkerRows& w, CnnWorkspace& ws) const {
+    const Eigen::Index rows2 = h2_ * h2_, ld = padded(k2());
+    ws.dw.assign(size_t(c2_ * ld), 0.0f);
+    for (Eigen::Index s0 = w.begin; s0 < w.begin + w.count; s0 += kConv2Samples) {
+      const Eigen::Index count = std::min(kConv2Samples, w.begin + w.count - s0);
+      im2col(ws.s1.pooled.data() + s0 * p1_ * p1_ * c1_, count, p1_, p1_, c1_, ws.cols2);
+      matmul_acc(size_t(c2_), size_t(ld), size_t(count * rows2),
+                 ws.s2.dout.data() + s0 * rows2 * c2_, 1, c2_, ws.cols2.data(), size_t(ld),
+                 ws.dw.data(), size_t(ld));
+    }
+    unpad_rows(ws.dw.data(), c2_, k2(), w.g.data() + tensors_[2].offset);
+    sum_rows(ws.s2.dout, w.begin * rows2, w.count * rows2, w.g.data() + tensors_[3].offset);
+  }
+
+  // δcols = δ2 · W2, block by block, scattered onto pooled 1 by col2im.
+  void conv2_input_grads(std::span<const float> x, Eigen::Index n, CnnWorkspace& ws) const {
+    const Eigen::Index rows2 = h2_ * h2_;
+    ws.dpool1.resize(ws.s1.pooled.rows(), c1_);
+    for (Eigen::Index s0 = 0; s0 < n; s0 += kConv2Samples) {
+      const Eigen::Index count = std::min(kConv2Samples, n - s0);
+      ws.dcols2.resize(count * rows2, k2());
+      matmul(size_t(count * rows2), size_t(k2()), size_t(c2_),
+             ws.s2.dout.data() + s0 * rows2 * c2_, c2_, 1, x.data() + tensors_[2].offset,
+             size_t(k2()), ws.dcols2.data(), size_t(k2()));
+      col2im(ws.dcols2, count, p1_, p1_, c1_, ws.dpool1.data() + s0 * p1_ * p1_ * c1_);
+    }
+  }
+
+  // Worker w's ∇W1 = δ1ᵀ · cols, sample after sample (δ1 NCHW: a channel's
+  // 576 pixels are contiguous), and ∇b1 = Σ of δ1 over its pixels, in the
+  // order of the rows (sample, y, x).
+  void conv1_weight_grads(const WorkerRows& w, CnnWorkspace& ws) const {
+    const Eigen::Index pixels = h1_ * h1_, ld = padded(k1());
+    ws.dw.assign(size_t(c1_ * ld), 0.0f);
+    float* db = w.g.data() + tensors_[1].offset;
+    std::fill(db, db + c1_, 0.0f);
+    for (Eigen::Index s = w.begin; s < w.begin + w.count; ++s) {
+      im2col_1(ws.rows.data() + s * h0_ * h0_, h0_, h0_, ws.cols1);
+      const float* d = ws.s1.dout.data() + s * c1_ * pixels;
+      matmul_acc(size_t(c1_), size_t(ld), size_t(pixels), d, pixels, 1, ws.cols1.data(),
+                 size_t(ld), ws.dw.data(), size_t(ld));
+      // Pixel by pixel, the channels side by side: each channel's sum in the
+      // rows' order, c1 independent chains (a channel at a time would be one
+      // chain of 576 dependent adds).
+      for (Eigen::Index p = 0; p < pixels; ++p) {
+        for (Eigen::Index c = 0; c < c1_; ++c) db[c] += d[c * pixels + p];
+      }
+    }
+    unpad_rows(ws.dw.data(), c1_, k1(), w.g.data() + tensors_[0].offset);
+  }
+
+  // rows × cols of a matrix whose rows are padded(cols) long into a dense one.
+  static void unpad_rows(const float* from, Eigen::Index rows, Eigen::Index cols, float* to) {
+    for (Eigen::Index r = 0; r < rows; ++r) std::copy_n(from + r * padded(cols), cols, to + r * cols);
   }
 
   // s.dout = gradient w.r.t. the conv output (pre-relu) from the gradient

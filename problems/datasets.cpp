@@ -352,17 +352,24 @@ void shuffle(std::vector<uint32_t>& items, RngStream& rng) {
   }
 }
 
+// How many samples of n `keep` keeps (<= 0: all); above n is refused.
+size_t kept_count(size_t n, int64_t keep, const std::string& field) {
+  if (keep <= 0) return n;
+  if (static_cast<size_t>(keep) > n) {
+    config_fail(join_path("problem", field), Json(keep),
+                "must be <= " + std::to_string(n) + ", the samples available");
+  }
+  return static_cast<size_t>(keep);
+}
+
 // `keep` > 0: a random subset of that size, in random order; else all, in order.
 std::vector<uint32_t> subsample(size_t n, int64_t keep, RngStream& rng, const std::string& field) {
   std::vector<uint32_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0u);
   if (keep <= 0) return idx;
-  if (static_cast<size_t>(keep) > n) {
-    config_fail(join_path("problem", field), Json(keep),
-                "must be <= " + std::to_string(n) + ", the samples available");
-  }
+  const size_t kept = kept_count(n, keep, field);
   shuffle(idx, rng);
-  idx.resize(static_cast<size_t>(keep));
+  idx.resize(kept);
   return idx;
 }
 
@@ -504,6 +511,21 @@ DatasetSplit load_dataset(const DatasetOptions& o, const DataScope& scope) {
   out.classes = spec.classes;
   if (o.dataset == "digits") out.height = out.width = 8;
   return out;
+}
+
+DatasetSize dataset_size(const DatasetOptions& o) {
+  if (o.dataset == "fashion_mnist") {
+    const std::string dir = o.data_dir.empty() ? kFashionMnistDir : o.data_dir;
+    const std::string images_path = (fs::path(dir) / "train-images-idx3-ubyte.gz").string();
+    GzReader images(images_path, package_of(o.dataset));
+    uint64_t payload = 0;
+    const uint32_t count = open_idx_images(images, payload);
+    // subsample()'s count and rule, without drawing the subset.
+    return {kept_count(count, o.train_samples, "train_samples"), kIdxSide * kIdxSide, kIdxClasses,
+            kIdxSide, kIdxSide};
+  }
+  const DatasetSplit split = load_dataset(o);
+  return {split.train.count(), split.train.x.cols(), split.classes, split.height, split.width};
 }
 
 }  // namespace bitlab

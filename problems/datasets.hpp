@@ -93,6 +93,20 @@ struct DatasetSplit {
 // and read whole first (standardising needs every training row).
 DatasetSplit load_dataset(const DatasetOptions& o, const DataScope& scope = {});
 
+// What load_dataset(o) gives, without holding the features: the training
+// samples (after train_samples), the features, classes and image size.
+// Fashion-MNIST's count comes from its training images' header (16 bytes
+// read); the scikit-learn sets (at most 1797 rows) are loaded as
+// load_dataset does, which decides their stratified split. Throws as
+// load_dataset for a missing file or train_samples above the samples there.
+struct DatasetSize {
+  size_t train = 0;
+  int64_t features = 0;
+  int classes = 0;
+  int64_t height = 0, width = 0;  // as DatasetSplit
+};
+DatasetSize dataset_size(const DatasetOptions& o);
+
 template <class O>
 Schema<O>& add_dataset_fields(Schema<O>& s, std::vector<std::string> datasets) {
   static_assert(std::is_base_of_v<DatasetOptions, O>);

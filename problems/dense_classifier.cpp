@@ -68,22 +68,20 @@ class DenseClassifier final : public ClassifierProblem {
   DenseClassifier(const DatasetOptions& data, const DataScope& scope,
                   const std::vector<int64_t>& widths, const std::string& activation)
       : ClassifierProblem(data, scope), activation_(parse_activation(activation)) {
-    sizes_.push_back(data_.train.x.cols());
-    for (const int64_t w : widths) sizes_.push_back(w);
-    sizes_.push_back(data_.classes);
-    std::vector<TensorPart> parts;
-    for (size_t l = 1; l < sizes_.size(); ++l) {
-      const std::string name = "fc" + std::to_string(l);
-      parts.push_back({name + ".weight", size_t(sizes_[l] * sizes_[l - 1]), size_t(sizes_[l]),
-                       size_t(sizes_[l - 1])});
-      parts.push_back({name + ".bias", size_t(sizes_[l])});
-    }
-    tensors_ = make_tensors(parts);
+    sizes_ = layer_sizes(data_.train.x.cols(), widths, data_.classes);
+    tensors_ = make_tensors(parts(sizes_, widths));
   }
   DenseClassifier(const SoftmaxRegressionOptions& o, const DataScope& scope)
       : DenseClassifier(o, scope, {}, "relu") {}
   DenseClassifier(const DeepMlpOptions& o, const DataScope& scope)
       : DenseClassifier(o, scope, o.widths, o.activation) {}
+
+  static ProblemShape shape(const SoftmaxRegressionOptions& o, bool tensors) {
+    return shape(o, {}, tensors);
+  }
+  static ProblemShape shape(const DeepMlpOptions& o, bool tensors) {
+    return shape(o, o.widths, tensors);
+  }
 
   size_t dim() const override { return tensors_.back().offset + tensors_.back().size; }
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
@@ -203,6 +201,36 @@ class DenseClassifier final : public ClassifierProblem {
         }
         break;
     }
+  }
+
+  static std::vector<Eigen::Index> layer_sizes(Eigen::Index features,
+                                               const std::vector<int64_t>& widths,
+                                               Eigen::Index classes) {
+    std::vector<Eigen::Index> sizes = {features};
+    for (const int64_t w : widths) sizes.push_back(w);
+    sizes.push_back(classes);
+    return sizes;
+  }
+
+  // [W_l (out × in), b_l] per layer; a count over int64 blames the widths.
+  static std::vector<TensorPart> parts(const std::vector<Eigen::Index>& sizes,
+                                       const std::vector<int64_t>& widths) {
+    const ParamBlame blame{"problem.widths", Json(widths)};
+    std::vector<TensorPart> out;
+    for (size_t l = 1; l < sizes.size(); ++l) {
+      const std::string name = "fc" + std::to_string(l);
+      const auto rows = size_t(sizes[l]), cols = size_t(sizes[l - 1]);
+      out.push_back({name + ".weight", blame.product(rows, cols), rows, cols});
+      out.push_back({name + ".bias", rows});
+    }
+    return out;
+  }
+
+  static ProblemShape shape(const DatasetOptions& o, const std::vector<int64_t>& widths,
+                            bool tensors) {
+    const DatasetSize data = dataset_size(o);
+    return shape_of_parts(parts(layer_sizes(data.features, widths, data.classes), widths),
+                          data.train, tensors, {"problem.widths", Json(widths)});
   }
 
   Activation activation_;

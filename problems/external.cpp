@@ -51,6 +51,28 @@ Schema<ExternalOptions> ExternalOptions::schema() {
 
 namespace {
 
+// The model's tensors in order (PyTorch's shape[0] and shape[1]; TensorInfo:
+// rows = 0 marks 1-D); a count over int64 blames the tensor's shape.
+ProblemShape external_shape(const ExternalOptions& options, bool tensors) {
+  ProblemShape out;
+  for (size_t i = 0; i < options.tensors.size(); ++i) {
+    const ExternalTensor& t = options.tensors[i];
+    const ParamBlame blame{"problem.tensors." + std::to_string(i) + ".shape", Json(t.shape)};
+    size_t n = 1;
+    for (const int64_t s : t.shape) n = blame.product(n, static_cast<size_t>(s));
+    if (tensors) {
+      TensorInfo info{t.name, out.dim, n};
+      if (t.shape.size() >= 2) {
+        info.rows = static_cast<size_t>(t.shape[0]);
+        info.cols = static_cast<size_t>(t.shape[1]);
+      }
+      out.tensors.push_back(std::move(info));
+    }
+    out.dim = blame.sum(out.dim, n);
+  }
+  return out;
+}
+
 // What `bitlab run` says of a config.json written by the bridge.
 class RefusedExternal final : public Problem {
  public:
@@ -71,16 +93,15 @@ class RefusedExternal final : public Problem {
   }
   std::vector<std::string> eval_columns() const override { return {}; }
   void evaluate(std::span<const float>, std::span<double>) const override {}
+  // Its gradients come from PyTorch, so it is never built: priced from its
+  // tensor list.
+  static ProblemShape shape(const ExternalOptions& o, bool tensors) {
+    return external_shape(o, tensors);
+  }
 
  private:
   std::vector<TensorInfo> none_;
 };
-
-size_t numel(const std::vector<int64_t>& shape) {
-  size_t n = 1;
-  for (const int64_t s : shape) n *= static_cast<size_t>(s);
-  return n;
-}
 
 }  // namespace
 
@@ -97,16 +118,9 @@ ExternalProblem::ExternalProblem(const ExternalOptions& options, int workers,
       grads_(static_cast<size_t>(workers)),
       losses_(static_cast<size_t>(workers), std::nan("")),
       bad_(static_cast<size_t>(workers)) {
-  for (const auto& t : options.tensors) {
-    TensorInfo info{t.name, dim_, numel(t.shape)};
-    // PyTorch's shape[0] and shape[1] (TensorInfo: rows = 0 marks 1-D).
-    if (t.shape.size() >= 2) {
-      info.rows = static_cast<size_t>(t.shape[0]);
-      info.cols = static_cast<size_t>(t.shape[1]);
-    }
-    dim_ += info.size;
-    tensors_.push_back(std::move(info));
-  }
+  ProblemShape shape = external_shape(options, true);
+  dim_ = shape.dim;
+  tensors_ = std::move(shape.tensors);
   if (initial_.size() != dim_) {
     throw ConfigError("the initial parameters hold " + std::to_string(initial_.size()) +
                       " values; the tensors list " + std::to_string(dim_));

@@ -33,14 +33,19 @@ struct LeastSquaresWorkspace final : Workspace {
 class LeastSquares final : public Problem {
  public:
   LeastSquares(const LeastSquaresOptions& o, const DataScope& scope)
-      : data_(make_least_squares_data(o, scope)) {
-    tensors_ =
-        make_tensors({{"weight", static_cast<size_t>(o.dim), 1, static_cast<size_t>(o.dim)}});
+      : data_(make_least_squares_data(o, scope)), tensors_(shape(o, true).tensors) {
     // O(m d² + d³) once; cheap at the sizes a simulation uses. Only the
     // process that evaluates (and so holds every row) needs it.
     if (scope.evaluates) {
       optimal_loss_ = least_squares_objective(data_.train, least_squares_solution(data_.train));
     }
+  }
+
+  // One weight row of d parameters (nn.Linear(d, 1) without bias).
+  static ProblemShape shape(const LeastSquaresOptions& o, bool tensors) {
+    const auto d = static_cast<size_t>(o.dim);
+    return {d, static_cast<size_t>(o.samples),
+            tensors ? make_tensors({{"weight", d, 1, d}}) : std::vector<TensorInfo>{}};
   }
 
   size_t dim() const override { return static_cast<size_t>(data_.train.x.cols()); }

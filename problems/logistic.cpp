@@ -39,14 +39,19 @@ struct LogisticWorkspace final : Workspace {
 class Logistic final : public Problem {
  public:
   Logistic(const LogisticOptions& o, const DataScope& scope)
-      : l2_(o.l2), data_(make_logistic_data(o, scope)) {
-    const auto d = static_cast<size_t>(o.dim);
-    tensors_ = make_tensors({{"weight", d, 1, d}, {"bias", 1}});  // nn.Linear(d, 1)
+      : l2_(o.l2), data_(make_logistic_data(o, scope)), tensors_(shape(o, true).tensors) {
     // Only the process that evaluates (and so holds every row) needs it.
     if (!scope.evaluates) return;
     if (const auto p = logistic_solution(data_.train, l2_)) {
       optimal_loss_ = logistic_objective(data_.train, *p, l2_);
     }
+  }
+
+  // nn.Linear(d, 1): d weights and a bias.
+  static ProblemShape shape(const LogisticOptions& o, bool tensors) {
+    const auto d = static_cast<size_t>(o.dim);
+    return shape_of_parts({{"weight", d, 1, d}, {"bias", 1}}, static_cast<size_t>(o.samples),
+                          tensors, {"problem.dim", Json(o.dim)});
   }
 
   size_t dim() const override { return static_cast<size_t>(data_.train.x.cols()) + 1; }

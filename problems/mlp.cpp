@@ -53,13 +53,19 @@ class Mlp final : public Problem {
         hidden_(o.hidden),
         classes_(o.classes),
         relu_(o.activation == "relu"),
-        data_(make_mlp_data(o, scope)) {
-    const auto in = static_cast<size_t>(in_), h = static_cast<size_t>(hidden_),
-               c = static_cast<size_t>(classes_);
-    tensors_ = make_tensors({{"fc1.weight", h * in, h, in},
-                             {"fc1.bias", h},
-                             {"fc2.weight", c * h, c, h},
-                             {"fc2.bias", c}});
+        data_(make_mlp_data(o, scope)),
+        tensors_(shape(o, true).tensors) {}
+
+  // fc1 (hidden × input_dim, bias), fc2 (classes × hidden, bias).
+  static ProblemShape shape(const MlpOptions& o, bool tensors) {
+    const auto in = static_cast<size_t>(o.input_dim), h = static_cast<size_t>(o.hidden),
+               c = static_cast<size_t>(o.classes);
+    const ParamBlame blame{"problem.hidden", Json(o.hidden)};
+    return shape_of_parts({{"fc1.weight", blame.product(h, in), h, in},
+                           {"fc1.bias", h},
+                           {"fc2.weight", blame.product(c, h), c, h},
+                           {"fc2.bias", c}},
+                          static_cast<size_t>(o.samples), tensors, blame);
   }
 
   size_t dim() const override {

@@ -48,6 +48,25 @@ struct MakeContext<Problem> {
   using type = DataScope;
 };
 
+// What a problem is, known from its options without building it: what
+// `bitlab cost` prices (a d = 1e9 model is not allocated to be priced). Each
+// problem has a static shape(const Options&, bool tensors) that its
+// constructor's layout comes from too, so the two cannot drift (the
+// `problems` suite compares them for every registered problem). Parameter
+// counts are int64: a count that does not fit is a ConfigError naming the
+// option that made it, never a wrapped number.
+struct ProblemShape {
+  size_t dim = 0;        // parameters d, as Problem::dim()
+  size_t num_train = 0;  // as Problem::num_train()
+  // As Problem::tensors(); filled only when asked (a quadratic may be split
+  // into as many tensors as it has parameters).
+  std::vector<TensorInfo> tensors;
+};
+template <>
+struct ShapeOf<Problem> {
+  using type = ProblemShape;
+};
+
 // Per-worker scratch memory a problem needs in loss_grad (grown on first use,
 // then reused: no allocation in the step loop once batch sizes are fixed).
 struct Workspace {
@@ -134,5 +153,22 @@ class Problem {
 };
 
 const std::vector<RegistryEntry<Problem>>& problem_registry();
+
+// The shape of a resolved problem section ({"name": ..., options}) through
+// its registry entry's shape function, without building it. Throws
+// ConfigError as building would for what the options alone decide (a
+// parameter count over int64, a data set file that is missing).
+ProblemShape problem_shape(const Json& resolved, bool tensors = false);
+
+// Parameter counting that refuses rather than wraps: a product or sum that
+// does not fit in int64 is a ConfigError blaming the option that made it
+// ("problem.widths = [...]: makes more than 2^63 - 1 parameters").
+struct ParamBlame {
+  std::string field;  // "problem.widths"
+  Json value;
+  size_t product(size_t a, size_t b) const;
+  size_t sum(size_t a, size_t b) const;
+  [[noreturn]] void fail() const;
+};
 
 }  // namespace bitlab

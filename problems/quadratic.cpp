@@ -42,18 +42,27 @@ namespace {
 
 class Quadratic final : public Problem {
  public:
-  explicit Quadratic(const QuadraticOptions& o) : noise_(static_cast<float>(o.noise)) {
+  explicit Quadratic(const QuadraticOptions& o)
+      : noise_(static_cast<float>(o.noise)), tensors_(shape(o, true).tensors) {
     QuadraticData data = make_quadratic_data(o);
     h_ = std::move(data.curvature);
     x_star_ = std::move(data.optimum);
-    const size_t d = h_.size(), t = static_cast<size_t>(o.tensors);
-    // Each block is described as its most square matrix (square_tensor).
+  }
+
+  // d = dim; the vector is split into `tensors` blocks as equal as possible,
+  // each described as its most square matrix (square_tensor).
+  static ProblemShape shape(const QuadraticOptions& o, bool tensors) {
+    ProblemShape out;
+    out.dim = static_cast<size_t>(o.dim);
+    if (!tensors) return out;
+    const size_t d = out.dim, t = static_cast<size_t>(o.tensors);
     size_t offset = 0;
     for (size_t i = 0; i < t; ++i) {
       const size_t size = d / t + (i < d % t ? 1 : 0);
-      tensors_.push_back(square_tensor("block" + std::to_string(i), offset, size));
+      out.tensors.push_back(square_tensor("block" + std::to_string(i), offset, size));
       offset += size;
     }
+    return out;
   }
 
   size_t dim() const override { return h_.size(); }
@@ -119,9 +128,9 @@ class Quadratic final : public Problem {
 
  private:
   float noise_;
+  std::vector<TensorInfo> tensors_;
   std::vector<float> h_;
   std::vector<float> x_star_;
-  std::vector<TensorInfo> tensors_;
 };
 
 }  // namespace

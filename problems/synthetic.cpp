@@ -17,6 +17,15 @@ std::vector<TensorInfo> make_tensors(const std::vector<TensorPart>& parts) {
   return out;
 }
 
+ProblemShape shape_of_parts(const std::vector<TensorPart>& parts, size_t num_train, bool tensors,
+                            const ParamBlame& blame) {
+  ProblemShape out;
+  for (const TensorPart& p : parts) out.dim = blame.sum(out.dim, p.size);
+  out.num_train = num_train;
+  if (tensors) out.tensors = make_tensors(parts);
+  return out;
+}
+
 namespace {
 
 // `row`: scale · N(0, 1) entries, drawn in order.

@@ -39,6 +39,11 @@ struct TensorPart {
 // Consecutive tensors of the given parts, tiling [0, sum of sizes).
 std::vector<TensorInfo> make_tensors(const std::vector<TensorPart>& parts);
 
+// The shape of a problem laid out as `parts` (dim: their sizes' sum, checked
+// by `blame`; tensors: make_tensors(parts) when asked).
+ProblemShape shape_of_parts(const std::vector<TensorPart>& parts, size_t num_train, bool tensors,
+                            const ParamBlame& blame);
+
 // Samples of a data set: one row of `x` per sample held by this process
 // (every sample, unless a DataScope restricted it; then `row_of` maps samples
 // to rows). Labels and targets are kept for every sample (4 bytes each: the

@@ -607,26 +607,27 @@ class Transformer final : public Problem {
         net_(shape_of(o, corpus_.vocab_size())),
         init_std_(o.init_std) {
     const auto T = static_cast<size_t>(o.context);
-    const size_t train_len = corpus_.train_tokens.size(), test_len = corpus_.test_tokens.size();
-    if (train_len < T + 1) {
-      config_fail(
-          "problem.context", o.context,
-          "needs context + 1 tokens, but the training text has only " + std::to_string(train_len));
-    }
+    const size_t train_len = corpus_.train_tokens.size();
+    const size_t held_out = windows(o, corpus_).second;  // refuses too short a text
     for (size_t s = 0; s + T + 1 <= train_len; s += static_cast<size_t>(o.stride)) {
       train_starts_.push_back(s);
-    }
-    const size_t held_out = std::min(static_cast<size_t>(o.eval_windows), (test_len - 1) / T);
-    if (held_out == 0) {
-      config_fail("problem.context", o.context,
-                  "needs context + 1 tokens, but the held-out text has only " +
-                      std::to_string(test_len) + " (raise problem.test_fraction)");
     }
     for (size_t k = 0; k < held_out; ++k) test_starts_.push_back(k * T);
     const size_t subset = std::min(static_cast<size_t>(o.eval_windows), train_starts_.size());
     for (size_t k = 0; k < subset; ++k) {
       subset_starts_.push_back(train_starts_[k * train_starts_.size() / subset]);
     }
+  }
+
+  // The corpus is read (its vocabulary and length decide the shape; a few
+  // hundred kB by default), the network is not built.
+  static ProblemShape shape(const TransformerOptions& o, bool tensors) {
+    const TextCorpus corpus = load_text_corpus({o.files, o.test_fraction, o.data_seed, "problem"});
+    ProblemShape out;
+    out.dim = param_count(o, corpus.vocab_size());
+    out.num_train = windows(o, corpus).first;
+    if (tensors) out.tensors = transformer_tensors(shape_of(o, corpus.vocab_size()));
+    return out;
   }
 
   size_t dim() const override { return net_.dim(); }
@@ -697,8 +698,52 @@ class Transformer final : public Problem {
  private:
   static constexpr size_t kEvalChunk = 16;
 
+  // Refuses a model whose parameter count does not fit in int64 (before
+  // transformer_tensors would wrap it).
   static TransformerShape shape_of(const TransformerOptions& o, int32_t vocab) {
+    param_count(o, vocab);
     return {vocab, o.context, o.d_model, o.layers, o.heads, o.mlp_ratio, true};
+  }
+
+  // transformer_tensors' sizes summed in closed form, checked: 2·V·d
+  // (embedding, head) + T·d + 2d (ln_f) + layers · (4d² + 2fd + 9d + f) with
+  // f = mlp_ratio · d (per block: ln1, ln2 4d; qkv 3d² + 3d; proj d² + d;
+  // mlp fc fd + f, proj fd + d). The `problems` suite checks it against the
+  // built network. A count over int64 blames d_model (or layers).
+  static size_t param_count(const TransformerOptions& o, int32_t vocab) {
+    const ParamBlame blame{"problem.d_model", Json(o.d_model)};
+    const auto d = size_t(o.d_model), v = size_t(vocab), t = size_t(o.context);
+    const size_t f = blame.product(size_t(o.mlp_ratio), d);
+    const size_t dd = blame.product(d, d), fd = blame.product(f, d);
+    size_t block = blame.product(4, dd);
+    for (const size_t part : {blame.product(2, fd), blame.product(9, d), f}) {
+      block = blame.sum(block, part);
+    }
+    size_t total = blame.sum(blame.product(blame.product(2, v), d),
+                             blame.sum(blame.product(t, d), blame.product(2, d)));
+    // Blocks that each fit but not all together blame the layers.
+    const ParamBlame deep{"problem.layers", Json(o.layers)};
+    return deep.sum(total, deep.product(size_t(o.layers), block));
+  }
+
+  // The training windows (starts every `stride` tokens) and held-out windows
+  // (at most eval_windows, non-overlapping) of the corpus; too short a text
+  // for one window of context + 1 tokens is refused.
+  static std::pair<size_t, size_t> windows(const TransformerOptions& o, const TextCorpus& c) {
+    const auto T = static_cast<size_t>(o.context);
+    const size_t train_len = c.train_tokens.size(), test_len = c.test_tokens.size();
+    if (train_len < T + 1) {
+      config_fail(
+          "problem.context", o.context,
+          "needs context + 1 tokens, but the training text has only " + std::to_string(train_len));
+    }
+    const size_t held_out = std::min(static_cast<size_t>(o.eval_windows), (test_len - 1) / T);
+    if (held_out == 0) {
+      config_fail("problem.context", o.context,
+                  "needs context + 1 tokens, but the held-out text has only " +
+                      std::to_string(test_len) + " (raise problem.test_fraction)");
+    }
+    return {(train_len - T - 1) / static_cast<size_t>(o.stride) + 1, held_out};
   }
 
   // Copies `count` windows of context + 1 tokens starting at start(i).

@@ -13,6 +13,8 @@
 #include "problems/text_corpus.hpp"
 #include "sim/cluster/cluster.hpp"
 #include "sim/comm/comm.hpp"
+#include "sim/engine/config.hpp"
+#include "sim/engine/simulation.hpp"
 
 namespace bitlab::testing {
 
@@ -169,6 +171,15 @@ inline std::vector<std::string> small_real_models(bool* skipped = nullptr) {
   }
   if (skipped) *skipped = !fortunes;
   return out;
+}
+
+// A simulation whose cluster keeps every worker's gradient row. The 1-bit
+// family folds each gradient into its state as it is made and keeps no rows
+// (GradientSink); a test that reads cluster().grad(i) hands the problem in,
+// which keeps them (as the Python bridge's given problem does).
+inline Simulation simulation_with_rows(const Experiment& e) {
+  const auto* entry = find_entry(problem_registry(), e.problem.at("name").get<std::string>());
+  return Simulation(e, entry->make(e.problem, DataScope{}));
 }
 
 }  // namespace bitlab::testing

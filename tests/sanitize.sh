@@ -42,7 +42,7 @@ for src in "$ROOT"/tests/bench/bench_*.cpp; do targets+=("$(basename "$src" .cpp
 if command -v clang++-14 >/dev/null; then
   SANITIZE="$SANITIZE -fsanitize=fuzzer-no-link"
   config+=(-DCMAKE_CXX_COMPILER=clang++-14 -DBITLAB_FUZZ=ON)
-  targets+=(fuzz_experiment fuzz_sweep fuzz_cost)
+  targets+=(fuzz_experiment fuzz_sweep fuzz_cost fuzz_checkpoint)
 fi
 gen=()
 if command -v ninja >/dev/null; then gen=(-G Ninja); fi

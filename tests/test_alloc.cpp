@@ -109,8 +109,7 @@ TEST_SUITE("alloc") {
     // setup() asks operator new for. d = 2^16 in 4 tensors (no padding: d is
     // a multiple of 8n and of LoCo's n·group), 8 and 16 workers, 4 per node.
     // Tolerance ±5 %: the estimates leave out what does not scale with d
-    // (per-tensor scalars, the 1-bit worker stage's per-worker tables of 2048
-    // floats: 1.6 % of 1-bit Adam's state at n = 16), and the counter adds
+    // (per-tensor scalars), and the counter adds
     // what setup() frees again. A missing buffer is at least d floats of
     // 12 d + (4 to 16)·n·d bytes: 10 % or more, outside.
     const auto* pe = find_entry(problem_registry(), "quadratic");

@@ -357,8 +357,10 @@ TEST_SUITE("checkpoint") {
     }
     CHECK(WEXITSTATUS(raw) == 128 + SIGTERM);
     CHECK(fs::exists(stopped / "checkpoint.bin"));  // at the stop, not at a multiple of K
+    CHECK_FALSE(fs::exists(stopped / ".bitlab.lock"));  // an interrupted run removes its lock
     const Result r = run_bitlab(d, "run --resume " + stopped.string() + " --quiet");
     REQUIRE(r.status == 0);
+    CHECK_FALSE(fs::exists(stopped / ".bitlab.lock"));  // and so does its resume
     CHECK(without_wall_column(slurp(stopped / "metrics.csv")) ==
           without_wall_column(slurp(straight / "metrics.csv")));
     CHECK(slurp(stopped / "comm_log.csv") == slurp(straight / "comm_log.csv"));

@@ -14,6 +14,7 @@
 #include "sim/compress/compressors.hpp"
 #include "sim/engine/simulation.hpp"
 #include "sim/lab/cost.hpp"
+#include "tests/cli_fixtures.hpp"
 #include "tests/plan_check.hpp"
 
 using namespace bitlab;
@@ -333,4 +334,158 @@ TEST_SUITE("cost") {
     CHECK(error_path(raw, {{"workers=0", "--workers 0"}}, &msg) == "workers");
     CHECK(msg.rfind("--workers 0: workers = 0: must be >= 1", 0) == 0);
   }
+
+  TEST_CASE("gradient accumulation: N micro-steps of compute, one exchange per step") {
+    // The worked example of docs/time-model.md: base_spec with 4 micro-steps
+    // of 10 ms: compute 40 ms, the fp32 ring allreduce of 4 MB on 2 workers
+    // 2α + S/B = 4.02 ms once, step 44.02 ms, 100 steps 4.402 s. Tolerance
+    // 1e-12 relative: the same few double operations, reordered.
+    using testing::run_bitlab;
+    testing::TempDir d;
+    const auto spec = d.file("spec.json", base_spec().dump());
+    testing::Result r = run_bitlab(d, "cost " + spec + " --gradient-accumulation-steps 4 --json");
+    REQUIRE(r.status == 0);
+    const Json j = Json::parse(r.out);
+    CHECK(j["compute_s_per_step"].get<double>() == doctest::Approx(0.040).epsilon(1e-12));
+    const Json& phase = j["optimizer"]["phases"][0];
+    CHECK(phase["comm_s"].get<double>() == doctest::Approx(0.00402).epsilon(1e-12));
+    CHECK(phase["step_s"].get<double>() == doctest::Approx(0.04402).epsilon(1e-12));
+    CHECK(phase["steps"] == 100);  // optimizer steps
+    CHECK(j["optimizer"]["total_s"].get<double>() == doctest::Approx(4.402).epsilon(1e-12));
+    // The same bytes as without accumulation: one exchange per step.
+    r = run_bitlab(d, "cost " + spec + " --json");
+    REQUIRE(r.status == 0);
+    const Json one = Json::parse(r.out);
+    CHECK(one["optimizer"]["total_sent_bytes_per_worker"] ==
+          j["optimizer"]["total_sent_bytes_per_worker"]);
+    CHECK(one["optimizer"]["phases"][0]["step_s"].get<double>() ==
+          doctest::Approx(0.01402).epsilon(1e-12));
+    // The flag is --set compute.gradient_accumulation_steps.
+    r = run_bitlab(d, "cost " + spec + " --set compute.gradient_accumulation_steps=4 --json");
+    REQUIRE(r.status == 0);
+    CHECK(Json::parse(r.out)["optimizer"] == j["optimizer"]);
+    // The text says it.
+    r = run_bitlab(d, "cost " + spec + " --gradient-accumulation-steps 4");
+    CHECK(r.out.find("= 4 micro-steps (compute.gradient_accumulation_steps) of ") !=
+          std::string::npos);
+    // Overlap hides the allreduce behind the last micro-step's backward only:
+    // 0.3 · 2/3 · 10 ms = 2 ms hidden (not 0.3 · 2/3 · 40 ms = 8 ms, which
+    // would hide all 4.02 ms): step 40 + 4.02 - 2 = 42.02 ms.
+    r = run_bitlab(d, "cost " + spec + " --gradient-accumulation-steps 4 --set compute.overlap=0.3 --json");
+    REQUIRE(r.status == 0);
+    CHECK(Json::parse(r.out)["optimizer"]["phases"][0]["step_s"].get<double>() ==
+          doctest::Approx(0.04202).epsilon(1e-12));
+    // Bad values: exit 2 naming the flag, the field and the rule.
+    r = run_bitlab(d, "cost " + spec + " --gradient-accumulation-steps 0");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--gradient-accumulation-steps 0: compute.gradient_accumulation_steps = 0: "
+                     "must be >= 1") != std::string::npos);
+    r = run_bitlab(d, "cost " + spec + " --gradient-accumulation-steps 2.5");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("compute.gradient_accumulation_steps") != std::string::npos);
+  }
+
+  TEST_CASE("gradient accumulation from a DeepSpeed config reaches cost") {
+    using testing::run_bitlab;
+    testing::TempDir d;
+    d.file("ds.json", R"({"train_batch_size": 4096, "train_micro_batch_size_per_gpu": 16,
+      "gradient_accumulation_steps": 4,
+      "optimizer": {"type": "OneBitAdam", "params": {"lr": 1e-3, "freeze_step": 50}}})");
+    const auto file = d.file("e.json", R"({"name": "ga", "steps": 200,
+      "deepspeed_config": "ds.json", "problem": {"name": "logistic", "dim": 20},
+      "network": {"preset": "ethernet_40g_v100x4"}, "compute": {"step_ms": 10}})");
+    const testing::Result r = run_bitlab(d, "cost " + file + " --json");
+    REQUIRE(r.status == 0);
+    const Json j = Json::parse(r.out);
+    CHECK(j["spec"]["compute"]["gradient_accumulation_steps"] == 4);
+    CHECK(j["spec"]["workers"] == 64);                  // 4096 / (16 · 4)
+    CHECK(j["spec"]["samples_per_worker"] == 64.0);     // 16 · 4 per optimizer step
+    CHECK(j["compute_s_per_step"].get<double>() == doctest::Approx(0.040).epsilon(1e-12));
+  }
+
+  TEST_CASE("cost switches optimizer as run does, warns of short warm-ups, marks descriptions") {
+    using testing::run_bitlab;
+    testing::TempDir d;
+    const auto file = d.file("bert.json", R"({
+      "description": "BERT-Large, 1-bit Adam with 15 % warm-up",
+      "params": 340e6, "workers": 64, "steps": 100000,
+      "network": {"preset": "ethernet_40g_v100x4"}, "compute": {"step_ms": 58.82},
+      "optimizer": {"name": "onebit_adam", "freeze_step": 15000, "wire": "fp16", "eps": 1e-8}})");
+    // --optimizer keeps the options both know (freeze_step, wire), as run's
+    // --set optimizer.name does; onebit_lamb has eps too.
+    testing::Result r = run_bitlab(d, "cost " + file + " --optimizer onebit_lamb --json");
+    REQUIRE(r.status == 0);
+    const Json lamb = Json::parse(r.out);
+    CHECK(lamb["spec"]["optimizer"]["name"] == "onebit_lamb");
+    CHECK(lamb["spec"]["optimizer"]["freeze_step"] == 15000);
+    CHECK(lamb["spec"]["optimizer"]["wire"] == "fp16");
+    CHECK(lamb["overrides"] == Json::array({"--optimizer onebit_lamb"}));
+    r = run_bitlab(d, "cost " + file + " --set optimizer.name=onebit_lamb --json");
+    REQUIRE(r.status == 0);
+    CHECK(Json::parse(r.out)["optimizer"] == lamb["optimizer"]);
+    // --set optimizer.name=adam: what adam does not know is dropped, said.
+    r = run_bitlab(d, "cost " + file + " --set optimizer.name=adam");
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("warning: --set optimizer.name=adam: adam does not know onebit_adam's "
+                     "freeze_step") != std::string::npos);
+    // A later --set may give the new optimizer's options.
+    r = run_bitlab(d, "cost " + file + " --optimizer zero_one_adam --set optimizer.var_freeze_step=20% --json");
+    REQUIRE(r.status == 0);
+    CHECK(Json::parse(r.out)["spec"]["optimizer"]["var_freeze_step"] == 20000);
+    // The description is the file's once anything is changed.
+    r = run_bitlab(d, "cost " + file + " --optimizer onebit_lamb");
+    CHECK(r.out.find("\n  the file (before the changes below): BERT-Large, 1-bit Adam with 15 % "
+                     "warm-up\n  priced with: --optimizer onebit_lamb\n") != std::string::npos);
+    r = run_bitlab(d, "cost " + file);
+    CHECK(r.out.find("\n  BERT-Large, 1-bit Adam with 15 % warm-up\ntopology") != std::string::npos);
+    CHECK(r.out.find("priced with") == std::string::npos);
+    CHECK(r.out.find("warning:") == std::string::npos);  // 15 % warm-up: nothing to say
+
+    // Flags only: the default freeze_step 100 is 0.1 % of 100 000 steps.
+    const std::string flags =
+        "cost --params 340e6 --workers 64 --steps 100000 --network ethernet_40g_v100x4 ";
+    r = run_bitlab(d, flags + "--optimizer onebit_adam");
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("warning: optimizer.freeze_step = 100 is 0.1 % of steps = 100000") !=
+          std::string::npos);
+    r = run_bitlab(d, flags + "--optimizer zero_one_adam --json");
+    REQUIRE(r.status == 0);
+    CHECK(Json::parse(r.out)["warnings"].dump().find("optimizer.var_freeze_step = 100 is 0.1 %") !=
+          std::string::npos);
+    // At 1 % and above, or with a share, nothing is said.
+    r = run_bitlab(d, flags + "--optimizer onebit_adam --set optimizer.freeze_step=1000");
+    CHECK(r.out.find("warning:") == std::string::npos);
+    r = run_bitlab(d, flags + "--optimizer onebit_lamb --set optimizer.freeze_step=999");
+    CHECK(r.out.find("warning: optimizer.freeze_step = 999 is 0.999 % of steps") !=
+          std::string::npos);
+    // A warm-up as long as the job, as run says it.
+    r = run_bitlab(d, "cost --params 340e6 --workers 64 --steps 50 --network "
+                      "ethernet_40g_v100x4 --optimizer onebit_adam");
+    CHECK(r.out.find("is not below steps = 50") != std::string::npos);
+  }
+
+  TEST_CASE("cost of an experiment file never builds its problem") {
+    using testing::run_bitlab;
+    testing::TempDir d;
+    // 1e12 parameters: 4 TB if it were built.
+    const auto big = d.file("big.json", R"({"name": "big", "steps": 1000,
+      "problem": {"name": "quadratic", "dim": 1000000000000},
+      "cluster": {"workers": 64}, "network": {"preset": "ethernet_40g_v100x4"},
+      "optimizer": {"name": "onebit_adam", "freeze_step": "15%"}})");
+    testing::Result r = run_bitlab(d, "cost " + big + " --json");
+    REQUIRE(r.status == 0);
+    CHECK(Json::parse(r.out)["spec"]["params"] == int64_t{1000000000000});
+    // A width whose square overflows int64: exit 2 naming it (it used to wrap
+    // to a negative count).
+    const auto wide = d.file("wide.json", R"({"name": "wide", "steps": 10,
+      "problem": {"name": "deep_mlp", "dataset": "digits", "widths": [4294967296, 4294967296]},
+      "network": {"preset": "ethernet_40g_v100x4"}, "cluster": {"workers": 4},
+      "optimizer": {"name": "adam"}})");
+    r = run_bitlab(d, "cost " + wide);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("problem.widths = ") != std::string::npos);
+    CHECK(r.err.find(": makes more than 2^63 - 1 parameters") != std::string::npos);
+    CHECK(r.out.empty());
+  }
 }
+

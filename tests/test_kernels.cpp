@@ -314,9 +314,13 @@ TEST_SUITE("kernels") {
     for (const std::vector<OneBitSlice>& slices :
          {std::vector<OneBitSlice>{{0, 5001}}, std::vector<OneBitSlice>{{0, 37}, {37, 4964}}}) {
       const size_t d = 5001;
-      OneBitAllreduceSet ref(n, slices), fused(n, slices);
-      Communicator comm_ref(n), comm_fused(n);
+      // streamed: the three-part call (begin, add_worker_momentum per worker
+      // in reverse order, finish), as 1-bit Adam folds on a streamed
+      // cluster; rows: add_worker on the written-out momenta, reversed.
+      OneBitAllreduceSet ref(n, slices), fused(n, slices), streamed(n, slices), rows(n, slices);
+      Communicator comm_ref(n), comm_fused(n), comm_streamed(n), comm_rows(n);
       std::vector<float> m_ref = awkward(d, 18), m_fused = m_ref, g(n * d), momenta(n * d);
+      std::vector<float> m_streamed = m_ref, m_rows = m_ref;
       for (int call = 0; call < 4; ++call) {
         for (int i = 0; i < n; ++i) {
           const auto gi = awkward(d, 100 + 10 * call + i, 2.0f);
@@ -326,8 +330,21 @@ TEST_SUITE("kernels") {
         ref.run(comm_ref, WorkerBuffers{momenta.data(), d, d, n}, m_ref);
         fused.run_momentum(comm_fused, {m_fused.data(), WorkerBuffers{g.data(), d, d, n}, c},
                            m_fused);
+        streamed.begin(true);
+        rows.begin(false);
+        for (int i = n - 1; i >= 0; --i) {
+          streamed.add_worker_momentum(i, m_streamed.data(), g.data() + i * d, c);
+          std::vector<float> b(d);
+          cpu::onebit_adam_momentum(m_rows.data(), g.data() + i * d, d, b.data(), c);
+          rows.add_worker(i, b);
+        }
+        streamed.finish(comm_streamed, m_streamed);
+        rows.finish(comm_rows, m_rows);
         INFO("call " << call << ", slices " << slices.size());
         CHECK(std::memcmp(m_fused.data(), m_ref.data(), d * sizeof(float)) == 0);
+        CHECK(std::memcmp(m_streamed.data(), m_ref.data(), d * sizeof(float)) == 0);
+        CHECK(std::memcmp(m_rows.data(), m_ref.data(), d * sizeof(float)) == 0);
+        CHECK(comm_streamed.log().size() == comm_ref.log().size());
         for (size_t p = 0; p < slices.size(); ++p) {
           for (int i = 0; i < n; ++i) {
             CHECK(std::bit_cast<uint32_t>(fused.part(p).worker_scale(i)) ==

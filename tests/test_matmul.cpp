@@ -5,8 +5,10 @@
 // sim/kernels/det_math.hpp's exp and log against the C library's.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -113,6 +115,38 @@ TEST_SUITE("matmul") {
     matmul(40, n, k, a.data(), ptrdiff_t(k), 1, b.data(), n, all.data(), n);
     matmul(10, n, k, a.data() + 10 * k, ptrdiff_t(k), 1, b.data(), n, part.data(), n);
     CHECK(std::memcmp(all.data() + 10 * n, part.data(), part.size() * sizeof(float)) == 0);
+  }
+
+  TEST_CASE("matmul_acc continues each sum: k split into blocks gives one product's bits") {
+    // What lets the CNN sum a weight gradient sample by sample
+    // (problems/cnn.cpp): blocks of k, each continued from C, are the product
+    // over the whole k; for every variant, transposed A, a k split off a
+    // 256-block boundary and blocks of 1 and 0.
+    const size_t m = 9, n = 37, k = 600, ldb = n + 3;
+    const std::vector<float> a = normals(m * k, 7), b = normals(k * ldb, 8);
+    for (const Isa isa : supported_isas()) {
+      CAPTURE(isa_name(isa));
+      std::vector<float> whole(m * ldb, -7.0f);
+      matmul_isa(isa, m, n, k, a.data(), 1, ptrdiff_t(m), b.data(), ldb, whole.data(), ldb);
+      std::vector<float> blocks(m * ldb, -7.0f);
+      for (size_t i = 0; i < m; ++i) std::fill_n(blocks.data() + i * ldb, n, 0.0f);
+      const size_t cuts[] = {0, 1, 1, 100, 357, 599, 600};
+      for (size_t c = 0; c + 1 < std::size(cuts); ++c) {
+        const size_t k0 = cuts[c], kc = cuts[c + 1] - cuts[c];
+        matmul_acc_isa(isa, m, n, kc, a.data() + k0 * m, 1, ptrdiff_t(m), b.data() + k0 * ldb,
+                       ldb, blocks.data(), ldb);
+      }
+      CHECK(first_difference(whole, blocks) == -1);  // padding (-7) untouched in both
+    }
+    // Planted: a second pass over the last block adds its terms twice; the
+    // comparison must see it.
+    std::vector<float> twice(m * ldb, -7.0f);
+    matmul(m, n, k, a.data(), 1, ptrdiff_t(m), b.data(), ldb, twice.data(), ldb);
+    matmul_acc(m, n, 1, a.data() + (k - 1) * m, 1, ptrdiff_t(m), b.data() + (k - 1) * ldb, ldb,
+               twice.data(), ldb);
+    std::vector<float> once(m * ldb, -7.0f);
+    matmul(m, n, k, a.data(), 1, ptrdiff_t(m), b.data(), ldb, once.data(), ldb);
+    CHECK(first_difference(once, twice) >= 0);
   }
 
   TEST_CASE("activations: every variant gives the SSE2 bits; tanh within 5 ulps of double") {

@@ -235,6 +235,55 @@ TEST_SUITE("onebit_adam") {
     }
   }
 
+  TEST_CASE("bias correction on: the uncompressed twin's step does not jump at the switch") {
+    // docs/algorithms.md §3, departure D24. With bias_correction on, the
+    // warm-up steps by m̂ ⊘ (sqrt(v̂)+ε); a compression stage dividing by the
+    // uncorrected v* would step (1−β1^T_w)/sqrt(1−β2^T_w) times larger at the
+    // switch: 6.2x at T_w = 20, 3.2x at T_w = 100. The twin
+    // (compression "none": exact momenta, frozen variance) must step on as
+    // the warm-up did. Measured: ‖x_t − x_{t−1}‖ over d = 4000 coordinates,
+    // gradients N(0.3, 1) per worker. Bound: the switch step's ratio to the
+    // step before lies in [0.8, 1.25]. Between two warm-up steps the ratio
+    // moves by the EMA's share of fresh noise (about 1/(T_w)+0.1·noise), a
+    // few per cent; the old behaviour's 3.2x and 6.2x lie far outside. (On the
+    // old code, where the compression stage ignored the correction, this
+    // test fails with ratios 6.2 and 3.2.)
+    const size_t d = 4000;
+    const int n = 4;
+    for (const int freeze : {20, 100}) {
+      CAPTURE(freeze);
+      const auto x0 = random_vector(d, 5, 1.0f);
+      GivenProblem problem(x0);
+      OneBitAdamOptions o;
+      o.lr = 1e-3;
+      o.bias_correction = true;
+      o.freeze_step = freeze;
+      o.compression = "none";
+      OneBitAdam opt(o);
+      std::vector<float> prev(x0);
+      std::vector<double> step_norm(static_cast<size_t>(freeze) + 3, 0.0);
+      run(opt, problem, n, freeze + 2, worker_grad, nullptr,
+          [&](int64_t t, const Cluster& cluster) {
+            const auto x = cluster.params();
+            double ss = 0.0;
+            for (size_t k = 0; k < d; ++k) {
+              const double dx = static_cast<double>(x[k]) - prev[k];
+              ss += dx * dx;
+            }
+            step_norm[static_cast<size_t>(t)] = std::sqrt(ss);
+            std::copy(x.begin(), x.end(), prev.begin());
+          });
+      const double warmup_ratio = step_norm[freeze] / step_norm[freeze - 1];
+      const double switch_ratio = step_norm[freeze + 1] / step_norm[freeze];
+      MESSAGE("T_w = " << freeze << ": step ratio across the switch " << switch_ratio
+                       << " (between the last two warm-up steps " << warmup_ratio << ")");
+      CHECK(warmup_ratio >= 0.8);
+      CHECK(warmup_ratio <= 1.25);
+      CHECK(switch_ratio >= 0.8);
+      CHECK(switch_ratio <= 1.25);
+    }
+  }
+
   TEST_CASE("onebit compression stage: the §1 allreduce of the momenta, step by step") {
     // The same run written against the building blocks (bit for bit): the
     // warm-up as adam_update_elements on the fp32 mean, then per step the

@@ -19,6 +19,7 @@
 #include "sim/collectives/onebit_allreduce.hpp"
 #include "sim/kernels/reduce.hpp"
 #include "sim/engine/simulation.hpp"
+#include "tests/fixtures.hpp"
 
 namespace bitlab {
 namespace {
@@ -178,7 +179,8 @@ TEST_SUITE("onebit_lamb") {
       j["optimizer"] = {{"name", "onebit_lamb"},   {"lr", 0.01},
                         {"weight_decay", wd},      {"freeze_step", freeze},
                         {"factor_threshold", 0.1}, {"padding", padding}};
-      Simulation sim(resolve_experiment(j, "t"));
+      // It reads every worker's gradient: the rows are kept.
+      Simulation sim = testing::simulation_with_rows(resolve_experiment(j, "t"));
       OneBitLamb& opt = as_onebit_lamb(sim);
       const OneBitLambOptions& o = opt.options();
       const auto& tensors = opt.tensors();

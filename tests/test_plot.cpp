@@ -14,6 +14,7 @@
 #include <string>
 
 #include "tests/cli_fixtures.hpp"
+#include "tests/tmpfs_mount.hpp"
 
 namespace fs = std::filesystem;
 
@@ -207,6 +208,52 @@ TEST_SUITE("plot") {
     CHECK(fs::file_size(d.path / "sweep" / "plot.png") > 0);
   }
 
+  TEST_CASE("a compression sweep: legends as a person writes them, --logx") {
+    if (!have_matplotlib()) {
+      MESSAGE("skipped: matplotlib is not importable by /usr/bin/python3 (python3-matplotlib)");
+      return;
+    }
+    // Adam, and 1-bit Adam with its default compressor (sign), 4-bit and top-10 % stages:
+    // the swept paths (optimizer.name, worker_compressor.name, bits) are null where a
+    // setting has no such option; the labels must not say so.
+    TempDir d;
+    const std::string sweep = d.file("sweep.json", R"({
+      "name": "cs", "base": {"name": "cs", "steps": 40, "eval_every": 10,
+        "problem": {"name": "logistic", "dim": 5, "samples": 256},
+        "cluster": {"workers": 4, "batch_size": 8},
+        "optimizer": {"name": "adam", "lr": 0.05},
+        "network": {"preset": "ethernet_10g_a100x8"}},
+      "zip": {"optimizer": [
+        {"name": "adam", "lr": 0.05},
+        {"name": "onebit_adam", "lr": 0.05, "freeze_step": 10},
+        {"name": "onebit_adam", "lr": 0.05, "freeze_step": 10,
+         "worker_compressor": {"name": "nbit", "bits": 4},
+         "server_compressor": {"name": "nbit", "bits": 4}},
+        {"name": "onebit_adam", "lr": 0.05, "freeze_step": 10,
+         "worker_compressor": {"name": "topk", "ratio": 0.1, "error_feedback": false},
+         "server_compressor": {"name": "topk", "ratio": 0.1, "error_feedback": false}}]}
+    })");
+    const std::string out = (d.path / "cs").string();
+    Result r = run_bitlab(d, "sweep " + sweep + " --quiet --jobs 2 --out " + out);
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    const std::string prefix = (d.path / "fig").string();
+    r = run_bitlab(d, "plot " + out + " --out " + prefix + " --logx");
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    const std::string svg = svg_text(slurp(prefix + ".svg"));
+    for (const char* label : {"\nadam\n", "\nonebit_adam, 1-bit (sign)\n", "\nonebit_adam, 4-bit\n",
+                              "\nonebit_adam, top-k 10 %, no error feedback\n"}) {
+      CHECK_MESSAGE(svg.find(label) != std::string::npos, label, "\n", svg);
+    }
+    CHECK_MESSAGE(svg.find("null") == std::string::npos, svg);
+    // Log x axes (passed through by `bitlab plot`): decades, 100B and 1kB on the bytes axis
+    // (about 25 B to 1.5 kB); a linear axis is labelled 0B, 500B, 1kB, 1.5kB.
+    CHECK_MESSAGE(svg.find("\n100B\n") != std::string::npos, svg);
+    CHECK(svg.find("\n500B\n") == std::string::npos);
+    r = run_bitlab(d, "plot " + out + " --out " + prefix);
+    REQUIRE(r.status == 0);
+    CHECK(svg_text(slurp(prefix + ".svg")).find("\n500B\n") != std::string::npos);
+  }
+
   TEST_CASE("a run that blew up is cut, marked and kept out of the y limits") {
     if (!have_matplotlib()) {
       MESSAGE("skipped: matplotlib is not importable by /usr/bin/python3 (python3-matplotlib)");
@@ -334,9 +381,16 @@ TEST_SUITE("plot") {
       check_stopped(plot((d.path / "ro" / "fig").string()), 4,
                     "cannot write " + (d.path / "ro" / "fig.png").string() + ": Permission denied");
       fs::permissions(d.path / "ro", fs::perms::owner_all);
+    } else if (const bitlab::testing::TmpfsMount ro(d.path / "ro", 64, true); ro.mounted) {
+      // Root writes into a folder whatever its permissions, not into a
+      // read-only file system.
+      check_stopped(
+          plot((d.path / "ro" / "fig").string()), 4,
+          "cannot write " + (d.path / "ro" / "fig.png").string() + ": Read-only file system");
     } else {
       MESSAGE(
-          "the read-only folder check is skipped as root (root writes anyway); /proc stands in");
+          "the read-only folder check is skipped: permissions do not stop root, and a "
+          "read-only tmpfs could not be mounted; /proc stands in");
     }
     const Result r = plot(fig);  // and with all of it put right, the figure is drawn
     CHECK(r.status == 0);

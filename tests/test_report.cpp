@@ -11,15 +11,19 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "sim/core/human.hpp"
 #include "sim/core/schema.hpp"
 #include "tests/cli_fixtures.hpp"
+#include "tests/tmpfs_mount.hpp"
 
 namespace fs = std::filesystem;
 
@@ -110,6 +114,24 @@ void put_file(const fs::path& p, const std::string& text) {
   std::ofstream(p, std::ios::binary) << text;
 }
 
+// The serialised DOM without its attribute values (Chromium writes every value in double
+// quotes, a " inside as &quot; but < and > as they are): what is left is elements and text,
+// where a planted "<img" would be an element.
+std::string without_attribute_values(const std::string& dom) {
+  std::string out;
+  out.reserve(dom.size());
+  for (size_t k = 0; k < dom.size(); ++k) {
+    out += dom[k];
+    if (dom[k] == '=' && k + 1 < dom.size() && dom[k + 1] == '"') {
+      const size_t close = dom.find('"', k + 2);
+      if (close == std::string::npos) break;
+      out += "\"\"";
+      k = close;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace bitlab::testing {
@@ -197,6 +219,24 @@ TEST_SUITE("report") {
     // The baseline's own speed-up is 1 and its loss gap 0.
     CHECK(html.find(">1.00×<") != std::string::npos);
     CHECK(html.find(">+0<") != std::string::npos);
+    // The gap is taken on --metric: eval_loss's final values (summary.json), not train_loss.
+    r = run_bitlab(d, "report " + tree.string() + " --baseline adam-a --metric eval_loss --out " +
+                          (d.path / "e.html").string());
+    REQUIRE(r.status == 0);
+    {
+      const Json base = Json::parse(slurp(tree / "adam-a" / "summary.json"))["final"];
+      const Json one = Json::parse(slurp(tree / "onebit" / "summary.json"))["final"];
+      char eval_gap[32], train_gap[32];
+      std::snprintf(eval_gap, sizeof eval_gap, ">%+.4g<",
+                    one["eval_loss"].get<double>() - base["eval_loss"].get<double>());
+      std::snprintf(train_gap, sizeof train_gap, ">%+.4g<",
+                    one["train_loss"].get<double>() - base["train_loss"].get<double>());
+      const std::string e = slurp(d.path / "e.html");
+      CHECK_MESSAGE(e.find(eval_gap) != std::string::npos, eval_gap);
+      CHECK_MESSAGE(e.find(train_gap) == std::string::npos, train_gap);
+      CHECK(e.find(">eval_loss gap<") != std::string::npos);
+      CHECK(html.find(train_gap) != std::string::npos);  // the default metric: train_loss
+    }
     // A baseline given as PATH=VALUE on the config.
     r = run_bitlab(d, "report " + tree.string() + " --baseline optimizer.name=onebit_adam --out " +
                           (d.path / "b.html").string());
@@ -262,6 +302,8 @@ TEST_SUITE("report") {
       put_file(run / "config.json", config.dump());
       Json summary = Json::parse(slurp(run / "summary.json"));
       summary["final"]["m<img src=x onerror=" + js + ">"] = 1.5;
+      summary["warnings"] =
+          Json::array({"w" + std::to_string(k) + "</script><script>" + js + "</script>"});
       summary["phases"]["p</script><script>" + js + "</script>"] =
           Json{{"steps", 1}, {"bytes_sent_per_worker", 2}, {"comm_s", 0.1}};
       put_file(run / "summary.json", summary.dump());
@@ -287,26 +329,43 @@ TEST_SUITE("report") {
     CHECK(attribute(dom, "data-rows") == "3");
     CHECK(attribute(dom, "data-traces") == attribute(dom, "data-expected-traces"));
     CHECK(std::atoi(attribute(dom, "data-traces").c_str()) >= 9);
-    // The page's elements are its own: no <img> or <svg onload>, and only its three scripts
-    // besides the figures' JSON data blocks.
-    CHECK(dom.find("<img") == std::string::npos);
-    CHECK(dom.find("<svg onload") == std::string::npos);
+    // The page's elements are its own: no <img> or <svg onload> (the run folders are in
+    // title attributes: attribute values are left out of the search), and only its two
+    // scripts besides plotly.js's packed data block and the figures' JSON data blocks (the
+    // unpacked plotly.js is run and taken out again).
+    const std::string elements = without_attribute_values(dom);
+    CHECK(elements.find("<img") == std::string::npos);
+    CHECK(elements.find("<svg onload") == std::string::npos);
+    CHECK(count(dom, "<script>") == 2);
+    CHECK(count(dom, "<script type=\"application/octet-stream\" id=\"bitlab-plotly\">") == 1);
     CHECK(count(dom, "<script") ==
           3 + count(dom, "<script type=\"application/json\" class=\"bitlab-figure\""));
     // What was planted is shown as text: the title, the table's cells, the curves' legends.
     CHECK(
         dom.find("<title>T&lt;/title&gt;&lt;script&gt;document.title='PW'+'NED'&lt;/script&gt;\"'`"
                  "</title>") != std::string::npos);
-    CHECK(
-        dom.find(">x&lt;/script&gt;&lt;script&gt;document.title='PW'+'NED'&lt;/script&gt;</td>") !=
-        std::string::npos);
-    CHECK(dom.find(">r\"'`&lt;img src=x onerror=document.title='PW'+'NED'&gt;</td>") !=
-          std::string::npos);
-    CHECK(dom.find("<tr class=\"baseline\"><td data-sort=\"&quot;r\\&quot;'`") !=
-          std::string::npos);
-    CHECK(
-        count(dom, "data_dir=&lt;/script&gt;&lt;img src=x onerror=document.title='PW'+'NED'&gt;") >=
-        4);
+    // Run folders: on hover (title), the labels made of the swept values shown. Chromium
+    // writes < and > in attribute values as they are (older) or as &lt; &gt; (newer).
+    auto in_attribute = [&](const std::string& before, std::string value) {
+      if (dom.find(before + value + "\"") != std::string::npos) return true;
+      for (const auto& [raw, ref] :
+           {std::pair<std::string, std::string>{"<", "&lt;"}, {">", "&gt;"}}) {
+        for (size_t at = value.find(raw); at != std::string::npos; at = value.find(raw, at + 1)) {
+          value.replace(at, 1, ref);
+        }
+      }
+      return dom.find(before + value + "\"") != std::string::npos;
+    };
+    CHECK(in_attribute(" title=\"", "x</script><script>document.title='PW'+'NED'</script>"));
+    CHECK(in_attribute("<tr class=\"baseline\"><td class=\"label\" title=\"",
+                       "r&quot;'`<img src=x onerror=document.title='PW'+'NED'>"));
+    // The runs' warnings, at the top of the page, as text.
+    CHECK(dom.find("<li>w1&lt;/script&gt;&lt;script&gt;document.title='PW'+'NED'&lt;/script&gt; "
+                   "<span class=\"note\">") != std::string::npos);
+    CHECK(dom.find("id=\"warnings\"") < dom.find("id=\"settings\""));
+    // The swept data_dir as text, cut short where labels are: two table cells and the three
+    // loss figures' legends at least.
+    CHECK(count(dom, "data_dir=&lt;/script&gt;&lt;img s") >= 5);
     CHECK(dom.find(">m&lt;img src=x onerror=document.title='PW'+'NED'&gt;</th>") !=
           std::string::npos);
     screenshot(d, page, "report-planted.png");
@@ -324,6 +383,121 @@ TEST_SUITE("report") {
     CHECK(attribute(blocked, "data-rows") == "3");
   }
 
+  TEST_CASE(
+      "bitlab report: a 50-run sweep under 2 MB, its gap columns on screen at 1400 and 1000 px") {
+    if (!have("/usr/bin/python3 -c 'import plotly'") || access("/usr/bin/chromium", X_OK) != 0) {
+      MESSAGE(
+          "skipped: needs plotly for /usr/bin/python3 and /usr/bin/chromium (Debian packages "
+          "python3-plotly and chromium; ./setup.sh installs them)");
+      return;
+    }
+    // 5 optimizers x 5 learning rates x 2 seeds of 1000 steps: drawn whole, the curves alone
+    // would weigh about 6 MB, plotly.js packed whole 2.5 MB.
+    TempDir d;
+    d.file("base.json", R"({
+      "name": "wide", "steps": 1000, "eval_every": 20,
+      "problem": {"name": "logistic", "dim": 8, "samples": 512},
+      "cluster": {"workers": 4, "batch_size": 8},
+      "optimizer": {"name": "adam", "lr": 0.01},
+      "network": {"preset": "ethernet_10g_a100x8"}
+    })");
+    const std::string sweep = d.file("sweep.json", R"({
+      "name": "wide", "base": "base.json",
+      "grid": {"optimizer.lr": [0.005, 0.01, 0.02, 0.04, 0.08],
+               "optimizer.name": ["adam", "onebit_adam", "zero_one_adam", "apmsqueeze",
+                                  "onebit_lamb"]},
+      "seeds": [1, 2]
+    })");
+    const fs::path out = d.path / "wide";
+    Result r = run_bitlab(d, "sweep " + sweep + " --quiet --jobs 2 --out " + out.string());
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    // Labels as long as a person may write: each setting's description (one per setting,
+    // so they become the labels) 300 characters long; and a warning in one run.
+    int runs = 0;
+    for (const auto& e : fs::directory_iterator(out)) {
+      if (!fs::exists(e.path() / "summary.json")) continue;
+      ++runs;
+      Json config = Json::parse(slurp(e.path() / "config.json"));
+      config["description"] = std::string(300, 'w') + " " +
+                              config["optimizer"]["name"].get<std::string>() + " " +
+                              config["optimizer"]["lr"].dump();
+      put_file(e.path() / "config.json", config.dump());
+      if (runs == 1) {
+        Json summary = Json::parse(slurp(e.path() / "summary.json"));
+        summary["warnings"].push_back("a planted warning");
+        put_file(e.path() / "summary.json", summary.dump());
+      }
+    }
+    REQUIRE(runs == 50);
+    // sweep.csv's warnings column (messages joined by " | "), as `bitlab sweep` writes it: a
+    // column added at the end, the first run's row with two messages.
+    {
+      std::istringstream csv(slurp(out / "sweep.csv"));
+      std::string line, text;
+      for (int k = 0; std::getline(csv, line); ++k) {
+        text += line +
+                (k == 0   ? ",warnings"
+                 : k == 1 ? ",from sweep.csv | a second one"
+                          : ",") +
+                "\n";
+      }
+      put_file(out / "sweep.csv", text);
+    }
+    r = run_bitlab(d, "report " + out.string() + " --baseline optimizer.name=adam");
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    const fs::path page = out / "report.html";
+    const std::string html = slurp(page);
+    MESSAGE("report.html of 50 runs: " << html.size() << " bytes");
+    CHECK(html.size() < 2000000);
+    CHECK(html.find("each run&#x27;s metrics.csv holds every step exactly") != std::string::npos);
+
+    // One colour per setting: the first figure (train_loss against step) has 25 named traces,
+    // each with its own colour and a band (two unnamed traces, the upper filled down to the
+    // lower), 300 of its 1000 points, the last step (1000) kept.
+    const std::string open = "data-div=\"bitlab-figure-0\">";
+    const size_t at = html.find(open) + open.size();
+    const Json fig = Json::parse(html.substr(at, html.find("</script>", at) - at));
+    std::set<std::string> colours;
+    int bands = 0;
+    for (const auto& t : fig["data"]) {
+      if (t.contains("name")) {
+        colours.insert(t["line"]["color"].get<std::string>());
+        CHECK(t["x"].size() == 300);  // 1000 steps down-sampled
+        CHECK(t["x"].back() == 1000);
+      } else if (t.value("fill", "") == "tonexty") {
+        ++bands;
+      }
+    }
+    CHECK(colours.size() == 25);
+    CHECK(bands == 25);
+
+    // The speed-up and gap columns of both tables lie inside the window, at both widths.
+    for (int width : {1400, 1000}) {
+      const std::string size = " --window-size=" + std::to_string(width) + ",900 ";
+      r = run_shell(d,
+                    chromium(d) + size + "--dump-dom 'file://" + page.string() + "' 2>/dev/null");
+      REQUIRE(r.status == 0);
+      const std::string dom = r.out;
+      INFO("width " << width);
+      CHECK(attribute(dom, "data-errors") == "[]");
+      CHECK(attribute(dom, "data-csp") == "[]");
+      CHECK(attribute(dom, "data-rows") == "50");
+      CHECK(attribute(dom, "data-traces") == attribute(dom, "data-expected-traces"));
+      CHECK(std::atoi(attribute(dom, "data-width").c_str()) > width - 30);  // less a scrollbar
+      CHECK(attribute(dom, "data-offscreen") == "[]");
+      CHECK(dom.find("a planted warning") < dom.find("id=\"settings\""));
+      CHECK(dom.find("<li>from sweep.csv <span") < dom.find("id=\"settings\""));
+      CHECK(dom.find("<li>a second one <span") < dom.find("id=\"settings\""));
+      const fs::path artefacts = fs::path(BITLAB_BINARY).parent_path() / "test-artefacts";
+      fs::create_directories(artefacts);
+      const fs::path shot = artefacts / ("report-50-runs-" + std::to_string(width) + ".png");
+      run_shell(d, chromium(d) + " --window-size=" + std::to_string(width) + ",2400 --screenshot=" +
+                       shot.string() + " 'file://" + page.string() + "' >/dev/null 2>&1");
+      CHECK(fs::exists(shot));
+      MESSAGE("screenshot: " << shot.string());
+    }
+  }
+
   TEST_CASE("report.py's escaping: random strings stay in their context (hypothesis)") {
     if (!have("/usr/bin/python3 -c 'import hypothesis, plotly'")) {
       MESSAGE(
@@ -334,6 +508,34 @@ TEST_SUITE("report") {
     TempDir d;
     const Result r = run_shell(d, std::string("cd ") + d.path.string() + " && /usr/bin/python3 " +
                                       BITLAB_SOURCE_DIR + "/notebooks/test_report_escaping.py");
+    CHECK_MESSAGE(r.status == 0, r.err);
+  }
+
+  TEST_CASE("report.py's down-sampling and label shortening (hypothesis)") {
+    if (!have("/usr/bin/python3 -c 'import hypothesis, plotly'")) {
+      MESSAGE(
+          "skipped: needs hypothesis and plotly for /usr/bin/python3 (Debian packages "
+          "python3-hypothesis, python3-plotly)");
+      return;
+    }
+    TempDir d;
+    const Result r = run_shell(d, std::string("cd ") + d.path.string() + " && /usr/bin/python3 " +
+                                      BITLAB_SOURCE_DIR + "/notebooks/test_report_curves.py");
+    CHECK_MESSAGE(r.status == 0, r.err);
+  }
+
+  TEST_CASE("plot, runs and report read any damaged folder: exit 0 or 2, never 1 (hypothesis)") {
+    if (!have("/usr/bin/python3 -c 'import hypothesis'")) {
+      MESSAGE("skipped: needs hypothesis for /usr/bin/python3 (Debian package python3-hypothesis)");
+      return;
+    }
+    TempDir d;
+    // notebooks/test_input_fuzz.py: 100 damaged folders for runs, 33 for report, 16 for plot
+    // (about a minute); BITLAB_FUZZ_EXAMPLES raises it for a longer search.
+    const Result r = run_shell(
+        d, std::string("cd ") + d.path.string() +
+               " && BITLAB_FUZZ_EXAMPLES=100 BITLAB_BINARY=" + BITLAB_BINARY +
+               " /usr/bin/python3 " + BITLAB_SOURCE_DIR + "/notebooks/test_input_fuzz.py");
     CHECK_MESSAGE(r.status == 0, r.err);
   }
 
@@ -408,9 +610,73 @@ TEST_SUITE("report") {
                     4,
                     "cannot write " + (d.path / "ro" / "r.html").string() + ": Permission denied");
       fs::permissions(d.path / "ro", fs::perms::owner_all);
+    } else if (const bitlab::testing::TmpfsMount ro(d.path / "ro", 64, true); ro.mounted) {
+      // Root writes into a folder whatever its permissions, not into a
+      // read-only file system.
+      check_stopped(
+          run_bitlab(d, "report" + dir + " --out " + (d.path / "ro" / "r.html").string()), 4,
+          "cannot write " + (d.path / "ro" / "r.html").string() + ": Read-only file system");
     } else {
       MESSAGE(
-          "the read-only folder check is skipped as root (root writes anyway); /proc stands in");
+          "the read-only folder check is skipped: permissions do not stop root, and a "
+          "read-only tmpfs could not be mounted; /proc stands in");
     }
+  }
+}
+
+// `bitlab runs` shows each run's warnings (summary.json's "warnings"): a count in
+// the table with the text under it, one csv cell joined by " | ", a JSON list; a
+// summary whose warnings are not a list of strings is bad input.
+TEST_SUITE("report") {
+  TEST_CASE("bitlab runs: each run's warnings, counted in the table and written out") {
+    TempDir d;
+    const fs::path tree = d.path / "tree";
+    // onebit_adam with its warm-up as long as the run warns; adam does not.
+    const auto exp = d.file("e.json", R"({"name": "e", "steps": 10,
+      "problem": {"name": "quadratic", "dim": 4}, "cluster": {"workers": 2},
+      "optimizer": {"name": "onebit_adam", "lr": 0.01, "freeze_step": 10}})");
+    REQUIRE(run_bitlab(d, "run " + exp + " --quiet --out " + (tree / "warned").string()).status ==
+            0);
+    // (A --set switching the optimizer would warn of the dropped freeze_step.)
+    const auto plain = d.file("p.json", R"({"name": "p", "steps": 10,
+      "problem": {"name": "quadratic", "dim": 4}, "cluster": {"workers": 2},
+      "optimizer": {"name": "adam", "lr": 0.01}})");
+    REQUIRE(run_bitlab(d, "run " + plain + " --quiet --out " + (tree / "plain").string()).status ==
+            0);
+    const Json warnings = Json::parse(slurp(tree / "warned" / "summary.json"))["warnings"];
+    REQUIRE(warnings.size() >= 1);
+    const std::string first = warnings[0].get<std::string>();
+    CHECK(Json::parse(slurp(tree / "plain" / "summary.json"))["warnings"].empty());
+
+    Result r = run_bitlab(d, "runs " + tree.string());
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    const std::string table = r.out.substr(0, r.out.find("\nwarnings:\n"));
+    CHECK(table.find("warnings") != std::string::npos);  // the column's header
+    CHECK(table.find(std::to_string(warnings.size()) + " (below)") != std::string::npos);
+    CHECK(r.out.find("\nwarnings:\n  warned: " + first + "\n") != std::string::npos);
+    CHECK(r.out.find("  plain: ") == std::string::npos);
+
+    r = run_bitlab(d, "runs " + tree.string() + " --json");
+    REQUIRE(r.status == 0);
+    for (const auto& run : Json::parse(r.out)) {
+      CHECK(run["warnings"] == (run["run"] == "warned" ? warnings : Json::array()));
+    }
+    r = run_bitlab(d, "runs " + tree.string() + " --csv");
+    REQUIRE(r.status == 0);
+    CHECK(r.out.substr(0, r.out.find('\n')).find(",path,warnings") != std::string::npos);
+    // The rows end with the cell, quoted only when it holds a comma or a quote.
+    std::string joined;
+    for (const auto& w : warnings) joined += (joined.empty() ? "" : " | ") + w.get<std::string>();
+    const bool quoted = joined.find_first_of(",\"") != std::string::npos;
+    CHECK(r.out.find(quoted ? "\"" + joined + "\"\n" : "," + joined + "\n") != std::string::npos);
+
+    // Bad input: warnings of the wrong type name the file and the field, exit 2.
+    Json s = Json::parse(slurp(tree / "warned" / "summary.json"));
+    s["warnings"] = "not a list";
+    d.file("tree/warned/summary.json", s.dump());
+    r = run_bitlab(d, "runs " + tree.string());
+    CHECK(r.status == 2);
+    CHECK(r.err.find("summary.json: warnings = \"not a list\": must be a list of strings") !=
+          std::string::npos);
   }
 }

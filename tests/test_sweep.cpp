@@ -2,7 +2,9 @@
 // anything is created, parallel runs equal to serial ones and to `bitlab run`,
 // divergence and failure that do not stop the sweep, --resume, Ctrl-C.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,9 +13,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
+#include "sim/core/files.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/lab/sweep.hpp"
 #include "tests/cli_fixtures.hpp"
@@ -78,6 +82,48 @@ bool no_tmp_left(const fs::path& dir) {
   }
   return true;
 }
+
+}  // namespace
+
+namespace {
+
+// Every `.bitlab.lock*` file under `dir`.
+std::vector<std::string> lock_files(const fs::path& dir) {
+  std::vector<std::string> found;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.path().filename().string().rfind(".bitlab.lock", 0) == 0) {
+      found.push_back(e.path().string());
+    }
+  }
+  return found;
+}
+
+// A csv line's cells, quoted cells ("a, b", "" for ") unquoted.
+std::vector<std::string> csv_cells(const std::string& line) {
+  std::vector<std::string> cells(1);
+  bool quoted = false;
+  for (size_t k = 0; k < line.size(); ++k) {
+    const char c = line[k];
+    if (quoted && c == '"' && k + 1 < line.size() && line[k + 1] == '"') {
+      cells.back() += '"';
+      ++k;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      cells.emplace_back();
+    } else {
+      cells.back() += c;
+    }
+  }
+  return cells;
+}
+
+// adam beside onebit_adam with its default freeze_step 100 in a 20-step run:
+// the onebit_adam runs warn that they never compress.
+const char* kWarnedSweep = R"({"name": "w",
+  "base": {"steps": 20, "problem": {"name": "quadratic", "dim": 4}, "cluster": {"workers": 2},
+           "optimizer": {"name": "adam", "lr": 0.01, "bias_correction": false}},
+  "zip": {"optimizer.name": ["adam", "onebit_adam"]}, "seeds": [1, 2]})";
 
 }  // namespace
 
@@ -168,7 +214,7 @@ TEST_SUITE("sweep") {
           "run,optimizer.lr,optimizer.name,optimizer.bias_correction,optimizer,workers,problem,"
           "seed,status,steps_completed,"
           "train_loss,eval_loss,eval_accuracy,train_loss_full,suboptimality,bytes_sent_per_worker,"
-          "messages_per_worker,dir,");
+          "messages_per_worker,dir,warnings,");
     // The optimizer, workers and problem columns hold every run's values, swept or not.
     CHECK(csv_a[1].rfind("1,0.01,adam,true,adam,4,logistic,1,completed,", 0) == 0);
     CHECK(std::count_if(csv_a.begin(), csv_a.end(), [](const std::string& row) {
@@ -255,6 +301,7 @@ TEST_SUITE("sweep") {
     const auto file = d.file("s.json", R"({"base": "base.json", "seeds": [1, 2, 3]})");
     const auto out = d.path / "out";
     REQUIRE(run_bitlab(d, "sweep " + file + " --out " + out.string() + " --quiet").status == 0);
+    CHECK(lock_files(out).empty());  // the sweep's and its runs' locks ended with them
     const auto csv_before = csv_without(slurp(out / "sweep.csv"), {"wall_s"});
     // A marker in every run folder; run 2 loses its summary (as if killed).
     for (const char* r : {"run-001_seed=1", "run-002_seed=2", "run-003_seed=3"}) {
@@ -270,6 +317,7 @@ TEST_SUITE("sweep") {
     CHECK(fs::exists(out / "run-002_seed=2" / "summary.json"));
     CHECK(csv_without(slurp(out / "sweep.csv"), {"wall_s"}) == csv_before);
     CHECK(no_tmp_left(out));
+    CHECK(lock_files(out).empty());  // nor after --resume
     // A different sweep in the same folder is refused, even with --resume.
     const auto other = d.file("o.json", R"({"base": "base.json", "seeds": [4]})");
     Result ro = run_bitlab(d, "sweep " + other + " --out " + out.string() + " --resume");
@@ -312,6 +360,9 @@ TEST_SUITE("sweep") {
         CHECK(second.status == 2);
         CHECK(second.err.find(out.string() + " is being written by process " + std::to_string(pid) +
                               " (bitlab sweep of long)") != std::string::npos);
+        // The lock files exist while the sweep and its runs are under way.
+        CHECK(fs::exists(out / ".bitlab.lock"));
+        CHECK(fs::exists(out / "run-001_seed=1" / ".bitlab.lock"));
       }
       kill(pid, sig);  // the sweep alone: it forwards to its children
       int raw = 0;
@@ -326,6 +377,7 @@ TEST_SUITE("sweep") {
       const Json s = Json::parse(slurp(out / "run-001_seed=1" / "summary.json"));
       CHECK(s["status"] == "interrupted");
       CHECK(s["signal"] == (sig == SIGINT ? "SIGINT" : "SIGTERM"));
+      CHECK(lock_files(out).empty());  // an interrupted sweep is finished too
     }
   }
 }
@@ -407,5 +459,120 @@ TEST_SUITE("sweep") {
       CHECK(r.err.find("--shard") != std::string::npos);
       CHECK_FALSE(fs::exists(d.path / "o"));
     }
+  }
+}
+
+TEST_SUITE("sweep") {
+  TEST_CASE("a run's warnings: in the closing summary, grouped, and in sweep.csv's column") {
+    TempDir d;
+    const auto file = d.file("w.json", kWarnedSweep);
+    const auto out = d.path / "out";
+    const Result r = run_bitlab(d, "sweep " + file + " --out " + out.string() + " --jobs 2");
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    const Json warned = Json::parse(
+        slurp(out / "run-003_optimizer.name=onebit_adam_seed=1" / "summary.json"))["warnings"];
+    REQUIRE(warned.size() >= 1);
+    const std::string first = warned[0].get<std::string>();
+    CHECK(first.find("never compresses") != std::string::npos);
+    // The summary: each distinct warning once, with its count and runs.
+    CHECK_MESSAGE(r.err.find("warnings (" + std::to_string(warned.size()) +
+                             " distinct, in 2 of 4 runs; sweep.csv's warnings column):") !=
+                      std::string::npos,
+                  r.err);
+    CHECK(r.err.find("2 runs (runs 3, 4): " + first) != std::string::npos);
+    // sweep.csv: the last column, the run's warnings joined by " | ", empty for adam.
+    std::istringstream csv(slurp(out / "sweep.csv"));
+    std::string line;
+    std::getline(csv, line);
+    const auto header = csv_cells(line);
+    REQUIRE(header.back() == "warnings");
+    std::string joined;
+    for (const auto& w : warned) joined += (joined.empty() ? "" : " | ") + w.get<std::string>();
+    int rows = 0;
+    while (std::getline(csv, line)) {
+      const auto cells = csv_cells(line);
+      REQUIRE(cells.size() == header.size());
+      const bool onebit = cells[header.size() - 2].find("onebit_adam") != std::string::npos;
+      CHECK(cells.back() == (onebit ? joined : ""));
+      ++rows;
+    }
+    CHECK(rows == 4);
+    // A sweep without warnings says none.
+    const auto quiet_file = d.file("q.json", R"({"name": "q",
+      "base": {"steps": 5, "problem": {"name": "quadratic", "dim": 4},
+               "optimizer": {"name": "adam", "lr": 0.01}}, "seeds": [1]})");
+    const Result q = run_bitlab(d, "sweep " + quiet_file + " --out " + (d.path / "q").string());
+    REQUIRE(q.status == 0);
+    CHECK(q.err.find("warnings (") == std::string::npos);
+  }
+
+  TEST_CASE("--dry-run lists the runs and what differs once resolved; runs and writes nothing") {
+    TempDir d;
+    d.file("base.json", kBase);
+    const auto file = d.file("s.json", kSweep);
+    const auto out = d.path / "out";
+    const Result r = run_bitlab(d, "sweep " + file + " --out " + out.string() + " --dry-run");
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    CHECK_FALSE(fs::exists(out));
+    CHECK(r.out.find("sweep t: 8 runs into " + out.string() + " (dry run") != std::string::npos);
+    // Each run by its folder, with its swept values and the defaults that
+    // come with its optimizer (freeze_step for onebit_adam only).
+    CHECK(r.out.find("run-001_optimizer.lr=0.01_optimizer.name=adam_optimizer.bias_correction=true_"
+                     "seed=1: ") != std::string::npos);
+    std::istringstream lines(r.out);
+    std::string line;
+    int listed = 0;
+    while (std::getline(lines, line)) {
+      if (line.find("  run-") != 0) continue;
+      ++listed;
+      const bool onebit = line.find("optimizer.name=onebit_adam") != std::string::npos;
+      CHECK(line.find("optimizer.lr=") != std::string::npos);
+      CHECK(line.find("seed=") != std::string::npos);
+      CHECK((line.find("optimizer.freeze_step=100") != std::string::npos) == onebit);
+      CHECK(line.find("steps=") == std::string::npos);  // the same in every run
+    }
+    CHECK(listed == 8);
+    // The sweep's warnings (bias_correction differs between the optimizers) come too.
+    CHECK(r.err.find("optimizer.bias_correction differs") != std::string::npos);
+    // A bad sweep is still exit 2.
+    const auto bad = d.file("bad.json", R"({"base": "base.json", "grid": {"optimizer.lr": [-1]}})");
+    CHECK(run_bitlab(d, "sweep " + bad + " --dry-run").status == 2);
+  }
+}
+
+TEST_SUITE("sweep") {
+  // In process: the lock file exists while held, is gone after; a process that opened
+  // the file just before its holder removed it holds only an orphan, and a new lock takes
+  // the path's new file (the constructor's inode check is what a FolderLock relies on).
+  TEST_CASE("FolderLock: held while alive, removed at the end, an orphan does not share it") {
+    const fs::path dir = fs::temp_directory_path() / ("traps-lock-" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    const fs::path file = dir / ".bitlab.lock";
+    {
+      bitlab::FolderLock a(dir.string(), ".bitlab.lock", "test a");
+      CHECK(fs::exists(file));
+      CHECK_THROWS_AS(bitlab::FolderLock(dir.string(), ".bitlab.lock", "test b"),
+                      bitlab::ConfigError);
+    }
+    CHECK_FALSE(fs::exists(file));
+    // The race the inode check is for: B opens the file, A removes it and ends, and B's
+    // flock succeeds on a file no longer at the path (a FolderLock in B's place sees the
+    // inode differ and retries). The orphan does not lock the folder: C takes the new file,
+    // and D is refused while C holds it.
+    std::optional<bitlab::FolderLock> a;
+    a.emplace(dir.string(), ".bitlab.lock", "test a");
+    const int b = open(file.c_str(), O_RDWR);
+    REQUIRE(b >= 0);
+    a.reset();  // unlinks, then releases
+    CHECK(flock(b, LOCK_EX | LOCK_NB) == 0);  // B holds the orphan
+    {
+      bitlab::FolderLock c(dir.string(), ".bitlab.lock", "test c");
+      CHECK(fs::exists(file));
+      CHECK_THROWS_AS(bitlab::FolderLock(dir.string(), ".bitlab.lock", "test d"),
+                      bitlab::ConfigError);
+    }
+    close(b);
+    CHECK_FALSE(fs::exists(file));
+    fs::remove_all(dir);
   }
 }

@@ -233,7 +233,7 @@ TEST_SUITE("zero_one_adam") {
         "optimizer": {"name": "zero_one_adam", "lr": 0.01, "weight_decay": 0.01,
                       "var_freeze_step": 10, "var_update_scaler": 2,
                       "local_step_scaler": 3, "local_step_clipper": 4}})");
-    Simulation sim(e);
+    Simulation sim = testing::simulation_with_rows(e);  // reads every worker's gradient
     Cluster& cl = sim.cluster();
     ZeroOneAdam& opt = zero_one(sim);
     const int n = cl.workers();

@@ -19,14 +19,26 @@ import json
 import os
 
 from ._errors import ConfigError, GradientError
-from . import _bitlab
+from . import _threads
+
+_OMP_WAIT_POLICY = _threads.set_passive_wait()  # before _bitlab loads libgomp
+
+from . import _bitlab  # noqa: E402 (after the wait policy)
 from .results import Result, CostResult, SweepResult
 
 __all__ = ["run", "sweep", "cost", "validate", "list", "from_deepspeed", "resolve",
            "Result", "CostResult", "SweepResult", "ConfigError", "GradientError",
-           "__version__"]
+           "omp_wait_policy", "__version__"]
 
 __version__ = _bitlab.version()
+
+
+def omp_wait_policy():
+    """How this process's OpenMP threads wait at the end of a parallel region,
+    in words: ``"passive (set by bitlab)"``, the user's OMP_WAIT_POLICY or
+    GOMP_SPINCOUNT, or libgomp's spinning default when OpenMP was loaded
+    before bitlab (``import torch`` first); docs/python.md."""
+    return _OMP_WAIT_POLICY
 
 
 def _overrides_to_sets(overrides):

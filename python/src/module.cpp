@@ -21,6 +21,7 @@
 #include "problems/external.hpp"
 #include "problems/real_problems.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/core/files.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/deepspeed.hpp"
 #include "sim/engine/run.hpp"
@@ -105,15 +106,10 @@ std::pair<int, std::string> run(const std::string& resolved_json,
 }
 
 std::string cost(const std::string& raw_json, const std::vector<std::string>& sets) {
-  Json raw = parse(raw_json, "cost spec");
-  if (!raw.is_object()) config_fail("", raw, "a cost spec must be a JSON object");
-  if (raw.contains("problem")) raw = cost_spec_of_experiment(raw);
-  std::vector<std::pair<std::string, std::string>> labels;
-  for (const auto& s : sets) {
-    apply_set(raw, s);
-    labels.emplace_back(s, s);
-  }
-  const CostReport report = estimate_cost(resolve_cost_spec(raw, labels));
+  std::vector<CostOverride> overrides;
+  for (const auto& s : sets) overrides.push_back({s, s});
+  const CostReport report =
+      estimate_cost(resolve_cost_request(parse(raw_json, "cost spec"), overrides));
   Json out = cost_report_json(report);
   out["text"] = format_cost_report(report);
   return out.dump();
@@ -159,6 +155,9 @@ PYBIND11_MODULE(_bitlab, m) {
       py::object cls = py::module_::import("bitlab._errors").attr("ConfigError");
       py::object err = cls(e.what(), e.path());
       PyErr_SetObject(cls.ptr(), err.ptr());
+    } catch (const IoError& e) {
+      // A full disk (the CLI's exit 4): OSError, as docs/python.md says.
+      PyErr_SetString(PyExc_OSError, e.what());
     }
   });
   m.def("version", [] { return std::string(bitlab_version()); });

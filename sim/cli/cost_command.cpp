@@ -19,41 +19,35 @@ namespace {
 struct CostFlags {
   std::string file;
   std::vector<std::string> sets;
-  std::string params, workers, steps, network, optimizer, step_ms;
+  std::string params, workers, steps, network, network_file, optimizer, step_ms, accumulation;
   bool json = false;
 };
 
 int run_cost(const CostFlags& f) {
-  Json raw = f.file.empty() ? Json::object() : load_experiment_file(f.file);
-  if (!raw.is_object()) config_fail("", raw, "a cost spec must be a JSON object");
-  // An experiment file is priced as it stands, --params/--workers/--steps
-  // scaling it up.
-  if (raw.contains("problem")) raw = cost_spec_of_experiment(raw);
-  std::vector<std::pair<std::string, std::string>> labels;  // assignment, as the user wrote it
+  // The flags, then the --set overrides, in order: each is a path=value
+  // applied as run applies --set (resolve_cost_request).
+  std::vector<CostOverride> overrides;
   auto flag = [&](const std::string& value, const char* path, const char* name) {
     if (value.empty()) return;
-    const std::string assignment = std::string(path) + "=" + value;
-    apply_set(raw, assignment);
-    labels.emplace_back(assignment, std::string(name) + " " + value);
+    overrides.push_back({std::string(path) + "=" + value, std::string(name) + " " + value});
   };
+  Json file = f.file.empty() ? Json::object() : load_experiment_file(f.file);
+  // A preset and a network file exclude each other: the one given on the
+  // command line replaces the experiment file's.
+  if (file.contains("network") && file["network"].is_object()) {
+    if (!f.network.empty()) file["network"].erase("file");
+    if (!f.network_file.empty()) file["network"].erase("preset");
+  }
   flag(f.params, "params", "--params");
   flag(f.workers, "workers", "--workers");
   flag(f.steps, "steps", "--steps");
   flag(f.network, "network.preset", "--network");
-  if (!f.optimizer.empty()) {
-    // Another optimizer's options would be unknown keys: a different name
-    // starts from that optimizer's defaults (--set adds options).
-    const bool same = raw.contains("optimizer") && raw["optimizer"].is_object() &&
-                      raw["optimizer"].value("name", "") == f.optimizer;
-    if (!same) raw["optimizer"] = Json::object();
-    flag(f.optimizer, "optimizer.name", "--optimizer");
-  }
+  flag(f.network_file, "network.file", "--network-file");
+  flag(f.optimizer, "optimizer.name", "--optimizer");
   flag(f.step_ms, "compute.step_ms", "--step-ms");
-  for (const auto& s : f.sets) {
-    apply_set(raw, s);
-    labels.emplace_back(s, "--set " + s);
-  }
-  const CostSpec spec = resolve_cost_spec(raw, labels);
+  flag(f.accumulation, "compute.gradient_accumulation_steps", "--gradient-accumulation-steps");
+  for (const auto& s : f.sets) overrides.push_back({s, "--set " + s});
+  const CostSpec spec = resolve_cost_request(std::move(file), overrides);
   const CostReport report = estimate_cost(spec);
   if (f.json) {
     std::printf("%s\n", cost_report_json(report).dump(2).c_str());
@@ -76,7 +70,7 @@ Subcommand add_cost_command(CLI::App& app) {
       "\"samples_per_worker\": 1,\n"
       "  \"network\": {NETWORK options}, \"compute\": {COMPUTE options},\n"
       "  \"optimizer\": {\"name\": ..., options}}  (see `bitlab list`). Applied in order: the "
-      "file, the flags, --set.");
+      "file, the flags, --set; with any, the file's description is shown as the file's.");
   cmd->add_option("spec", f->file,
                   "cost spec JSON file, or an experiment file (priced as it stands: d from its "
                   "problem, its workers, steps, optimizer and network); optional when the flags "
@@ -88,10 +82,18 @@ Subcommand add_cost_command(CLI::App& app) {
   cmd->add_option("--workers", f->workers, "data-parallel workers n");
   cmd->add_option("--steps", f->steps, "training steps");
   cmd->add_option("--network", f->network, "network preset (or custom, with --set network.*)");
+  cmd->add_option("--network-file", f->network_file,
+                  "a network file written by `bitlab calibrate` (instead of a preset)");
   cmd->add_option("--optimizer", f->optimizer,
-                  "optimizer name (a name other than the spec's drops the spec's optimizer "
-                  "options)");
-  cmd->add_option("--step-ms", f->step_ms, "compute time per step and worker, ms");
+                  "optimizer name (as --set optimizer.name: the options both optimizers know "
+                  "are kept, the others dropped with a warning)");
+  cmd->add_option("--step-ms", f->step_ms,
+                  "compute time per step and worker, ms (per micro-step with gradient "
+                  "accumulation)");
+  cmd->add_option("--gradient-accumulation-steps", f->accumulation,
+                  "micro-steps per optimizer step (compute.gradient_accumulation_steps): each "
+                  "step computes N micro-steps and communicates once; --steps counts optimizer "
+                  "steps");
   cmd->add_flag("--json", f->json, "machine-readable output (the same numbers)");
   return {cmd, [f]() { return run_cost(*f); }};
 }

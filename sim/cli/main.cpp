@@ -1,5 +1,5 @@
 // bitlab: the command line. Subcommands here: run, validate, list; the others
-// (sweep, cost, recost, rate, plot, runs, report) in one file each
+// (sweep, cost, recost, rate, plot, runs, report, calibrate) in one file each
 // (commands.hpp). Exit status (docs/design.md, "Command line"): 0 ok,
 // 1 internal error, 2 bad input (file, flag or value), 3 the run diverged,
 // 4 it could not write its results (a full disk), 128 + signal interrupted
@@ -17,13 +17,16 @@
 #include "optimizers/optimizer.hpp"
 #include "problems/problem.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/cli/thread_limits.hpp"
 #include "sim/comm/launcher.hpp"
 #include "sim/comm/transport.hpp"
 #include "sim/compress/compressor.hpp"
 #include "sim/compress/error_feedback.hpp"
+#include "sim/core/files.hpp"
 #include "sim/core/human.hpp"
 #include "sim/core/isa.hpp"
 #include "sim/core/memory.hpp"
+#include "sim/core/threads.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/run.hpp"
 #include "sim/engine/simulation.hpp"
@@ -78,7 +81,7 @@ void add_run_commands(CLI::App& app, RunFlags& f) {
   f.run->add_option("--out", f.options.out_dir,
                     "results folder (default: results/<name>/<optimizer>-seed<seed>)");
   f.run->add_option("--threads", f.options.threads, "OpenMP threads (default: all cores)")
-      ->check(CLI::Range(1, 4096));
+      ->check(thread_count_check());
   f.run->add_flag("--quiet,-q", f.options.quiet, "no progress bar or summary on stderr");
   f.run
       ->add_option("--checkpoint-every", f.options.checkpoint_every,
@@ -165,9 +168,27 @@ std::unique_ptr<Transport> make_transport(const RunFlags& f,
   return nullptr;
 }
 
+// CLI11 answers `bitlab frobnicate` with "A subcommand is required": name the
+// word and the subcommands instead. Empty when argv[1] is a flag or known.
+std::string unknown_subcommand_message(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return "";
+  const std::string word = argv[1];
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->check_name(word)) return "";
+    names.push_back(sub->get_name());
+  }
+  const std::string shown = word.size() > 40 ? word.substr(0, 37) + "..." : word;
+  return "unknown subcommand \"" + shown + "\": " + one_of_message(word, names) +
+         " (bitlab --help lists them)";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any thread exists: may start the program again with a passive
+  // OpenMP wait policy (sim/core/threads.hpp says why).
+  ensure_passive_omp_wait(argv);
   CLI::App app{
       "bitlab: a simulator and convergence lab for communication-compressed "
       "distributed optimizers"};
@@ -180,8 +201,12 @@ int main(int argc, char** argv) {
   auto* list = app.add_subcommand("list", "every problem and optimizer with its options");
   list->add_flag("--json", list_json, "machine-readable output");
   const std::vector<Subcommand> extra = {
-      add_cost_command(app), add_recost_command(app), add_sweep_command(app), add_rate_command(app),
+      add_cost_command(app), add_recost_command(app), add_calibrate_command(app), add_sweep_command(app), add_rate_command(app),
       add_plot_command(app), add_runs_command(app),   add_report_command(app)};
+  if (const std::string unknown = unknown_subcommand_message(app, argc, argv); !unknown.empty()) {
+    std::fprintf(stderr, "bitlab: error: %s\n", unknown.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -218,6 +243,11 @@ int main(int argc, char** argv) {
   } catch (const ConfigError& e) {
     if (reports()) std::fprintf(stderr, "bitlab: error: %s\n", e.what());
     return 2;
+  } catch (const IoError& e) {
+    // A full disk or a refused write (docs/experiments.md, exit statuses).
+    std::fprintf(stderr, "bitlab: error: %s\n", e.what());
+    if (transport && transport->ranks() > 1) transport->abort(kExitIoError);
+    return kExitIoError;
   } catch (const std::bad_alloc&) {
     // What the memory check before the large buffers cannot foresee (the
     // problem's own data, the optimizer's state): still a clear refusal.

@@ -1,5 +1,5 @@
 // `bitlab rate FILE.json --vary steps=100,200,400,800 [--vary cluster.workers=1,2,4,8]
-// [--seeds K] [--out DIR]`: the theory lab — runs the grid as a sweep, fits
+// [--seeds K] [--set path=value] [--out DIR]`: the theory lab — runs the grid as a sweep, fits
 // log(error) against log(T), log(n) and prints the fitted exponents beside
 // the theorems' (docs/rate.md; the code: sim/lab/rate.hpp).
 #include <memory>
@@ -30,7 +30,9 @@ Subcommand add_rate_command(CLI::App& app) {
       "(-1/2 in T; -1/2 in n, linear speed-up)");
   cmd->footer(
       "Output: results/<stem>-rate/ (or --out): the sweep's folder (sweep.json, run-NNN_*/, "
-      "sweep.csv) with rate.csv (each run's error) and rate.json (the fit).\n"
+      "sweep.csv) with rate.csv (each run's error) and rate.json (the fit and its goodness: "
+      "R^2, a lack-of-fit test, the local exponents; a curve that is not a power law is "
+      "flagged NOT A POWER LAW).\n"
       "Exit status: 0 fitted; 3 some run did not complete (fitted without it) or too few "
       "finished to fit; 2 bad input (nothing created); 130 interrupted. docs/rate.md.");
   cmd->add_option("file", f->file, "experiment JSON file")->required();
@@ -41,6 +43,12 @@ Subcommand add_rate_command(CLI::App& app) {
       ->allow_extra_args(false)
       ->take_all()
       ->required();
+  cmd->add_option("--set", f->options.sets,
+                  "override a setting of the file: path=value (e.g. optimizer.lr=0.01), as "
+                  "bitlab run's")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->take_all();
   cmd->add_option("--seeds", f->options.seeds,
                   "seeds 1..K per grid point; the confidence interval is over seeds (default 3)")
       ->check(CLI::Range(1, 10000));

@@ -114,6 +114,8 @@ Subcommand add_recost_command(CLI::App& app) {
   sub->add_option("--network", cli->options.network,
                   "network preset (see `bitlab list`) or \"custom\", starting from the "
                   "preset's values; default: the run's own network section, overrides included");
+  sub->add_option("--network-file", cli->options.network_file,
+                  "a network file written by `bitlab calibrate` (instead of a preset)");
   sub->add_option("--set", cli->options.sets,
                   "override network.<field>=value or compute.<field>=value (repeatable)")
       ->expected(1)

@@ -33,7 +33,8 @@ Subcommand add_runs_command(CLI::App& app) {
   cmd->footer(
       "Lists every run folder (one holding metrics.csv) at most four levels below DIR: name, "
       "optimizer, key options, status, steps, final metrics, bytes sent per worker, simulated "
-      "time and wall time. The table shows bytes and times for people (kB/MB/GB, ms/s/min/h); "
+      "time, wall time and the run's warnings (a count, the text under the table; --csv: one "
+      "cell joined by \" | \"). The table shows bytes and times for people (kB/MB/GB, ms/s/min/h); "
       "--csv and --json keep raw numbers (bytes, seconds).");
   cmd->add_option("dir", f->dir,
                   "a results tree, a sweep folder or a run folder (default results)");

@@ -1,5 +1,5 @@
 // `bitlab sweep FILE.json [--jobs N] [--resume] [--out DIR] [--quiet]
-// [--shard i/k | --merge]`: a
+// [--shard i/k | --merge] [--dry-run]`: a
 // base experiment, a grid and zipped lists over config paths and a list of
 // seeds, each run in a child process (docs/sweeps.md has the file format, the
 // output folder and the exit statuses).
@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "sim/cli/commands.hpp"
+#include "sim/cli/thread_limits.hpp"
 #include "sim/comm/launcher.hpp"
 #include "sim/lab/sweep.hpp"
 
@@ -19,6 +20,7 @@ namespace {
 struct SweepFlags {
   std::string file;
   std::string shard;
+  bool dry_run = false;
   SweepOptions options;
 };
 
@@ -38,10 +40,15 @@ Subcommand add_sweep_command(CLI::App& app) {
       "  \"seeds\": [1, 2, 3]}\n"
       "Output: results/<name>/ (or --out): sweep.json, run-NNN_<assignments>/, sweep.csv.\n"
       "Exit status: 0 all runs completed; 3 some run diverged or failed (listed at the end); "
-      "2 bad sweep (nothing created); 130 interrupted.");
+      "4 a run or the sweep could not write its results (a full disk); 2 bad sweep (nothing "
+      "created); 128 + the signal interrupted (130 Ctrl-C).");
   cmd->add_option("file", f->file, "sweep JSON file")->required();
   cmd->add_option("--jobs,-j", f->options.jobs, "runs at once (default: the machine's cores)")
-      ->check(CLI::Range(1, 4096));
+      ->check(thread_count_check());
+  cmd->add_option("--threads", f->options.threads,
+                  "OpenMP threads of each run (default: the machine's cores divided among the "
+                  "jobs, at least 1)")
+      ->check(thread_count_check());
   cmd->add_flag("--resume", f->options.resume,
                 "finish an earlier sweep in the same folder: skip its completed and diverged "
                 "runs, re-run the others");
@@ -51,6 +58,9 @@ Subcommand add_sweep_command(CLI::App& app) {
                   "half-finished run from it instead of starting it again")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->add_flag("--quiet,-q", f->options.quiet, "no progress or summary on stderr");
+  cmd->add_flag("--dry-run,-n", f->dry_run,
+                "check the sweep and list its runs with what differs between their resolved "
+                "experiments; run and write nothing");
   auto* shard = cmd->add_option(
       "--shard", f->shard,
       "i/k (0-based, 0 <= i < k): run only the runs whose 1-based index r has (r-1) % k == i, "
@@ -90,6 +100,10 @@ Subcommand add_sweep_command(CLI::App& app) {
               for (const auto& w : spec.warnings) {
                 std::fprintf(stderr, "bitlab sweep: warning: %s\n", w.c_str());
               }
+            }
+            if (f->dry_run) {
+              std::fputs(sweep_plan_text(spec, f->options).c_str(), stdout);
+              return 0;
             }
             return run_sweep(spec, f->options);
           }};

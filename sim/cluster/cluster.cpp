@@ -220,7 +220,9 @@ struct Cluster::Stream {
   int levels = 0;
   std::vector<float> blocks;  // threads × block_rows × stride
   std::vector<Tree> trees;    // [0]: opts.wire; [1]: fp32, when fp32_too and wire is not fp32
-  int folded = 0;             // trees the last compute_gradient_mean() folded
+  int first = 0;              // trees [first, first + folded): what the last
+  int folded = 0;             // compute_gradient_mean() folded
+  GradientSink* sink = nullptr;  // this step's sink (GradientSink::folds), or null
   bool rows_fit = false;      // every row fits in the blocks at once: the rows path
 
   Stream(StreamedMean o, int workers) : threads(std::max(1, omp_get_max_threads())) {
@@ -421,26 +423,42 @@ void Cluster::compute_gradients(int64_t step) {
 
 // The tree's node over workers [lo, hi) into outs[t] for each folded tree
 // (Stream, above); `level` is the first of this thread's free partial sums.
-void Cluster::fold_subtree(int lo, int hi, int level, int thread, float* const* outs, int trees,
+void Cluster::set_gradient_sink(GradientSink* sink) {
+  if (!stream_) throw std::logic_error("Cluster::set_gradient_sink: not a streamed cluster");
+  sink_ = sink;
+}
+
+void Cluster::fold_into_sink(int lo, int hi, const float* rows) {
+  if (!stream_->sink) return;
+  for (int i = lo; i < hi; ++i) {
+    stream_->sink->fold(i, {rows + static_cast<size_t>(i - lo) * stride_, dim_});
+  }
+}
+
+// The tree's node over workers [lo, hi) into outs[t] for each folded tree
+// (Stream, above); `level` is the first of this thread's free partial sums.
+void Cluster::fold_subtree(int lo, int hi, int level, int thread, float* const* outs,
                            int64_t step) {
   Stream& st = *stream_;
   if (hi - lo <= st.block_rows) {
     float* block = st.blocks.data() + static_cast<size_t>(thread) * st.block_rows * stride_;
     fill_gradients(lo, hi, step, block, *workspaces_[thread]);
-    for (int t = 0; t < trees; ++t) {
-      sum_over_workers({block, stride_, dim_, hi - lo}, {outs[t], dim_}, st.trees[t].wire);
+    fold_into_sink(lo, hi, block);
+    for (int t = 0; t < st.folded; ++t) {
+      sum_over_workers({block, stride_, dim_, hi - lo}, {outs[t], dim_},
+                       st.trees[st.first + t].wire);
     }
     return;
   }
   const int mid = lo + (hi - lo) / 2;
-  fold_subtree(lo, mid, level, thread, outs, trees, step);
+  fold_subtree(lo, mid, level, thread, outs, step);
   float* rights[2] = {};
-  for (int t = 0; t < trees; ++t) {
-    rights[t] = st.trees[t].partial.data() +
+  for (int t = 0; t < st.folded; ++t) {
+    rights[t] = st.trees[st.first + t].partial.data() +
                 (static_cast<size_t>(thread) * st.levels + level) * stride_;
   }
-  fold_subtree(mid, hi, level + 1, thread, rights, trees, step);
-  for (int t = 0; t < trees; ++t) {
+  fold_subtree(mid, hi, level + 1, thread, rights, step);
+  for (int t = 0; t < st.folded; ++t) {
     float* __restrict o = outs[t];
     const float* __restrict r = rights[t];
 #pragma omp simd
@@ -451,7 +469,17 @@ void Cluster::fold_subtree(int lo, int hi, int level, int thread, float* const* 
 void Cluster::compute_gradient_mean(int64_t step, bool with_fp32) {
   if (!stream_) throw std::logic_error("Cluster::compute_gradient_mean: not a streamed cluster");
   Stream& st = *stream_;
-  st.folded = with_fp32 && st.trees.size() > 1 ? 2 : 1;
+  st.sink = sink_ && sink_->folds(step) ? sink_ : nullptr;
+  if (st.sink) {
+    // The sink takes the gradients; only the grad_norm metric's fp32 mean is
+    // folded (the last tree: fp32, when asked for).
+    const bool fp32 = with_fp32 && st.trees.back().wire == WireDtype::kFp32;
+    st.first = static_cast<int>(st.trees.size()) - 1;
+    st.folded = fp32 ? 1 : 0;
+  } else {
+    st.first = 0;
+    st.folded = with_fp32 && st.trees.size() > 1 ? 2 : 1;
+  }
   if (st.rows_fit) {
     // Every row fits in the threads' blocks at once (up to 32 workers on 2
     // threads): the rows path itself, workers in parallel, then the tree
@@ -463,9 +491,10 @@ void Cluster::compute_gradient_mean(int64_t step, bool with_fp32) {
     for (int k = 0; k < groups; ++k) {
       const int lo = k * group, hi = std::min(workers_, lo + group);
       fill_gradients(lo, hi, step, rows[lo].data(), *workspaces_[omp_get_thread_num()]);
+      fold_into_sink(lo, hi, rows[lo].data());
     }
     for (int t = 0; t < st.folded; ++t) {
-      mean_over_workers(rows, st.trees[t].mean, st.trees[t].wire);
+      mean_over_workers(rows, st.trees[st.first + t].mean, st.trees[st.first + t].wire);
     }
     return;
   }
@@ -474,13 +503,12 @@ void Cluster::compute_gradient_mean(int64_t step, bool with_fp32) {
   for (int f = 0; f < frontier; ++f) {
     float* outs[2] = {};
     for (int t = 0; t < st.folded; ++t) {
-      outs[t] = st.trees[t].nodes.data() + static_cast<size_t>(f) * stride_;
+      outs[t] = st.trees[st.first + t].nodes.data() + static_cast<size_t>(f) * stride_;
     }
-    fold_subtree(st.frontier[f].first, st.frontier[f].second, 0, omp_get_thread_num(), outs,
-                 st.folded, step);
+    fold_subtree(st.frontier[f].first, st.frontier[f].second, 0, omp_get_thread_num(), outs, step);
   }
   for (int t = 0; t < st.folded; ++t) {
-    Stream::Tree& tree = st.trees[t];
+    Stream::Tree& tree = st.trees[st.first + t];
     if (frontier == 1) {
       finish_mean({tree.nodes.data(), dim_}, {}, workers_, tree.mean, tree.wire);
       continue;
@@ -496,7 +524,7 @@ void Cluster::compute_gradient_mean(int64_t step, bool with_fp32) {
 
 std::span<const float> Cluster::streamed_mean(WireDtype wire) const {
   if (!stream_) throw std::logic_error("Cluster::streamed_mean: not a streamed cluster");
-  for (int t = 0; t < stream_->folded; ++t) {
+  for (int t = stream_->first; t < stream_->first + stream_->folded; ++t) {
     if (stream_->trees[t].wire == wire) return stream_->trees[t].mean;
   }
   throw std::logic_error(std::string("Cluster::streamed_mean: no ") + wire_dtype_name(wire) +

@@ -89,6 +89,23 @@ struct StreamedMean {
   bool fp32_too = false;
 };
 
+// A consumer of each worker's gradient as the cluster makes it: an optimizer
+// step that folds every worker's gradient into its own state (1-bit Adam's
+// compressed momentum, m_i = β1 m + (1−β1) g_i, into the 1-bit allreduce's
+// worker stage). A streamed cluster with a sink hands it the gradients of the
+// steps it asks for instead of folding them into the mean, so those steps
+// hold no n × d rows either.
+class GradientSink {
+ public:
+  virtual ~GradientSink() = default;
+  // Before step `step`'s gradients are made: true when they go to fold()
+  // (the mean is then folded only for the grad_norm metric).
+  virtual bool folds(int64_t step) = 0;
+  // Worker `worker`'s gradient of that step, once per worker, in any order;
+  // distinct workers concurrently from the cluster's threads.
+  virtual void fold(int worker, std::span<const float> g) = 0;
+};
+
 class Cluster {
  public:
   // `local`: the workers this process computes (default: all, the
@@ -162,6 +179,9 @@ class Cluster {
   // `with_fp32`, also into the fp32 mean). Parallel over subtrees of the tree.
   void compute_gradient_mean(int64_t step, bool with_fp32 = false);
   bool streams_mean() const { return stream_ != nullptr; }
+  // A streamed cluster: from now on, the steps `sink` asks for go to it
+  // (GradientSink; not owned, null: none). std::logic_error otherwise.
+  void set_gradient_sink(GradientSink* sink);
   // The mean of the last compute_gradient_mean() in `wire`: the streamed wire,
   // or fp32 when it was folded in that call. Throws std::logic_error otherwise.
   std::span<const float> streamed_mean(WireDtype wire) const;
@@ -191,8 +211,9 @@ class Cluster {
  private:
   struct Stream;
   [[noreturn]] static void throw_streamed(const char* what);
-  void fold_subtree(int lo, int hi, int level, int thread, float* const* outs, int trees,
-                    int64_t step);
+  void fold_subtree(int lo, int hi, int level, int thread, float* const* outs, int64_t step);
+  // The workers [lo, hi) of `rows` (stride_ apart) to the step's sink, if any.
+  void fold_into_sink(int lo, int hi, const float* rows);
   void fill_gradient(int worker, int64_t step, std::span<float> g, Workspace& ws);
   // Workers [lo, hi) (at most kGroupWorkers), worker i's gradient into
   // rows + (i − lo)·stride_: one Problem::loss_grad_workers call when they
@@ -216,6 +237,7 @@ class Cluster {
   std::vector<std::vector<uint32_t>> batches_;
   std::vector<std::unique_ptr<Workspace>> workspaces_;  // per worker, or per thread if streamed
   std::unique_ptr<Stream> stream_;
+  GradientSink* sink_ = nullptr;
 };
 
 }  // namespace bitlab

@@ -1,5 +1,7 @@
 #include "sim/collectives/onebit_allreduce.hpp"
 
+#include <omp.h>
+
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -7,6 +9,7 @@
 
 #include "sim/compress/compressor.hpp"
 #include "sim/core/rng.hpp"
+#include "sim/kernels/reduce.hpp"
 #include "sim/kernels/reference.hpp"
 
 namespace bitlab {
@@ -73,13 +76,18 @@ OneBitAllreduce::OneBitAllreduce(int workers, size_t dim, size_t pad_multiple, W
   a_.assign(n_, 0.0f);
   c_.assign(n_, 0.0f);
   acc_.assign(D_ / n_ * resident, 0.0f);
+  partial_.assign((D_ + kSumBlock - 1) / kSumBlock * resident, 0.0);
 }
 
-uint64_t OneBitAllreduce::resident_bytes_for(int workers, int resident, size_t dim, bool general) {
-  const double d = static_cast<double>(dim);
-  const double per_worker = 4.0 + 0.125 + 8.0 / workers;
-  double bytes = d * (per_worker * resident + 0.125);
-  if (general) bytes += d * (4.0 * workers + 4.0);
+uint64_t OneBitAllreduce::resident_bytes_for(int workers, int resident, size_t dim, bool general,
+                                             size_t pad_multiple) {
+  // e_, bits_ and the block sums per resident worker, s_ and acc_ per
+  // resident server (D/n each); server_bits_; general: w_ and decoded_.
+  const double D =
+      static_cast<double>(onebit_padded_dim(std::max<size_t>(dim, 1), workers, pad_multiple));
+  const double per_worker = 4.0 + 0.125 + 8.0 / kSumBlock + 8.0 / workers;
+  double bytes = D * (per_worker * resident + 0.125);
+  if (general) bytes += D * (4.0 * workers + 4.0);
   return static_cast<uint64_t>(bytes);
 }
 
@@ -123,34 +131,99 @@ void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span
 
 void OneBitAllreduce::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out,
                           uint64_t seed, int64_t step) {
-  run_impl(comm, in, nullptr, out, seed, step);
+  run_impl(comm, in, out, seed, step);
 }
 
 void OneBitAllreduce::run_momentum(Communicator& comm, const OneBitMomentumInput& momentum,
                                    std::span<float> out) {
-  if (general()) {
-    throw std::logic_error(
-        "OneBitAllreduce::run_momentum: the worker inputs are formed in the reference "
-        "stage's kernel; other compressors need them written out (run())");
+  begin(true);
+  // Row by row, each row parallel over its blocks (add_worker_momentum).
+  for (int i = local_.begin; i < local_.end; ++i) {
+    add_worker_momentum(i, momentum.m, momentum.g[i].data(), momentum.c);
   }
-  run_impl(comm, momentum.g, &momentum, out, 0, 0);
+  finish(comm, out);
 }
 
-void OneBitAllreduce::run_impl(Communicator& comm, const WorkerBuffers& in,
-                               const OneBitMomentumInput* momentum, std::span<float> out,
+void OneBitAllreduce::run_impl(Communicator& comm, const WorkerBuffers& in, std::span<float> out,
                                uint64_t seed, int64_t step) {
-  const int n = n_;
-  const size_t D = D_, d = d_, chunk = D_ / n_, chunk_bytes = chunk / 8;
+  begin(false, seed, step);
+#pragma omp parallel for schedule(static)
+  for (int i = local_.begin; i < local_.end; ++i) add_worker(i, in[i]);
+  finish(comm, out);
+}
+
+void OneBitAllreduce::begin(bool momentum, uint64_t seed, int64_t step) {
+  if (momentum && general()) {
+    throw std::logic_error(
+        "OneBitAllreduce: the momentum inputs are formed in the reference stage's kernel; "
+        "other compressors need them written out (add_worker)");
+  }
   // The errors only: a reused padding is not an error.
   if (!worker_.error_feedback) {
     std::fill(e_.begin(), e_.end(), 0.0f);
     pending_ = false;
   }
-  // Only the momentum worker stage takes a deferred error update as it is
-  // (without a reused padding, which is added to the settled error; 1-bit
-  // Adam, the one caller of run_momentum, never reuses it).
-  if (!momentum || pad_reuse_) settle();
   if (!server_.error_feedback) std::fill(s_.begin(), s_.end(), 0.0f);
+  deferred_ = pending_;  // each add settles (or carries) its own row
+  pending_ = false;
+  momentum_call_ = momentum;
+  seed_ = seed;
+  step_ = step;
+}
+
+// Worker side, one worker: u = pad(b_i) + e_i ; a_i = ‖u‖/√D ; e_i = u − a_i
+// sign(u) (the reference), or per chunk (general()).
+void OneBitAllreduce::add_worker(int i, std::span<const float> b) {
+  const size_t row = static_cast<size_t>(i - local_.begin), D = D_, d = d_;
+  float* e = e_.data() + row * D;
+  if (deferred_) settle_row(row);
+  // A reused padding enters through the worker error: the kernel forms
+  // u = e + b with b = 0 past d, so u = (e + pad) there, the reference's
+  // pad + e (one IEEE addition, commutative).
+  if (pad_reuse_) {
+    for (size_t k = 0; k < D - d; ++k) e[d + k] += pad_[k];
+  }
+  if (general()) {
+    compress_worker_general(i, b);
+    return;
+  }
+  // The CPU reference of the CUDA kernel (sim/kernels/).
+  cpu::onebit_worker_compress(b.data(), d, e, D, bits_.data() + row * (D / 8), &a_[i]);
+}
+
+void OneBitAllreduce::add_worker_momentum(int i, const float* m, const float* g,
+                                          const AdamCoeffs& c) {
+  const size_t row = static_cast<size_t>(i - local_.begin), D = D_, d = d_;
+  const size_t blocks = (D + kSumBlock - 1) / kSumBlock;
+  float* e = e_.data() + row * D;
+  // The deferred update rides in this pass, unless a reused padding must be
+  // added to the settled error first.
+  const bool prev = deferred_ && !pad_reuse_;
+  if (deferred_ && pad_reuse_) settle_row(row);
+  if (pad_reuse_) {
+    for (size_t k = 0; k < D - d; ++k) e[d + k] += pad_[k];
+  }
+  float table[2048];  // ±a_i of the previous call per sign byte
+  if (prev) cpu::onebit_sign_table(a_[i], table);
+  double* part = partial_.data() + row * blocks;
+  uint8_t* bits = bits_.data() + row * (D / 8);
+  const auto nb = static_cast<int64_t>(blocks);
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && nb > 1)
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    part[blk] = cpu::onebit_adam_worker_block(m, g, d, c, e, D, bits, prev ? table : nullptr,
+                                              static_cast<size_t>(blk));
+  }
+  // The block sums in block order, as onebit_worker_compress adds them.
+  double ss = 0.0;
+  for (size_t blk = 0; blk < blocks; ++blk) ss += part[blk];
+  a_[i] = static_cast<float>(std::sqrt(ss / static_cast<double>(D)));
+}
+
+void OneBitAllreduce::finish(Communicator& comm, std::span<float> out) {
+  const int n = n_;
+  const size_t D = D_, d = d_, chunk = D_ / n_, chunk_bytes = chunk / 8;
+  pending_ = momentum_call_;  // the momentum rows hold u, their error update deferred
+  deferred_ = false;
   // Workers and servers this rank owns (all of them in the simulator).
   const WorkerRange mine = comm.local_workers();
   if (mine.begin != local_.begin || mine.end != local_.end) {
@@ -158,33 +231,19 @@ void OneBitAllreduce::run_impl(Communicator& comm, const WorkerBuffers& in,
                            ", " + std::to_string(local_.end) + "), run on [" +
                            std::to_string(mine.begin) + ", " + std::to_string(mine.end) + ")");
   }
-  const size_t first = static_cast<size_t>(mine.begin);
-
-  // A reused padding enters through the worker error: the kernel forms
-  // u = e + b with b = 0 past d, so u = (e + pad) there, the reference's
-  // pad + e (one IEEE addition, commutative).
-  if (pad_reuse_) {
-    for (int i = mine.begin; i < mine.end; ++i) {
-      float* e = e_.data() + (i - first) * D + d;
-      for (size_t k = 0; k < D - d; ++k) e[k] += pad_[k];
-    }
-  }
   if (general()) {
-    run_general(comm, in, out, seed, step);
+    // The simulator holds every worker's images, so the exchanges move
+    // nothing: the records are what the wire carries (each compressor's
+    // exact image).
+    comm.record(records_[0]);
+    reduce_servers(seed_, step_);
+    comm.record(records_[1]);
+    std::copy(decoded_.begin(), decoded_.begin() + static_cast<std::ptrdiff_t>(d_), out.begin());
+    if (pad_reuse_)
+      std::copy(decoded_.begin() + static_cast<std::ptrdiff_t>(d_), decoded_.end(), pad_.begin());
     return;
   }
-
-  // ---- worker side: u = pad(b_i) + e_i ; a_i = ‖u‖/√D ; e_i = u − a_i sign(u)
-  if (momentum) {
-    compress_momentum(*momentum);
-  } else {
-#pragma omp parallel for schedule(static)
-    for (int i = mine.begin; i < mine.end; ++i) {
-      // The loop body is the CPU reference of the CUDA kernel (sim/kernels/).
-      cpu::onebit_worker_compress(in[i].data(), d, e_.data() + (i - first) * D, D,
-                                  bits_.data() + (i - first) * (D / 8), &a_[i]);
-    }
-  }
+  const size_t first = static_cast<size_t>(mine.begin);
 
   // ---- phase 1: alltoall of sign chunks (S = D/8 bytes a worker sends in
   // all, its own chunk included) and allgather of the n fp32 scales.
@@ -222,66 +281,36 @@ void OneBitAllreduce::run_impl(Communicator& comm, const WorkerBuffers& in,
   }
 }
 
-void OneBitAllreduce::compress_momentum(const OneBitMomentumInput& momentum) {
-  const size_t D = D_, blocks = (D_ + kSumBlock - 1) / kSumBlock;
-  const auto rows = static_cast<size_t>(local_.size());
-  const bool prev = pending_;
-  partial_.resize(rows * blocks);
-  tables_.resize(prev ? rows * 2048 : 0);
-  for (size_t row = 0; prev && row < rows; ++row)
-    cpu::onebit_sign_table(a_[local_.begin + row], tables_.data() + row * 2048);
-  const auto nb = static_cast<int64_t>(blocks);
-#pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < nb; ++b) {
-    for (size_t row = 0; row < rows; ++row) {
-      const int i = local_.begin + static_cast<int>(row);
-      partial_[row * blocks + b] = cpu::onebit_adam_worker_block(
-          momentum.m, momentum.g[i].data(), d_, momentum.c, e_.data() + row * D, D,
-          bits_.data() + row * (D / 8), prev ? tables_.data() + row * 2048 : nullptr,
-          static_cast<size_t>(b));
-    }
-  }
-  // The block sums in block order, as onebit_worker_compress adds them.
-  for (size_t row = 0; row < rows; ++row) {
-    double ss = 0.0;
-    for (size_t b = 0; b < blocks; ++b) ss += partial_[row * blocks + b];
-    a_[local_.begin + row] = static_cast<float>(std::sqrt(ss / static_cast<double>(D)));
-  }
-  pending_ = true;
-}
-
 void OneBitAllreduce::settle() const {
   if (!pending_) return;
-  thread_local std::vector<float> table(2048);
-  for (size_t row = 0; row < static_cast<size_t>(local_.size()); ++row) {
-    cpu::onebit_sign_table(a_[local_.begin + row], table.data());
-    cpu::onebit_settle_error(e_.data() + row * D_, D_, bits_.data() + row * (D_ / 8), table.data());
-  }
+  for (size_t row = 0; row < static_cast<size_t>(local_.size()); ++row) settle_row(row);
   pending_ = false;
+}
+
+void OneBitAllreduce::settle_row(size_t row) const {
+  float table[2048];
+  cpu::onebit_sign_table(a_[local_.begin + static_cast<int>(row)], table);
+  cpu::onebit_settle_error(e_.data() + row * D_, D_, bits_.data() + row * (D_ / 8), table);
 }
 
 // The per-chunk form (header): worker i compresses each chunk r of
 // u = pad(b_i) + e_i on its own. e_ already holds e_i (+ a reused padding).
-void OneBitAllreduce::compress_workers(const WorkerBuffers& in, uint64_t seed, int64_t step) {
+void OneBitAllreduce::compress_worker_general(int i, std::span<const float> b) {
   const int n = n_;
   const size_t D = D_, d = d_, chunk = D_ / n_;
   const Compressor* c1 = worker_.compressor.get();
   static const SignCompressor kSign;
   if (!c1) c1 = &kSign;
   const bool shared = c1->shared_randomness();
-#pragma omp parallel for schedule(static)
-  for (int i = 0; i < n; ++i) {
-    float* u = e_.data() + static_cast<size_t>(i) * D;
-    float* w = w_.data() + static_cast<size_t>(i) * D;
-    const float* b = in[i].data();
-    for (size_t k = 0; k < d; ++k) u[k] += b[k];
-    for (int r = 0; r < n; ++r) {
-      const auto word = static_cast<uint32_t>((shared ? 0 : i) * n + r);
-      const RngStream rng(seed, Purpose::kCompress, word, static_cast<uint64_t>(step));
-      c1->apply({u + r * chunk, chunk}, {w + r * chunk, chunk}, rng);
-    }
-    for (size_t k = 0; k < D; ++k) u[k] -= w[k];  // e_i = u − C1(u)
+  float* u = e_.data() + static_cast<size_t>(i) * D;
+  float* w = w_.data() + static_cast<size_t>(i) * D;
+  for (size_t k = 0; k < d; ++k) u[k] += b[k];
+  for (int r = 0; r < n; ++r) {
+    const auto word = static_cast<uint32_t>((shared ? 0 : i) * n + r);
+    const RngStream rng(seed_, Purpose::kCompress, word, static_cast<uint64_t>(step_));
+    c1->apply({u + r * chunk, chunk}, {w + r * chunk, chunk}, rng);
   }
+  for (size_t k = 0; k < D; ++k) u[k] -= w[k];  // e_i = u − C1(u)
 }
 
 // Server r: y = s_r + (Σ_i w_i[r]) / n in worker order, c_r = C2(y),
@@ -309,19 +338,6 @@ void OneBitAllreduce::reduce_servers(uint64_t seed, int64_t step) {
     c2->apply({y, chunk}, {c, chunk}, rng);
     for (size_t k = 0; k < chunk; ++k) y[k] -= c[k];  // s_r = y − C2(y)
   }
-}
-
-// The simulator holds every worker's images, so the exchanges move nothing:
-// the records are what the wire carries (each compressor's exact image).
-void OneBitAllreduce::run_general(Communicator& comm, const WorkerBuffers& in, std::span<float> out,
-                                  uint64_t seed, int64_t step) {
-  compress_workers(in, seed, step);
-  comm.record(records_[0]);
-  reduce_servers(seed, step);
-  comm.record(records_[1]);
-  std::copy(decoded_.begin(), decoded_.begin() + static_cast<std::ptrdiff_t>(d_), out.begin());
-  if (pad_reuse_)
-    std::copy(decoded_.begin() + static_cast<std::ptrdiff_t>(d_), decoded_.end(), pad_.begin());
 }
 
 void OneBitAllreduce::decode_for(int /*worker*/, std::span<float> out) const {
@@ -418,6 +434,32 @@ void OneBitAllreduceSet::run_momentum(Communicator& comm, const OneBitMomentumIn
     slice.g.data = momentum.g.data + s.offset;
     slice.g.len = s.size;
     parts_[p].run_momentum(comm, slice, out.subspan(s.offset, s.size));
+  }
+}
+
+void OneBitAllreduceSet::begin(bool momentum, uint64_t seed, int64_t step) {
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    parts_[p].begin(momentum, p == 0 ? seed : splitmix64(seed ^ p), step);
+  }
+}
+
+void OneBitAllreduceSet::add_worker(int i, std::span<const float> b) {
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    parts_[p].add_worker(i, b.subspan(slices_[p].offset, slices_[p].size));
+  }
+}
+
+void OneBitAllreduceSet::add_worker_momentum(int i, const float* m, const float* g,
+                                             const AdamCoeffs& c) {
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    const size_t at = slices_[p].offset;
+    parts_[p].add_worker_momentum(i, m + at, g + at, c);
+  }
+}
+
+void OneBitAllreduceSet::finish(Communicator& comm, std::span<float> out) {
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    parts_[p].finish(comm, out.subspan(slices_[p].offset, slices_[p].size));
   }
 }
 

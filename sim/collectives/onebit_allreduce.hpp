@@ -103,11 +103,12 @@ class OneBitAllreduce {
 
   // Bytes one allreduce of `dim` values holds on a process with `resident`
   // of the `workers` workers (the memory check's estimate, before anything is
-  // allocated; padding left out): per resident worker its error e (4 bytes a
+  // allocated), for the padded D of `dim` (onebit_padded_dim): per resident worker its error e (4 bytes a
   // value), signs (1/8) and its server chunk's error s and accumulator (8/n);
   // the server's signs (1/8); and with general stages (not the reference
   // sign) every worker's image w (4n) and the decoded mean (4).
-  static uint64_t resident_bytes_for(int workers, int resident, size_t dim, bool general);
+  static uint64_t resident_bytes_for(int workers, int resident, size_t dim, bool general,
+                                     size_t pad_multiple = 0);
 
   // Padding of each call: fresh zeros (false, the default) or the D − d
   // values the previous call decoded there (true; zeros before the first call
@@ -135,6 +136,29 @@ class OneBitAllreduce {
   // run() on the inputs b_i of `momentum` (reference stages only: general()
   // is false; std::logic_error otherwise).
   void run_momentum(Communicator& comm, const OneBitMomentumInput& momentum, std::span<float> out);
+
+  // The same call in three parts, for a caller that forms each worker's input
+  // as its gradient is made and holds no n × d rows (1-bit Adam on a streamed
+  // cluster): begin(); then add_worker() or add_worker_momentum() once for
+  // every local worker, in any order, distinct workers concurrently from any
+  // threads (each writes only its own error row, signs and scale); then
+  // finish(). run() and run_momentum() are exactly these, so the bits do not
+  // depend on the order or the threads. `momentum`: the inputs come through
+  // add_worker_momentum (reference stages only); `seed` and `step` address
+  // the streams of stochastic compressors.
+  void begin(bool momentum, uint64_t seed = 0, int64_t step = 0);
+  // Worker i's input b_i (dim() floats): its worker stage (u = pad(b_i) + e_i,
+  // compressed; e_i = u − C1(u)).
+  void add_worker(int i, std::span<const float> b);
+  // Worker i's input b_i = onebit_adam_local_momentum(m, g_i), formed inside
+  // the fused kernel (cpu::onebit_adam_worker_block, checked bit for bit
+  // against add_worker on the written-out b_i by test_kernels), its error
+  // update deferred to the next call. Parallel over the blocks of the row
+  // when called outside a parallel region.
+  void add_worker_momentum(int i, const float* m, const float* g, const AdamCoeffs& c);
+  // Phase 1, the servers, phase 2 (the records in comm's log) and the output
+  // `out` (dim() floats), as run().
+  void finish(Communicator& comm, std::span<float> out);
 
   // The four records one run() logs for `dim` elements on `workers` workers, in
   // log order (the closed form an optimizer's comm_plan states; run() logs
@@ -180,21 +204,18 @@ class OneBitAllreduce {
   int64_t sent_bytes_per_call() const;
 
  private:
-  // run() and run_momentum(): the worker inputs are `in`, or formed from
-  // `momentum` when it is not null.
-  void run_impl(Communicator& comm, const WorkerBuffers& in, const OneBitMomentumInput* momentum,
-                std::span<float> out, uint64_t seed, int64_t step);
-  // run_momentum()'s worker stage: one pass over blocks of kSumBlock, every
-  // local worker per block (so m's block is read from memory once), the
-  // error update deferred (cpu::onebit_adam_worker_block).
-  void compress_momentum(const OneBitMomentumInput& momentum);
+  // run(): begin, every local worker's add_worker (parallel), finish.
+  void run_impl(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
+                int64_t step);
   // Applies a deferred error update: e_i = u − a_i·sign(u) from what e_,
-  // bits_ and a_ hold after compress_momentum(). Called before anything
-  // else reads or writes e_ (const: worker_error() reads it).
+  // bits_ and a_ hold after add_worker_momentum(). Called before anything
+  // else reads or writes e_ (const: worker_error() reads it); settle_row()
+  // for one row (local index).
   void settle() const;
-  void run_general(Communicator& comm, const WorkerBuffers& in, std::span<float> out, uint64_t seed,
-                   int64_t step);
-  void compress_workers(const WorkerBuffers& in, uint64_t seed, int64_t step);
+  void settle_row(size_t row) const;
+  // The per-chunk form's worker stage for worker i (e_ row already holds e_i
+  // and a reused padding).
+  void compress_worker_general(int i, std::span<const float> b);
   void reduce_servers(uint64_t seed, int64_t step);
 
   std::vector<CommRecord> records_;  // plan(): what run() logs
@@ -209,8 +230,14 @@ class OneBitAllreduce {
   // e_i = u − a_i·sign(u) pending (settle()).
   mutable std::vector<float> e_;
   mutable bool pending_ = false;
-  std::vector<double> partial_;       // compress_momentum: local × blocks sums of squares
-  std::vector<float> tables_;         // compress_momentum: local × 2048, ±a_i per sign byte
+  // Between begin() and finish(): the rows still hold the last call's
+  // deferred error update (each add applies it to its own row), whether the
+  // inputs come through add_worker_momentum, and the streams' address.
+  bool deferred_ = false;
+  bool momentum_call_ = false;
+  uint64_t seed_ = 0;
+  int64_t step_ = 0;
+  std::vector<double> partial_;       // add_worker_momentum: local × blocks sums of squares
   std::vector<float> s_;              // local × D/n server errors (all: D)
   std::vector<uint8_t> bits_;         // local × D/8 packed signs of u
   std::vector<uint8_t> server_bits_;  // D/8: chunk r at r·D/(8n)
@@ -260,6 +287,13 @@ class OneBitAllreduceSet {
   // Each slice's OneBitAllreduce::run_momentum on that slice of m, the
   // gradients and `out`, in slice order (reference stages only).
   void run_momentum(Communicator& comm, const OneBitMomentumInput& momentum, std::span<float> out);
+  // The three parts of run() (OneBitAllreduce::begin etc.), every slice: b
+  // and g are the whole buffer's; slice p's stochastic streams use seed
+  // p = 0 ? seed : splitmix64(seed ^ p), as run().
+  void begin(bool momentum, uint64_t seed = 0, int64_t step = 0);
+  void add_worker(int i, std::span<const float> b);
+  void add_worker_momentum(int i, const float* m, const float* g, const AdamCoeffs& c);
+  void finish(Communicator& comm, std::span<float> out);
   // Whether the slices run the per-chunk form (a compressor other than the
   // reference sign at either stage): then run_momentum() is refused.
   bool general() const { return parts_.front().general(); }

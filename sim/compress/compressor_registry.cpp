@@ -6,6 +6,7 @@
 
 #include "sim/compress/compressor.hpp"
 #include "sim/compress/compressors.hpp"
+#include "sim/compress/group_limits.hpp"
 #include "sim/core/registry.hpp"
 
 namespace bitlab {
@@ -27,7 +28,7 @@ Schema<NbitOptions> NbitOptions::schema() {
           {rules::at_least<int64_t>(1), rules::at_most<int64_t>(8)});
   s.field("group_size", &NbitOptions::group_size,
           "consecutive elements sharing one scale M = max|y| (the reference's group size)",
-          {rules::at_least<int64_t>(1)});
+          {rules::at_least<int64_t>(1), rules::at_most<int64_t>(kMaxQuantizeGroup)});
   s.field("rounding", &NbitOptions::rounding,
           "\"nearest\" (ties to even) or \"stochastic\" (unbiased inside the clamp range, "
           "draws from the compress stream)",

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,18 +32,46 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   const fs::path p(path);
   const fs::path tmp = temp_prefix(p.string()) + std::to_string(getpid());
   {
-    std::ofstream out(tmp);
-    out << text;
     errno = 0;
-    out.close();  // the data reaches the system here: a full disk shows now
+    std::ofstream out(tmp);
     if (!out) {
-      const std::string why = errno != 0 ? std::strerror(errno) : "write error";
+      throw IoError("cannot write " + p.string() + ": " +
+                    (errno != 0 ? std::strerror(errno) : "cannot create the file"));
+    }
+    // A text longer than the stream's buffer meets a full disk while it is
+    // written, a short one at the flush: keep the first errno either sets.
+    errno = 0;
+    out << text;
+    out.flush();
+    int error = out ? 0 : errno;
+    out.close();  // whatever is still buffered reaches the system here
+    if (!out) {
+      if (error == 0) error = errno;
+      const std::string why = error != 0 ? std::strerror(error) : "write error";
       std::error_code ignored;
       fs::remove(tmp, ignored);  // never rename a partial file into place
-      throw std::runtime_error("cannot write " + p.string() + ": " + why);
+      throw IoError("cannot write " + p.string() + ": " + why);
     }
   }
-  fs::rename(tmp, p);
+  std::error_code ec;
+  fs::rename(tmp, p, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw IoError("cannot write " + p.string() + ": " + ec.message());
+  }
+}
+
+void create_folder(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!ec) return;
+  const std::string message = "cannot create " + what + " " + dir + ": " + ec.message();
+  const int e = ec.value();
+  if (ec.category() == std::generic_category() || ec.category() == std::system_category()) {
+    if (e == ENOSPC || e == EDQUOT || e == EROFS || e == EIO || e == EFBIG) throw IoError(message);
+  }
+  throw ConfigError(message);
 }
 
 void remove_atomic_leftovers(const std::string& path) {
@@ -61,22 +90,37 @@ void remove_atomic_leftovers(const std::string& path) {
 }
 
 FolderLock::FolderLock(const std::string& dir, const std::string& name,
-                       const std::string& command) {
-  const std::string path = (fs::path(dir) / name).string();
-  // O_CLOEXEC: a sweep's children must not inherit (and so keep) the lock.
-  fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    throw ConfigError("cannot lock " + dir + " (" + path + ": " + std::strerror(errno) + ")");
-  }
-  if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    char holder[512] = {0};
-    const ssize_t got = pread(fd_, holder, sizeof holder - 1, 0);
-    std::string who = got > 0 ? std::string(holder, static_cast<size_t>(got)) : "another process";
-    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
-    close(fd_);
+                       const std::string& command)
+    : path_((fs::path(dir) / name).string()) {
+  // The file is removed when the lock ends (no `.bitlab.lock` is left in a
+  // finished folder), so a process may open the file just before its holder
+  // removes it and lock a file no longer at the path. A lock counts only
+  // when the locked file is still the one at the path: otherwise try again.
+  for (int attempt = 0;; ++attempt) {
+    // O_CLOEXEC: a sweep's children must not inherit (and so keep) the lock.
+    fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      throw ConfigError("cannot lock " + dir + " (" + path_ + ": " + std::strerror(errno) + ")");
+    }
+    if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      char holder[512] = {0};
+      const ssize_t got = pread(fd_, holder, sizeof holder - 1, 0);
+      std::string who =
+          got > 0 ? std::string(holder, static_cast<size_t>(got)) : "another process";
+      while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+      close(fd_);
+      fd_ = -1;
+      throw ConfigError(dir + " is being written by " + who +
+                        "; wait for it to end or stop it, then try again");
+    }
+    struct stat held {}, at_path {};
+    if (fstat(fd_, &held) == 0 && stat(path_.c_str(), &at_path) == 0 &&
+        held.st_dev == at_path.st_dev && held.st_ino == at_path.st_ino) {
+      break;
+    }
+    close(fd_);  // the holder removed it meanwhile: the path's file is the lock now
     fd_ = -1;
-    throw ConfigError(dir + " is being written by " + who +
-                      "; wait for it to end or stop it, then try again");
+    if (attempt >= 100) throw ConfigError("cannot lock " + dir + " (" + path_ + " keeps changing)");
   }
   const std::string me = "process " + std::to_string(getpid()) + " (" + command + ")\n";
   if (ftruncate(fd_, 0) != 0 || pwrite(fd_, me.data(), me.size(), 0) < 0) {
@@ -85,7 +129,12 @@ FolderLock::FolderLock(const std::string& dir, const std::string& name,
 }
 
 FolderLock::~FolderLock() {
-  if (fd_ >= 0) close(fd_);  // releases the lock; the file stays (harmless)
+  if (fd_ < 0) return;
+  // Removed while still held (see the constructor), then released. A killed
+  // process leaves the file; the next lock of the folder takes it over and
+  // removes it in turn.
+  unlink(path_.c_str());
+  close(fd_);
 }
 
 }  // namespace bitlab

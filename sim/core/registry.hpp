@@ -5,6 +5,7 @@
 // and a constructor taking `const Options&`.
 #pragma once
 
+#include <concepts>
 #include <functional>
 #include <memory>
 #include <string>
@@ -23,6 +24,15 @@ struct NoContext {};
 template <class Base>
 struct MakeContext {
   using type = NoContext;
+};
+
+// What an entry can tell of what it builds without building it: nothing by
+// default; problems say their parameter count and tensors (ProblemShape,
+// problems/problem.hpp), which `bitlab cost` prices without allocating them.
+struct NoShape {};
+template <class Base>
+struct ShapeOf {
+  using type = NoShape;
 };
 
 // What a base type's entries carry besides the fields below, taken from the
@@ -50,6 +60,12 @@ struct RegistryEntry : EntryExtras<Base> {
   std::unique_ptr<Base> make(const Json& resolved, const Context& context = {}) const {
     return build(resolved, context);
   }
+  // From a resolved object, what `build` would give without building it
+  // (ShapeOf<Base>); `detail` asks for the costly parts too (a problem's
+  // tensor list). Set when the implementation has a static
+  // shape(const Options&, bool detail); empty otherwise.
+  using Shape = typename ShapeOf<Base>::type;
+  std::function<Shape(const Json& resolved, bool detail)> shape;
 };
 
 template <class Base, class Impl, class Options>
@@ -78,6 +94,14 @@ RegistryEntry<Base> make_registry_entry(std::string name, std::string summary) {
       return std::make_unique<Impl>(schema->read(resolved, ""));
     }
   };
+  using Shape = typename RegistryEntry<Base>::Shape;
+  if constexpr (requires(const Options& o) {
+                  { Impl::shape(o, true) } -> std::convertible_to<Shape>;
+                }) {
+    e.shape = [schema](const Json& resolved, bool detail) -> Shape {
+      return Impl::shape(schema->read(resolved, ""), detail);
+    };
+  }
   return e;
 }
 

@@ -1,5 +1,7 @@
 #include "sim/core/state_archive.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <cstring>
 
 #include "sim/core/schema.hpp"
@@ -98,7 +100,16 @@ void StateArchive::entry(std::string_view name, uint8_t type, size_t size, void*
 void StateArchive::field(std::string_view name, std::string& text) {
   std::vector<char> chars(text.begin(), text.end());
   growing(name, chars);
-  if (loading_) text.assign(chars.begin(), chars.end());
+  if (!loading_) return;
+  text.assign(chars.begin(), chars.end());
+  // Every text saved is UTF-8 (phase names, warnings): a byte that is not
+  // would fail later, in summary.json's serializer, as a write error (exit 4;
+  // found by tests/fuzz/mutate.py, regression/checkpoint/text-not-utf8).
+  try {
+    (void)nlohmann::json(text).dump();
+  } catch (const nlohmann::json::type_error&) {
+    damaged(name, "text that is not UTF-8");
+  }
 }
 
 void StateArchive::count(std::string_view name, uint64_t& n) {

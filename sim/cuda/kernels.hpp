@@ -103,12 +103,12 @@ class DeviceArray {
 //       aligned).
 // Both give the CPU's bits and errors (the scale within 1 ulp, as any
 // in-block order of the double sum). onebit_worker_compress runs
-// kWorkerCompressDefault = 1: the simpler code, with no alignment condition.
-// Which is faster has not been measured (no GPU yet): bench_kernels times
-// both (rows worker_compress_v1 / _v2); make 2 the default if it wins at
-// d ≥ 2^24. Throws std::invalid_argument for another variant number.
+// kWorkerCompressDefault = 2: measured faster at every size on an H200
+// (bench_kernels, 2026-11-26: 15.7 vs 18.9 us at d = 2^20, 91.6 vs 166.2 us at
+// 2^24, 341 vs 601 us at 2^26; docs/cuda.md). Throws std::invalid_argument for
+// another variant number.
 inline constexpr int kWorkerCompressVariants = 2;
-inline constexpr int kWorkerCompressDefault = 1;
+inline constexpr int kWorkerCompressDefault = 2;
 void onebit_worker_compress_variant(int variant, const float* b, size_t d, float* e, size_t D,
                                     uint8_t* bits, float* scale);
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
 
 #include "optimizers/optimizer.hpp"
@@ -74,13 +75,53 @@ std::string without_json_prefix(const std::string& what) {
   return bracket != std::string::npos ? what.substr(bracket + 2) : what;
 }
 
+// Where the parser is: the key or index of each open object or array, so that
+// an error the parser reports without a place (a number out of range: 1e400)
+// names the field.
+class JsonPlace {
+ public:
+  void open(bool array) { frames_.push_back({array, "", 0}); }
+  void close() {
+    if (!frames_.empty()) frames_.pop_back();
+    next_element();
+  }
+  void key(const std::string& k) {
+    if (!frames_.empty()) frames_.back().key = k;
+  }
+  void next_element() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+  }
+  // "optimizer.lr", "grid.optimizer.lr[2]"; "" at the top.
+  std::string path() const {
+    std::string out;
+    for (const auto& f : frames_) {
+      if (f.array) {
+        out += "[" + std::to_string(f.index) + "]";
+      } else if (!f.key.empty()) {
+        out += (out.empty() ? "" : ".") + f.key;
+      }
+    }
+    return out.size() > 200 ? out.substr(0, 197) + "..." : out;
+  }
+
+ private:
+  struct Frame {
+    bool array;
+    std::string key;  // an object's key being read
+    size_t index;     // an array's element being read
+  };
+  std::vector<Frame> frames_;
+};
+
 // Refuses, while parsing, what the JSON grammar allows but bitlab cannot use
 // safely: nesting deeper than kMaxJsonDepth (deeper documents would only
 // overflow the stack of the code that walks them later) and a key given twice
 // in one object (nlohmann keeps the last silently; the user meant one of them).
+// Keeps `place` up to date (the parser copies this object; `place` is shared).
 class StrictParse {
  public:
-  explicit StrictParse(std::string source) : source_(std::move(source)) {}
+  StrictParse(std::string source, std::shared_ptr<JsonPlace> place)
+      : source_(std::move(source)), place_(std::move(place)) {}
 
   bool operator()(int depth, Json::parse_event_t event, Json& parsed) {
     using E = Json::parse_event_t;
@@ -88,10 +129,14 @@ class StrictParse {
       throw ConfigError(source_ + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
                         " levels; bitlab's files are at most a few levels deep");
     }
+    if (event == E::object_start || event == E::array_start) place_->open(event == E::array_start);
+    if (event == E::object_end || event == E::array_end) place_->close();
+    if (event == E::value) place_->next_element();
     if (event == E::object_start) keys_.emplace_back();
     if (event == E::object_end && !keys_.empty()) keys_.pop_back();
     if (event == E::key && !keys_.empty()) {
       const std::string key = parsed.get<std::string>();
+      place_->key(key);
       if (!keys_.back().insert(key).second) {
         throw ConfigError(source_ + ": key \"" + key +
                           "\" appears twice in one object; give it once");
@@ -102,22 +147,28 @@ class StrictParse {
 
  private:
   std::string source_;
+  std::shared_ptr<JsonPlace> place_;
   std::vector<std::set<std::string>> keys_;  // the keys of each open object
 };
 
 }  // namespace
 
 Json parse_json_text(const std::string& text, const std::string& source) {
+  const auto place = std::make_shared<JsonPlace>();
   try {
-    return Json::parse(text, StrictParse(source));
+    return Json::parse(text, StrictParse(source, place));
   } catch (const Json::parse_error& e) {
     const size_t at = e.byte > 0 ? e.byte - 1 : 0;
     throw ConfigError(source + ":" + line_and_column(text, at) +
                       ": JSON syntax error: " + without_json_prefix(e.what()));
   } catch (const Json::out_of_range& e) {
-    // e.g. 1e400: "number overflow parsing '1e400'"
-    throw ConfigError(source + ": " + without_json_prefix(e.what()) +
-                      ": numbers must fit a 64-bit float or integer");
+    // e.g. 1e400: "number overflow parsing '1e400'", which says no place: the
+    // field is where the parser stood.
+    const std::string field = place->path();
+    throw ConfigError(source + ": " + (field.empty() ? "" : field + ": ") +
+                          without_json_prefix(e.what()) +
+                          ": numbers must fit a 64-bit float or integer",
+                      field);
   } catch (const Json::exception& e) {
     throw ConfigError(source + ": " + without_json_prefix(e.what()));
   }
@@ -223,7 +274,12 @@ void rethrow_blaming_set(const ConfigError& err, const std::vector<std::string>&
   for (auto it = sets.rbegin(); it != sets.rend(); ++it) {
     const std::string& s = *it;
     const std::string path = s.substr(0, s.find('='));
-    if (!err.path().empty() && (err.path() == path || err.path().rfind(path + ".", 0) == 0)) {
+    // The error is about the path, inside its value, or about a key on the
+    // way to it (--set a.b.c.d=1 made the unknown key "a").
+    const bool about_set =
+        !err.path().empty() && (err.path() == path || err.path().rfind(path + ".", 0) == 0 ||
+                                path.rfind(err.path() + ".", 0) == 0);
+    if (about_set) {
       throw ConfigError("--set " + s + ": " + err.what(), err.path());
     }
   }
@@ -315,7 +371,7 @@ Experiment resolve_inner(const Json& raw, const std::string& default_name) {
       network_schema.read(raw.contains("network") ? raw.at("network") : Json::object(), "network");
   e.compute =
       compute_schema.read(raw.contains("compute") ? raw.at("compute") : Json::object(), "compute");
-  if (e.network.preset != "none") make_topology(e.network, e.cluster.workers);  // validates
+  if (e.network.timed()) make_topology(e.network, e.cluster.workers);  // validates
   if (e.compute.straggler_worker >= e.cluster.workers) {
     config_fail("compute.straggler_worker", Json(e.compute.straggler_worker),
                 "must be < cluster.workers (" + std::to_string(e.cluster.workers) + ") or -1");
@@ -371,6 +427,16 @@ std::string keep_known_optimizer_options(Json& raw, const std::string& previous_
          " (dropped; the shared options are kept)";
 }
 
+void apply_override(Json& raw, const std::string& assignment, const std::string& why,
+                    std::vector<std::string>& notes) {
+  // A switch of optimizer drops the old one's foreign options at once, so
+  // that a later --set may give the new one's.
+  const std::string before = raw_optimizer_name(raw);
+  apply_set(raw, assignment);
+  const std::string note = keep_known_optimizer_options(raw, before, why);
+  if (!note.empty()) notes.push_back(note);
+}
+
 namespace {
 
 // Merges `child` over `base` in place (RFC 7396: objects key by key, a null
@@ -415,6 +481,34 @@ Json with_deepspeed_config(const std::string& path, Json raw, std::vector<std::s
   return merged;
 }
 
+// "network.file" in an experiment file names a path relative to that file's
+// folder (as "base" does); made absolute here, so the resolved config.json
+// finds it from anywhere.
+void anchor_network_file(Json& raw, const std::string& path) {
+  if (!raw.is_object() || !raw.contains("network") || !raw["network"].is_object()) return;
+  Json& net = raw["network"];
+  if (!net.contains("file") || !net["file"].is_string()) return;  // the schema names a bad type
+  const std::filesystem::path file = net["file"].get<std::string>();
+  if (file.empty() || file.is_absolute()) return;
+  net["file"] = std::filesystem::absolute(std::filesystem::path(path).parent_path() / file)
+                    .lexically_normal()
+                    .string();
+}
+
+// A message that grew with a chain of bases (each file adds its name) kept to
+// kMaxBaseMessageBytes: its start (the file given) and its end (the error),
+// cut between whole UTF-8 characters.
+std::string bounded_message(const std::string& text) {
+  if (text.size() <= kMaxBaseMessageBytes) return text;
+  const auto on_char = [&text](size_t at) {
+    while (at < text.size() && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) ++at;
+    return at;
+  };
+  const size_t head = on_char(kMaxBaseMessageBytes / 4);
+  const size_t tail = on_char(text.size() - kMaxBaseMessageBytes / 2);
+  return text.substr(0, head) + " [...] " + text.substr(tail);
+}
+
 Json load_with_bases(const std::string& path, std::vector<std::string>& chain,
                      std::vector<std::string>* notes) {
   std::error_code ec;
@@ -423,11 +517,26 @@ Json load_with_bases(const std::string& path, std::vector<std::string>& chain,
     if (seen == canonical) {
       std::string cycle;
       for (const auto& c : chain) cycle += c + " -> ";
-      throw ConfigError(path + ": \"base\" makes a cycle: " + cycle + canonical);
+      throw ConfigError(bounded_message(path + ": \"base\" makes a cycle: " + cycle + canonical));
     }
+  }
+  // Each base is one more level of recursion (30,000 overflowed the stack).
+  if (chain.size() >= static_cast<size_t>(kMaxBaseDepth)) {
+    throw ConfigError(path + ": a chain of \"base\" files deeper than " +
+                      std::to_string(kMaxBaseDepth) + " (from " + chain.front() +
+                      "); an experiment needs a few");
   }
   chain.push_back(canonical);
   Json raw = load_json_file(path);
+  anchor_network_file(raw, path);
+  for (const char* key : {"grid", "zip", "seeds"}) {
+    // A sweep file given where an experiment belongs (bitlab run, validate).
+    if (raw.is_object() && raw.contains(key)) {
+      throw ConfigError(path + ": this is a sweep file (it has \"" + key +
+                            "\"), not an experiment: use bitlab sweep " + path,
+                        key);
+    }
+  }
   if (raw.is_object() && raw.contains("deepspeed_config")) {
     raw = with_deepspeed_config(path, std::move(raw), notes);
   }
@@ -447,7 +556,8 @@ Json load_with_bases(const std::string& path, std::vector<std::string>& chain,
   try {
     merged = load_with_bases(base_path.string(), chain, notes);
   } catch (const ConfigError& e) {
-    throw ConfigError(path + ": base = " + show_value(base_value) + ": " + e.what(), "base");
+    throw ConfigError(
+        bounded_message(path + ": base = " + show_value(base_value) + ": " + e.what()), "base");
   }
   if (!merged.is_object()) {
     throw ConfigError(
@@ -489,14 +599,7 @@ Experiment load_experiment(const std::string& file, const std::vector<std::strin
   std::vector<std::string> notes;
   Json raw = load_experiment_file(file, &notes);
   for (const auto& u : unsets) apply_unset(raw, u);
-  for (const auto& s : sets) {
-    // A switch of optimizer drops the old one's foreign options at once, so
-    // that a later --set may give the new one's.
-    const std::string before = raw_optimizer_name(raw);
-    apply_set(raw, s);
-    const std::string note = keep_known_optimizer_options(raw, before, "--set " + s);
-    if (!note.empty()) notes.push_back(note);
-  }
+  for (const auto& s : sets) apply_override(raw, s, "--set " + s, notes);
   Experiment e = resolve_experiment(raw, std::filesystem::path(file).stem().string(), sets);
   e.notes = std::move(notes);
   return e;

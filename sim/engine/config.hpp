@@ -62,8 +62,12 @@ Json load_json_file(const std::string& path);
 // file's keys override its base's (objects merged key by key, anything else
 // replaced, a null removes the key); a relative base is relative to the
 // file's folder. A missing base, a base that is not an experiment object and
-// a cycle are ConfigErrors naming the files. Switching optimizer.name in a
+// a cycle are ConfigErrors naming the files, as is a chain deeper than
+// kMaxBaseDepth files; the message, which names every file of the chain, is
+// kept under about kMaxBaseMessageBytes. Switching optimizer.name in a
 // file drops the base's options the new optimizer does not know (a note).
+inline constexpr int kMaxBaseDepth = 64;
+inline constexpr size_t kMaxBaseMessageBytes = 4096;
 Json load_experiment_file(const std::string& path, std::vector<std::string>* notes = nullptr);
 
 // Removes the key at the dotted `path` ("--unset optimizer.freeze_step": the
@@ -76,6 +80,13 @@ void apply_unset(Json& raw, const std::string& path);
 // keeps the shared hyperparameters (lr, betas, ...) and drops the rest.
 std::string keep_known_optimizer_options(Json& raw, const std::string& previous_name,
                                          const std::string& why);
+
+// apply_set, then keep_known_optimizer_options when the assignment switched
+// the optimizer; its note (`why`: how the user gave it) goes to `notes`.
+// What run, validate and cost do with each override, in order, so that a
+// later --set may give the new optimizer's options.
+void apply_override(Json& raw, const std::string& assignment, const std::string& why,
+                    std::vector<std::string>& notes);
 
 // The optimizer name of a raw experiment ("" when there is none).
 std::string raw_optimizer_name(const Json& raw);

@@ -243,8 +243,11 @@ std::string map_precision(const Json& ds, Mapper& m) {
 
 // DeepSpeedConfig._set_batch_related_parameters and _batch_assertion
 // (config.py): train = micro × accumulation × world size. The world size is
-// not in the file; it is derived when all three are given.
-Json map_batch(const Json& ds, Mapper& m) {
+// not in the file; it is derived when all three are given. Sets the
+// experiment's cluster section, and compute.gradient_accumulation_steps
+// when it is above 1 (the time model's micro-steps).
+void map_batch(const Json& ds, Mapper& m, Json& experiment) {
+  Json& cluster = experiment["cluster"] = Json::object();
   auto get = [&](const char* key) -> int64_t {
     return ds.contains(key) ? positive_int(ds[key], key, m) : 0;
   };
@@ -256,13 +259,12 @@ Json map_batch(const Json& ds, Mapper& m) {
            "either train_batch_size or train_micro_batch_size_per_gpu must be given "
            "(DeepSpeedConfig._set_batch_related_parameters)");
   }
-  Json cluster = Json::object();
   if (micro == 0) {
     m.note("train_batch_size without train_micro_batch_size_per_gpu: the per-worker batch "
            "depends on the world size, which a DeepSpeed config does not hold; set "
            "cluster.workers × cluster.batch_size = " +
            std::to_string(train) + " in the experiment");
-    return cluster;
+    return;
   }
   if (accum == 0 && train == 0) accum = 1;  // DeepSpeed's rule for micro alone
   if (accum == 0) {
@@ -294,12 +296,14 @@ Json map_batch(const Json& ds, Mapper& m) {
            "cluster.workers comes from the experiment (default 1)");
   }
   if (accum > 1) {
+    experiment["compute"]["gradient_accumulation_steps"] = accum;
     m.note("gradient_accumulation_steps = " + std::to_string(accum) +
            " is folded into the worker's batch (cluster.batch_size = micro × accumulation = " +
            std::to_string(per_worker) +
-           "): mathematically the same mean gradient, not bit-identical to accumulating");
+           "): mathematically the same mean gradient, not bit-identical to accumulating; the "
+           "time model prices each step as that many micro-steps of compute and one exchange "
+           "(compute.gradient_accumulation_steps)");
   }
-  return cluster;
 }
 
 // ---- optimizer -------------------------------------------------------------
@@ -720,7 +724,7 @@ DeepSpeedMapping map_deepspeed_config(const Json& ds, const std::string& source)
   list_ignored_fields(ds, m);
   const std::string wire = map_precision(ds, m);
   Json experiment = Json::object();
-  experiment["cluster"] = map_batch(ds, m);
+  map_batch(ds, m, experiment);
   const ZeroPlan zero = map_zero(ds, m);
   if (ds.contains("optimizer")) {
     const Json& section = object_at(ds, "optimizer", "optimizer", m);

@@ -27,6 +27,7 @@
 #include "sim/core/human.hpp"
 #include "sim/core/memory.hpp"
 #include "sim/core/state_archive.hpp"
+#include "sim/core/threads.hpp"
 #include "sim/engine/simulation.hpp"
 
 namespace bitlab {
@@ -278,6 +279,7 @@ Json make_manifest(const RunContext& run, const std::string& started_utc) {
   manifest["git_revision"] = bitlab_git_revision();
   manifest["seed"] = run.experiment.run.seed;
   manifest["threads"] = run.options.threads > 0 ? run.options.threads : omp_get_max_threads();
+  manifest["omp_wait_policy"] = omp_wait_policy_text();
   manifest["command"] = run.options.command_line;
   manifest["started_utc"] = started_utc;
   manifest["backend"] = run.transport.name();
@@ -299,12 +301,24 @@ Json make_manifest(const RunContext& run, const std::string& started_utc) {
   return manifest;
 }
 
+// A refused write (a full disk) removes what the run wrote so far and the
+// folder when that leaves it empty: no folder holding only .bitlab.lock looks
+// like a run. IoError then ends the command with exit 4.
 void write_config_and_manifest(const RunContext& run) {
   if (!run.writer) return;
   const std::string started_utc = utc_now();
   const fs::path d(run.dir);
-  write_json(d / "config.json", run.experiment.resolved);
-  write_json(d / "manifest.json", make_manifest(run, started_utc));
+  try {
+    write_json(d / "config.json", run.experiment.resolved);
+    write_json(d / "manifest.json", make_manifest(run, started_utc));
+  } catch (const IoError&) {
+    std::error_code ignored;
+    for (const char* name : {"config.json", "manifest.json", ".bitlab.lock"}) {
+      fs::remove(d / name, ignored);
+    }
+    fs::remove(d, ignored);  // only when empty
+    throw;
+  }
 }
 
 // Opens the csvs (rank 0) and writes their header lines.
@@ -674,14 +688,20 @@ std::string divergence_reason(const RunSettings& rs, RunTally& tally, const Step
   return "";
 }
 
-// summary.json's "divergence": the step, what went wrong, and a hint.
-Json divergence_record(const Experiment& e, const StepMetrics& m, const std::string& what) {
+// summary.json's "divergence": the step, what went wrong, and a hint that
+// starts with the likely cause the optimizer's state shows (`cause`, "" when
+// none: Optimizer::divergence_cause).
+Json divergence_record(const Experiment& e, const StepMetrics& m, const std::string& what,
+                       const std::string& cause) {
   const double lr = e.optimizer.contains("lr") ? e.optimizer.at("lr").get<double>() : 0.0;
+  const std::string generic =
+      "try a smaller optimizer.lr (now " + fmt(lr) +
+      "), a longer warm-up, or check the problem's scale (the thresholds are "
+      "diverge_loss_factor and diverge_grad_norm_factor)";
   return {{"step", m.step},
           {"what", what},
-          {"hint", "the optimizer diverged; try a smaller optimizer.lr (now " + fmt(lr) +
-                       "), a longer warm-up, or check the problem's scale (the thresholds are "
-                       "diverge_loss_factor and diverge_grad_norm_factor)"}};
+          {"hint", cause.empty() ? "the optimizer diverged; " + generic
+                                 : "likely cause: " + cause + "; otherwise " + generic}};
 }
 
 // The stop signal seen, 0 if none. Under MPI a signal may reach the ranks at
@@ -731,6 +751,10 @@ void start_warnings(const RunContext& run, RunTally& tally) {
     tally.warnings.push_back(std::move(w));
   }
   for (const auto& w : tally.warnings) say_warning(run, w);
+  // Not a setting of the experiment (the bits do not depend on it): said, not
+  // kept in the summary.
+  const std::string threads = thread_count_warning(run.options.threads, machine_cores());
+  if (!threads.empty()) say_warning(run, threads);
 }
 
 // The warnings the optimizer raised during the last step, said once.
@@ -775,7 +799,8 @@ bool step_once(const RunContext& run, RunFiles& files, RunTally& tally, Progress
       divergence_reason(run.experiment.run, tally, m, run.sim.problem().losses_measured());
   if (!why.empty()) {
     tally.status = "diverged";
-    tally.divergence = divergence_record(run.experiment, m, why);
+    tally.divergence =
+        divergence_record(run.experiment, m, why, run.sim.optimizer().divergence_cause());
     return false;
   }
   report_new_warnings(run, tally);
@@ -1155,9 +1180,7 @@ std::string make_run_dir(const Experiment& e, const RunCliOptions& o) {
     dir = base / stem;
     for (int k = 2; fs::exists(dir); ++k) dir = base / (stem + "-" + std::to_string(k));
   }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw ConfigError("cannot create results folder " + dir.string() + ": " + ec.message());
+  create_folder(dir.string(), "results folder");
   return dir.string();
 }
 

@@ -43,7 +43,7 @@ Simulation::Simulation(const Experiment& experiment, Transport* transport,
       wire && !comm_.distributed() && !given_problem) {
     streamed = StreamedMean{*wire, experiment.run.grad_norm_every > 0};
   }
-  timed_ = experiment.network.preset != "none";
+  timed_ = experiment.network.timed();
   if (timed_) topology_ = make_topology(experiment.network, experiment.cluster.workers);
   const int workers = static_cast<int>(experiment.cluster.workers);
   const int gpus_per_node = timed_ ? workers / topology_.nodes : 0;

@@ -11,12 +11,18 @@ namespace isa_kernels {
 using MatmulKernel = void(size_t, size_t, size_t, const float*, ptrdiff_t, ptrdiff_t,
                           const float*, size_t, float*, size_t);
 MatmulKernel matmul_sse2, matmul_avx2, matmul_avx512;
+MatmulKernel matmul_acc_sse2, matmul_acc_avx2, matmul_acc_avx512;
 }  // namespace isa_kernels
 
 namespace {
 isa_kernels::MatmulKernel* matmul_kernel(Isa isa) {
   return for_isa<isa_kernels::MatmulKernel*>(isa, isa_kernels::matmul_sse2,
                                              isa_kernels::matmul_avx2, isa_kernels::matmul_avx512);
+}
+isa_kernels::MatmulKernel* matmul_acc_kernel(Isa isa) {
+  return for_isa<isa_kernels::MatmulKernel*>(isa, isa_kernels::matmul_acc_sse2,
+                                             isa_kernels::matmul_acc_avx2,
+                                             isa_kernels::matmul_acc_avx512);
 }
 }  // namespace
 
@@ -32,6 +38,20 @@ void matmul_isa(Isa isa, size_t m, size_t n, size_t k, const float* a, ptrdiff_t
     throw std::invalid_argument(std::string("matmul_isa: instruction set ") + isa_name(isa) +
                                 " is not supported by this CPU");
   matmul_kernel(isa)(m, n, k, a, a_row, a_col, b, ldb, c, ldc);
+}
+
+void matmul_acc(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_row, ptrdiff_t a_col,
+                const float* b, size_t ldb, float* c, size_t ldc) {
+  static isa_kernels::MatmulKernel* const kernel = matmul_acc_kernel(active_isa());
+  kernel(m, n, k, a, a_row, a_col, b, ldb, c, ldc);
+}
+
+void matmul_acc_isa(Isa isa, size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_row,
+                    ptrdiff_t a_col, const float* b, size_t ldb, float* c, size_t ldc) {
+  if (!isa_supported(isa))
+    throw std::invalid_argument(std::string("matmul_acc_isa: instruction set ") + isa_name(isa) +
+                                " is not supported by this CPU");
+  matmul_acc_kernel(isa)(m, n, k, a, a_row, a_col, b, ldb, c, ldc);
 }
 
 void transpose_into(const float* b, size_t rows, size_t cols, size_t ldb,

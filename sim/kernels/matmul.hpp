@@ -37,6 +37,16 @@ void matmul(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_row, ptrdi
 void matmul_isa(Isa isa, size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_row,
                 ptrdiff_t a_col, const float* b, size_t ldb, float* c, size_t ldc);
 
+// C (m × n) += A · B, each element's sum continued from the value in C: a
+// product over k = k1 + k2 gives the same bits as matmul over the first k1
+// then matmul_acc over the last k2 (so a weight gradient can be summed over
+// a layer's rows a block at a time, each block's operands still in cache:
+// problems/cnn.cpp). C starting at +0 gives matmul's bits.
+void matmul_acc(size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_row, ptrdiff_t a_col,
+                const float* b, size_t ldb, float* c, size_t ldc);
+void matmul_acc_isa(Isa isa, size_t m, size_t n, size_t k, const float* a, ptrdiff_t a_row,
+                    ptrdiff_t a_col, const float* b, size_t ldb, float* c, size_t ldc);
+
 // The three products a layer needs, on row-major Eigen matrices, maps or row
 // blocks (anything with data(), rows(), cols(), outerStride()); `c` must
 // already have its shape.

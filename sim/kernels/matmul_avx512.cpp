@@ -5,10 +5,12 @@
 
 namespace bitlab::isa_kernels {
 #define BITLAB_MATMUL_KERNEL matmul_avx512
+#define BITLAB_MATMUL_ACC_KERNEL matmul_acc_avx512
 #define BITLAB_MATMUL_LANES 16
 #define BITLAB_MATMUL_ROWS 8
 #include "sim/kernels/matmul_kernels.inc"
 #undef BITLAB_MATMUL_ROWS
 #undef BITLAB_MATMUL_LANES
+#undef BITLAB_MATMUL_ACC_KERNEL
 #undef BITLAB_MATMUL_KERNEL
 }  // namespace bitlab::isa_kernels

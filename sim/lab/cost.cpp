@@ -32,8 +32,9 @@ Schema<CostSettings> CostSettings::schema() {
   s.field("steps", &O::steps, "training steps to price; required",
           {rules::at_least<int64_t>(1), rules::at_most<int64_t>(int64_t{1} << 40)});
   s.field("samples_per_worker", &O::samples_per_worker,
-          "samples per worker per step; only used when compute.step_ms is 0 and the compute "
-          "time is derived as flops_per_param_sample · params · samples / device_tflops",
+          "samples per worker per (optimizer) step, all its micro-steps together; only used "
+          "when compute.step_ms is 0 and the compute time is derived as "
+          "flops_per_param_sample · params · samples / device_tflops",
           {rules::greater(0.0)});
   s.field("tensor_sizes", &O::tensor_sizes,
           "optional: the sizes of the model's tensors in order (they must sum to params), each "
@@ -80,7 +81,7 @@ CostSpec resolve_inner(const Json& raw) {
   }
   const auto network_schema = NetworkOptions::schema();
   spec.network = network_schema.read(raw.at("network"), "network");
-  if (spec.network.preset == "none") {
+  if (!spec.network.timed()) {
     config_fail("network.preset", Json(spec.network.preset),
                 "bitlab cost needs a network: a preset or \"custom\"");
   }
@@ -156,6 +157,22 @@ CostSpec resolve_cost_spec(const Json& raw,
     }
     throw;
   }
+}
+
+CostSpec resolve_cost_request(Json raw, const std::vector<CostOverride>& overrides) {
+  if (!raw.is_object()) config_fail("", raw, "a cost spec must be a JSON object");
+  // An experiment file is priced as it stands, the overrides scaling it up.
+  if (raw.contains("problem")) raw = cost_spec_of_experiment(raw);
+  std::vector<std::string> notes;
+  std::vector<std::pair<std::string, std::string>> labels;
+  for (const auto& o : overrides) {
+    apply_override(raw, o.assignment, o.label, notes);
+    labels.emplace_back(o.assignment, o.label);
+  }
+  CostSpec spec = resolve_cost_spec(raw, labels);
+  for (const auto& o : overrides) spec.overrides.push_back(o.label);
+  spec.notes = std::move(notes);
+  return spec;
 }
 
 // ---------------------------------------------------------------------------
@@ -246,10 +263,18 @@ CostReport estimate_cost(const CostSpec& spec) {
         "communication only");
   }
 
+  rep.warnings = spec.notes;
+  // The optimizer's own warnings for a job of these steps, as `run` says
+  // them before its first step (constructing it only reads its options).
+  const std::string name = spec.optimizer.at("name").get<std::string>();
+  for (auto& w : find_entry(optimizer_registry(), name)->make(spec.optimizer)->warnings(s.steps)) {
+    rep.warnings.push_back(std::move(w));
+  }
+
   const int node = n / rep.topology.nodes;  // workers per node
   rep.job = price_plan(
       plan_communication(spec.optimizer, s.params, n, s.steps, node, cost_layout(s)), rep.topology,
-      spec.compute, worker_s, spec.optimizer.at("name").get<std::string>());
+      spec.compute, worker_s, name);
   const auto& baseline = baseline_optimizer();
   rep.baseline = baseline.name;
   for (const char* wire : {"fp16", "fp32"}) {
@@ -373,7 +398,19 @@ std::string format_cost_report(const CostReport& r) {
   std::string out;
   out += "bitlab cost: " + r.job.label + ", " + std::to_string(s.params) + " parameters, " +
          std::to_string(s.workers) + " workers, " + std::to_string(s.steps) + " steps\n";
-  if (!s.description.empty()) out += "  " + s.description + "\n";
+  const auto& overrides = r.spec.overrides;
+  if (!s.description.empty() && overrides.empty()) out += "  " + s.description + "\n";
+  if (!overrides.empty()) {
+    // The file's description may describe what the overrides changed (a
+    // warm-up, the network): it is shown as the file's, not this job's.
+    if (!s.description.empty()) {
+      out += "  the file (before the changes below): " + s.description + "\n";
+    }
+    std::string changed;
+    for (const auto& o : overrides) changed += (changed.empty() ? "" : ", ") + o;
+    out += "  priced with: " + changed + "\n";
+  }
+  for (const auto& w : r.warnings) out += "warning: " + w + "\n";
   out += "topology: " + t.name + ": " + std::to_string(t.nodes) + " node(s) x " +
          std::to_string(t.gpus_per_node) + " GPUs; intra " + fmt("%g us", t.intra_latency_s * 1e6) +
          ", " + fmt("%g Gbit/s", t.intra_bytes_per_s * 8 / 1e9) + "; inter (NIC per node) " +
@@ -381,7 +418,13 @@ std::string format_cost_report(const CostReport& r) {
          fmt("%g Gbit/s", t.inter_bytes_per_s * 8 / 1e9) + "; allreduce " + t.allreduce + "\n";
   out += "  source: " + t.source + "\n";
   out += "compute per step and worker: " + duration_text(r.compute_s);
-  out += r.spec.compute.step_ms > 0 ? " (compute.step_ms)\n"
+  const int64_t micro = r.spec.compute.gradient_accumulation_steps;
+  if (micro > 1) {
+    out += " = " + std::to_string(micro) + " micro-steps (compute.gradient_accumulation_steps) of " +
+           duration_text(r.compute_s / static_cast<double>(micro)) + "; one exchange per step";
+  }
+  out += r.spec.compute.step_ms > 0 ? (micro > 1 ? " (compute.step_ms per micro-step)\n"
+                                                 : " (compute.step_ms)\n")
          : r.compute_s > 0          ? " (derived: flops_per_param_sample x params x "
                                       "samples_per_worker / device_tflops)\n"
                                     : " (not modelled)\n";
@@ -470,37 +513,20 @@ Json cost_report_json(const CostReport& r) {
     j["volume_ratio"][key + "_over_this"] =
         ratio_json(ratio(job->total_sent_bytes, r.job.total_sent_bytes));
   }
+  j["overrides"] = r.spec.overrides;
+  j["warnings"] = r.warnings;
   j["notes"] = r.notes;
   return j;
 }
-
-namespace {
-
-// (parameters, training samples) of a resolved problem section. A bridge
-// run's model (problem "external") is priced from its tensor list: its
-// gradients come from PyTorch, so it cannot be built here.
-std::pair<size_t, size_t> problem_size(const Json& problem) {
-  if (problem.at("name") == "external") {
-    size_t dim = 0;
-    for (const auto& t : problem.at("tensors")) {
-      size_t n = 1;
-      for (const auto& s : t.at("shape")) n *= s.get<size_t>();
-      dim += n;
-    }
-    return {dim, 0};
-  }
-  const auto* entry = find_entry(problem_registry(), problem.at("name").get<std::string>());
-  const std::unique_ptr<Problem> built = entry->make(problem, DataScope{});
-  return {built->dim(), built->num_train()};
-}
-
-}  // namespace
 
 Json cost_spec_of_experiment(const Json& raw) {
   // Resolving validates the experiment; its optimizer section stays raw, so
   // that a warm-up given as a share ("15%") follows the steps being priced.
   const Experiment e = resolve_experiment(raw, "experiment");
-  const auto [dim, num_train] = problem_size(e.problem);
+  // The problem's shape from its options: nothing of the model's size is
+  // allocated (a d = 1e9 quadratic took 78 s and 7.8 GB built).
+  const ProblemShape shape = problem_shape(e.problem);
+  const size_t dim = shape.dim, num_train = shape.num_train;
   const double workers = static_cast<double>(e.cluster.workers);
   const double samples = e.cluster.batch_size.full
                              ? static_cast<double>(num_train) / workers
@@ -514,7 +540,7 @@ Json cost_spec_of_experiment(const Json& raw) {
   spec["optimizer"] = raw.at("optimizer");
   spec["compute"] = e.resolved.at("compute");
   // An experiment without a time model leaves the network to --network.
-  if (e.network.preset != "none") spec["network"] = e.resolved.at("network");
+  if (e.network.timed()) spec["network"] = e.resolved.at("network");
   return spec;
 }
 

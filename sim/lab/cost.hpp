@@ -13,9 +13,11 @@
 // Simulation logs.
 //
 // Pricing: per-worker compute = base_compute_s(compute, params,
-// samples_per_worker) (compute.step_ms when given), the straggler's × its
-// factor; no jitter — cost is an expectation (compute.jitter is ignored, with
-// a note). price_step() per phase, × the phase's steps.
+// samples_per_worker) (compute.step_ms when given, × the
+// gradient_accumulation_steps micro-steps of an optimizer step), the
+// straggler's × its factor; no jitter — cost is an expectation
+// (compute.jitter is ignored, with a note). price_step() per phase (one
+// exchange per optimizer step), × the phase's steps (optimizer steps).
 #pragma once
 
 #include <cstdint>
@@ -46,7 +48,27 @@ struct CostSpec {
   ComputeOptions compute;
   Json optimizer;  // resolved through the optimizer registry
   Json resolved;   // the whole spec, every default filled in
+  // The overrides applied to the file, as the user wrote them: when there
+  // are any, settings.description describes the file, not the priced job.
+  std::vector<std::string> overrides;
+  // What an override did that the user may not expect (options an optimizer
+  // switch dropped), as run's notes.
+  std::vector<std::string> notes;
 };
+
+// One override of `bitlab cost`: "path=value" and how the user wrote it
+// ("--set path=value", "--optimizer onebit_lamb").
+struct CostOverride {
+  std::string assignment;
+  std::string label;
+};
+
+// What `bitlab cost` (and bitlab.cost) prices: a raw cost spec or experiment
+// (cost_spec_of_experiment), the overrides applied in order as run applies
+// --set (apply_override: a switch of optimizer, by --optimizer or --set
+// optimizer.name, keeps the options both optimizers know and notes the ones
+// dropped), then resolved. Errors name the override that caused them.
+CostSpec resolve_cost_request(Json raw, const std::vector<CostOverride>& overrides);
 
 // The cost spec of an experiment (raw, its base chain followed): d from its
 // problem, its workers, steps, batch (samples_per_worker), optimizer (raw:
@@ -103,11 +125,15 @@ JobCost price_plan(const CommPlan& plan, const Topology& topology, const Compute
 struct CostReport {
   CostSpec spec;
   Topology topology;
-  double compute_s = 0;  // base per-worker compute per step
+  double compute_s = 0;  // base per-worker compute per (optimizer) step, all micro-steps
   JobCost job;
   std::string baseline;   // the baseline optimizer's name (baseline_optimizer())
   JobCost baseline_fp16;  // the baseline, fp16 gradient allreduce, same cluster, compute and steps
   JobCost baseline_fp32;
+  // Settings that are legal but likely mistakes for this job (spec.notes,
+  // then the optimizer's warnings(steps): a warm-up under 1 % of the steps
+  // priced, one as long as the job): printed at the top.
+  std::vector<std::string> warnings;
   std::vector<std::string> notes;
 };
 

@@ -263,7 +263,52 @@ Json describe_fit(const RateFit& fit, const Experiment& base, const RateOptions&
                               {"exponent_of_mean", num(e.exponent_of_mean)},
                               {"expected", e.expected ? Json(*e.expected) : Json()}});
   }
+  const PowerLawCheck& c = fit.check;
+  const auto num = [](double v) { return std::isnan(v) ? Json() : Json(v); };
+  Json local = Json::object();
+  for (size_t k = 0; k < c.local_slopes.size() && k < o.axes.size(); ++k) {
+    local[o.axes[k].path] = c.local_slopes[k];
+  }
+  j["goodness_of_fit"] = {
+      {"r2_log_log", num(c.r2)},
+      {"lack_of_fit_p", num(c.lack_of_fit_p)},
+      {"local_exponents", local},
+      {"local_exponent_spread", c.slope_spread},
+      {"not_power_law", c.not_power_law},
+      {"rule", "not a power law when an axis's local exponents differ by more than " +
+                   fmt(kMaxSlopeSpread, "%g") + " and the lack-of-fit F-test against the "
+                   "seeds' spread gives p < " + fmt(kLackOfFitAlpha, "%g") +
+                   " (with one seed: the spread alone)"}};
   return j;
+}
+
+// The goodness-of-fit lines under the table, and the flag.
+void print_check(const RateFit& fit, const RateOptions& o) {
+  const PowerLawCheck& c = fit.check;
+  std::printf("  fit: R^2 = %s (log-log, seed-mean errors); lack-of-fit p = %s\n",
+              fmt(c.r2, "%.4f").c_str(),
+              std::isnan(c.lack_of_fit_p) ? "- (one seed: no noise to judge by)"
+                                          : (fmt(c.lack_of_fit_p, "%.2g") +
+                                             (c.lack_of_fit_p < kLackOfFitAlpha
+                                                  ? " (the points are off the line beyond the "
+                                                    "seeds' spread)"
+                                                  : " (the seeds' spread explains the residuals)"))
+                                                .c_str());
+  for (size_t k = 0; k < c.local_slopes.size() && k < o.axes.size(); ++k) {
+    std::string slopes;
+    for (double v : c.local_slopes[k]) slopes += " " + fmt(v, "%.3f");
+    std::printf("  local exponents in %s (between consecutive values):%s\n",
+                o.axes[k].path.c_str(), slopes.c_str());
+  }
+  if (c.not_power_law) {
+    const std::string text =
+        "NOT A POWER LAW: the local exponents differ by " + fmt(c.slope_spread, "%.2f") +
+        " (> " + fmt(kMaxSlopeSpread, "%g") +
+        ") along the range, beyond the seeds' noise: the fitted exponent does not describe "
+        "this curve (a floor, a transient or a blow-up?); look at the errors in rate.csv";
+    std::printf("  %s\n", text.c_str());
+    if (!o.quiet) std::fprintf(stderr, "bitlab rate: warning: %s\n", text.c_str());
+  }
 }
 
 void print_fit(const RateFit& fit, const Json& j, const fs::path& dir) {
@@ -311,6 +356,7 @@ bool fit_and_report(const SweepSpec& spec, const Experiment& base, const RateOpt
   Json j = describe_fit(fit, base, o, metric);
   write_text_atomic((dir / "rate.json").string(), j.dump(2) + "\n");
   print_fit(fit, j, dir);
+  print_check(fit, o);
   return true;
 }
 
@@ -318,8 +364,15 @@ bool fit_and_report(const SweepSpec& spec, const Experiment& base, const RateOpt
 
 int run_rate(const std::string& file, const RateOptions& o) {
   Json raw = load_experiment_file(file);
+  for (const auto& s : o.sets) {
+    // As bitlab run: a switch of optimizer keeps the options the new one knows.
+    const std::string before = raw_optimizer_name(raw);
+    apply_set(raw, s);
+    const std::string note = keep_known_optimizer_options(raw, before, "--set " + s);
+    if (!note.empty() && !o.quiet) std::fprintf(stderr, "bitlab rate: note: %s\n", note.c_str());
+  }
   const std::string stem = fs::path(file).stem().string();
-  const Experiment base = resolve_experiment(raw, stem);
+  const Experiment base = resolve_experiment(raw, stem, o.sets);
   check_options(base, o);
   const std::string metric = choose_metric(base, o.metric);
   if (metric == "suboptimality") {

@@ -37,10 +37,44 @@ struct ExponentFit {
   std::optional<double> expected;      // the theorem's exponent, when one is known
 };
 
+// Is the error a power law of the varied settings at all? A slope fitted to a
+// curve that bends (a floor, a transient, a blow-up) is a number without a
+// meaning; these say whether the fit describes the points (docs/rate.md).
+struct PowerLawCheck {
+  // R² of the log-log fit of the seed-mean errors (1: every point on the plane).
+  double r2 = 0.0;
+  // Lack-of-fit F-test (the grid points' seed-mean errors against the plane,
+  // judged by the spread between seeds at each point): the chance that seed
+  // noise alone leaves the points this far off. NaN with one seed.
+  double lack_of_fit_p = 0.0;
+  // Per axis, the local exponents: slopes of log(seed-mean error) between
+  // consecutive values of that axis (averaged over the other axes' values).
+  std::vector<std::vector<double>> local_slopes;
+  // The largest max − min of one axis's local exponents.
+  double slope_spread = 0.0;
+  // The flag: the local exponents differ by more than kMaxSlopeSpread and seed
+  // noise does not explain it (lack_of_fit_p < kLackOfFitAlpha; with one seed,
+  // the spread alone decides).
+  bool not_power_law = false;
+};
+// A local exponent that moves by more than this across the range makes one
+// fitted exponent misstate the curve by more than ±0.125 at an end: larger
+// than the differences the theorems' −1/2 is compared with (−1/4, −1).
+inline constexpr double kMaxSlopeSpread = 0.25;
+// A 1 % test: a power law measured with noisy seeds is flagged 1 time in 100.
+inline constexpr double kLackOfFitAlpha = 0.01;
+
 struct RateFit {
   std::vector<ExponentFit> exponents;  // one per axis, in order
   int seeds = 0;                       // seeds with every grid point (those fitted)
+  PowerLawCheck check;
 };
+
+// The upper tail P(F > f) of Fisher's F with (d1, d2) degrees of freedom.
+double f_upper_tail(double f, double d1, double d2);
+
+// The goodness of fit of log(error) ~ plane in log(x) (see PowerLawCheck).
+PowerLawCheck check_power_law(const std::vector<RateSample>& samples);
 
 // Least-squares slopes of log(error) against log(x_0), log(x_1), ... (with an
 // intercept). `x[i]` holds sample i's values. Throws std::invalid_argument
@@ -81,6 +115,8 @@ struct RateOptions {
   int jobs = 0;
   bool resume = false;
   bool quiet = false;
+  // --set path=value overrides of the experiment file (as bitlab run's).
+  std::vector<std::string> sets;
   // "auto": suboptimality when the problem logs it (knows its optimum), else
   // grad_norm2; or one of those, or train_loss.
   std::string metric = "auto";

@@ -98,6 +98,7 @@ RateFit fit_rate(const std::vector<std::string>& paths, const std::vector<RateSa
   const auto of_mean = slopes_of_mean(samples);
   RateFit fit;
   fit.seeds = static_cast<int>(slopes.size());
+  fit.check = check_power_law(samples);
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (size_t j = 0; j < paths.size(); ++j) {
     ExponentFit e;

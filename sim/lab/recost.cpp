@@ -213,15 +213,6 @@ class CommLogReader {
   throw ConfigError(file.string() + ": " + what);
 }
 
-bool label_ok(const std::string& label) {
-  if (label.empty()) return false;
-  for (char c : label) {
-    const bool ok =
-        std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '+';
-    if (!ok) return false;
-  }
-  return true;
-}
 
 // Applies the --set overrides to {"network": ..., "compute": ...}; each must
 // name network.<field> or compute.<field>.
@@ -343,12 +334,18 @@ RunConfig read_run_config(const fs::path& dir) {
 // --set overrides), the label and the run's old preset, into `res`.
 void read_new_model(const RecostOptions& o, const RunConfig& run, RecostResult& res) {
   Json sections = Json::object();
-  sections["network"] = o.network.empty() ? run.section("network") : Json{{"preset", o.network}};
+  if (!o.network.empty() && !o.network_file.empty()) {
+    config_fail("--network-file", Json(o.network_file),
+                "give either --network (\"" + o.network + "\") or --network-file, not both");
+  }
+  sections["network"] = !o.network_file.empty() ? Json{{"file", o.network_file}}
+                        : o.network.empty()      ? run.section("network")
+                                                 : Json{{"preset", o.network}};
   sections["compute"] = run.section("compute");
   apply_sets(sections, o.sets);
   const NetworkOptions net = read_section<NetworkOptions>(sections, "network", o.sets);
   const ComputeOptions compute = read_section<ComputeOptions>(sections, "compute", o.sets);
-  if (net.preset == "none") {
+  if (!net.timed()) {
     config_fail("network.preset", Json(net.preset),
                 o.network.empty()
                     ? "the run had no network model: give one with --network PRESET (see "
@@ -357,8 +354,10 @@ void read_new_model(const RecostOptions& o, const RunConfig& run, RecostResult& 
   }
   res.topology = make_topology(net, run.workers);
   res.compute = compute;
-  res.label = o.label.empty() ? net.preset : o.label;
-  if (!label_ok(res.label)) {
+  res.label = !o.label.empty() ? o.label
+              : net.file.empty() ? net.preset
+                                 : res.topology.name.substr(res.topology.name.find(':') + 1);
+  if (!recost_label_ok(res.label)) {
     throw ConfigError("--label " + res.label +
                       ": must be non-empty and use only letters, digits, '_', '-', '.' and '+'");
   }
@@ -476,6 +475,16 @@ void reprice_rows(LineReader& metrics, CommLogReader& comm_log, const MetricsLay
 
 }  // namespace
 
+bool recost_label_ok(const std::string& label) {
+  if (label.empty()) return false;
+  for (char c : label) {
+    const bool ok =
+        std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '+';
+    if (!ok) return false;
+  }
+  return true;
+}
+
 std::vector<std::string> recost_columns(const std::string& label) {
   return {"compute_s@" + label, "comm_s@" + label, "step_s@" + label, "sim_time_s@" + label};
 }
@@ -589,8 +598,8 @@ std::string unquoted(const std::string& cell) {
 }
 
 // sweep.csv with `columns` set in each row to the values of its run (named
-// by the "dir" column, the sweep runner's last: columns an earlier recost
-// added come after it); rows of runs not re-priced get empty cells. A column
+// by the "dir" column, found by name: the runner's `warnings` and the columns
+// an earlier recost added come after it); rows of runs not re-priced get empty cells. A column
 // the header already has is refused, or with `force` rewritten in place.
 std::string csv_with_columns(const fs::path& csv, const std::vector<std::string>& columns,
                              const std::map<std::string, std::vector<double>>& values,

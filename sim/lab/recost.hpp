@@ -42,6 +42,8 @@ struct RecostOptions {
   // A preset name (or "custom"); the network starts from that preset's values.
   // "": the run's own "network" section from config.json.
   std::string network;
+  // A network file written by `bitlab calibrate` instead of a preset ("": none).
+  std::string network_file;
   // Overrides "network.<field>=value" or "compute.<field>=value" applied on
   // top (the compute section starts from the run's own).
   std::vector<std::string> sets;
@@ -92,5 +94,8 @@ SweepRecost recost_sweep(const RecostOptions& options);
 
 // The names of the four columns a label adds, in order.
 std::vector<std::string> recost_columns(const std::string& label);
+// Whether `label` may suffix recost's columns (and name a network file, whose
+// name is recost's default label): non-empty letters, digits, '_', '-', '.', '+'.
+bool recost_label_ok(const std::string& label);
 
 }  // namespace bitlab

@@ -57,6 +57,7 @@ struct SweepOptions {
   std::string out_dir;  // "" : <results_root>/<name>
   std::string results_root = "results";
   int jobs = 0;                           // 0: the machine's cores
+  int threads = 0;                        // each run's; 0: the cores divided among the jobs
   bool resume = false;                    // skip completed/diverged runs, re-run the others
   bool quiet = false;                     // no progress or summary on stderr
   std::string binary = "/proc/self/exe";  // the bitlab executable the children run
@@ -75,6 +76,11 @@ struct SweepOptions {
   // of starting it again. 0: no checkpoints.
   int64_t checkpoint_every = 0;
 };
+
+// --dry-run: the runs (their folders) and, for each, the settings of its
+// resolved experiment that differ between the runs (a setting another run
+// lacks included), then the sweep's warnings; the folder it would write.
+std::string sweep_plan_text(const SweepSpec& spec, const SweepOptions& options);
 
 // Parses "i/k" (0 <= i < k). Throws ConfigError naming --shard otherwise.
 std::pair<int, int> parse_shard(const std::string& text);

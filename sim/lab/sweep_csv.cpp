@@ -91,7 +91,7 @@ void write_header(std::ostream& csv, const SweepSpec& spec, const SummaryColumns
   for (const auto& e : cols.evals) csv << ',' << csv_cell(e);
   csv << ",bytes_sent_per_worker,messages_per_worker";
   if (cols.timed) csv << ",sim_time_s";
-  csv << ",wall_s,dir\n";
+  csv << ",wall_s,dir,warnings\n";
 }
 
 void write_row(std::ostream& csv, const SweepSpec& spec, const SweepRun& r, const SweepOutcome& out,
@@ -126,7 +126,7 @@ void write_row(std::ostream& csv, const SweepSpec& spec, const SweepRun& r, cons
       << get("totals", "messages_per_worker");
   if (cols.timed) csv << ',' << get("time", "sim_time_s");
   csv << ',' << (s.contains("wall_s") ? summary_cell(s["wall_s"]) : "") << ','
-      << csv_cell(r.dir_name) << '\n';
+      << csv_cell(r.dir_name) << ',' << csv_cell(joined_warnings(run_warnings(s))) << '\n';
 }
 
 // The shard count k the folder's sweep.shard-<i>-of-<k>.csv files name.
@@ -216,6 +216,23 @@ std::string summary_cell(const Json& j) {
   if (j.is_null()) return "";
   if (j.is_string()) return j.get<std::string>();
   return j.dump();
+}
+
+std::vector<std::string> run_warnings(const Json& summary) {
+  std::vector<std::string> out;
+  if (!summary.is_object() || !summary.contains("warnings") || !summary["warnings"].is_array()) {
+    return out;
+  }
+  for (const auto& w : summary["warnings"]) {
+    if (w.is_string()) out.push_back(w.get<std::string>());
+  }
+  return out;
+}
+
+std::string joined_warnings(const std::vector<std::string>& warnings) {
+  std::string text;
+  for (const auto& w : warnings) text += (text.empty() ? "" : " | ") + w;
+  return text;
 }
 
 std::string shard_csv_name(int shard, int shards) {

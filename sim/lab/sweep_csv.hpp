@@ -27,6 +27,11 @@ Json read_run_summary(const std::filesystem::path& run_dir);
 // A number or string from a summary.json value; "" when absent or null.
 std::string summary_cell(const Json& j);
 
+// A summary.json's "warnings" (empty when it has none or is null).
+std::vector<std::string> run_warnings(const Json& summary);
+// sweep.csv's `warnings` cell: the warnings joined by " | " ("" when none).
+std::string joined_warnings(const std::vector<std::string>& warnings);
+
 // The csv this invocation writes: sweep.csv, or its shard's csv.
 std::string sweep_csv_name(const SweepOptions& options);
 

@@ -19,6 +19,7 @@
 
 #include "sim/comm/launcher.hpp"
 #include "sim/core/files.hpp"
+#include "sim/core/threads.hpp"
 #include "sim/engine/run.hpp"
 #include "sim/lab/sweep.hpp"
 #include "sim/lab/sweep_csv.hpp"
@@ -30,13 +31,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int machine_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
 
 // The stop signal received (SIGINT, SIGTERM or SIGHUP), 0 if none.
 volatile std::sig_atomic_t g_sweep_interrupted = 0;
@@ -63,10 +57,10 @@ std::string format_duration(double s) {
 void prepare_run_dir(const fs::path& run_dir, const Json& config) {
   std::error_code ec;
   fs::remove_all(run_dir, ec);
-  fs::create_directories(run_dir, ec);
-  if (ec) throw std::runtime_error("cannot create " + run_dir.string() + ": " + ec.message());
-  std::ofstream out(run_dir / "run.json");
-  out << config.dump(2) << "\n";
+  // A full disk: IoError, and the sweep stops with exit 4 (an unchecked
+  // stream would hand the child an empty run.json: exit 2, "bad input").
+  create_folder(run_dir.string(), "run folder");
+  write_text_atomic((run_dir / "run.json").string(), config.dump(2) + "\n");
 }
 
 // This process's environment less the MPI launcher's variables: the child is
@@ -136,6 +130,7 @@ class SweepRunner {
   void write_csv() const { write_sweep_csv(spec_, outcomes_, (dir_ / csv_name_).string()); }
   void progress(bool force);
   void final_report(double wall_s);
+  void report_warnings() const;
   int exit_status() const;
   // Run i belongs to this invocation's shard (always, without --shard).
   bool in_shard(size_t i) const {
@@ -163,7 +158,7 @@ class SweepRunner {
 int SweepRunner::run() {
   const int cores = machine_cores();
   const int jobs = std::max(1, o_.jobs > 0 ? o_.jobs : cores);
-  const int threads = std::max(1, cores / jobs);
+  const int threads = threads_per_job(jobs, o_.threads, cores);
   const std::vector<size_t> pending = pending_runs();
   write_csv();
 
@@ -370,16 +365,66 @@ void SweepRunner::final_report(double wall_s) {
     }
     std::fprintf(stderr, "  %s: run %d (%s)%s: %s\n", out.status.c_str(), r.index, r.label.c_str(),
                  extra.c_str(), (dir_ / r.dir_name).string().c_str());
+    const std::string hint =
+        out.status == "diverged" && out.summary.contains("divergence") &&
+                out.summary["divergence"].is_object()
+            ? summary_cell(out.summary["divergence"].value("hint", Json()))
+            : "";
+    if (hint.rfind("likely cause: ", 0) == 0) {
+      // The cause the run saw, without the generic advice that follows it.
+      std::fprintf(stderr, "    %s\n", hint.substr(0, hint.find("; otherwise ")).c_str());
+    }
   }
+  report_warnings();
   std::fprintf(stderr, "  results: %s\n", (dir_ / csv_name_).string().c_str());
 }
 
+// The finished runs' warnings (summary.json), each distinct text once with
+// how many runs and which raised it, most frequent first.
+void SweepRunner::report_warnings() const {
+  std::map<std::string, std::vector<int>> by_text;
+  std::vector<std::string> order;  // first-seen order, for ties
+  int runs_warned = 0;
+  for (size_t i = 0; i < outcomes_.size(); ++i) {
+    if (!outcomes_[i].done) continue;
+    const auto warnings = run_warnings(outcomes_[i].summary);
+    runs_warned += warnings.empty() ? 0 : 1;
+    for (const auto& w : warnings) {
+      auto& runs = by_text[w];
+      if (runs.empty()) order.push_back(w);
+      if (runs.empty() || runs.back() != spec_.runs[i].index) runs.push_back(spec_.runs[i].index);
+    }
+  }
+  if (order.empty()) return;
+  std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
+    return by_text[a].size() > by_text[b].size();
+  });
+  std::fprintf(stderr, "  warnings (%zu distinct, in %d of %d runs; sweep.csv's warnings column):\n",
+               order.size(), runs_warned, shard_size());
+  constexpr size_t kShownRuns = 8;
+  for (const auto& w : order) {
+    const auto& runs = by_text[w];
+    std::string which;
+    for (size_t k = 0; k < runs.size() && k < kShownRuns; ++k) {
+      which += (k ? ", " : "") + std::to_string(runs[k]);
+    }
+    if (runs.size() > kShownRuns) which += ", ...";
+    std::fprintf(stderr, "    %zu run%s (%s%s): %s\n", runs.size(), runs.size() == 1 ? "" : "s",
+                 runs.size() == 1 ? "run " : "runs ", which.c_str(), w.c_str());
+  }
+}
+
+// A signal first; then a run that could not write its results (exit 4: the
+// disk is full for the runs after it too); then any other unfinished run.
 int SweepRunner::exit_status() const {
   if (g_sweep_interrupted) return 128 + static_cast<int>(g_sweep_interrupted);
+  int status = 0;
   for (const auto& out : outcomes_) {
-    if (out.done && out.status != "completed") return 3;
+    if (!out.done || out.status == "completed") continue;
+    if (out.exit_code == kExitIoError) return kExitIoError;
+    status = 3;
   }
-  return 0;
+  return status;
 }
 
 // ---------------------------------------------------------------------------
@@ -453,9 +498,7 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& o) {
   const Json sweep_json = describe_sweep(spec);
   check_sweep_folder(dir, spec, sweep_json, o);
   if (o.merge) return merge_shard_csvs(spec, dir, sweep_csv_name(o));
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw ConfigError("cannot create sweep folder " + dir.string() + ": " + ec.message());
+  create_folder(dir.string(), "sweep folder");
   // One process per sweep (or per shard: shards share the folder) at a time: a
   // second `--resume` of the same sweep would re-run the same runs beside it.
   const std::string lock_name =
@@ -463,7 +506,15 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& o) {
   const FolderLock lock(
       dir.string(), lock_name,
       std::string("bitlab sweep") + (o.resume ? " --resume" : "") + " of " + spec.name);
-  write_text_atomic(dir / "sweep.json", sweep_json.dump(2) + "\n");
+  try {
+    write_text_atomic(dir / "sweep.json", sweep_json.dump(2) + "\n");
+  } catch (const IoError&) {
+    // A full disk: no folder holding only the lock is left (exit 4).
+    std::error_code ignored;
+    fs::remove(dir / lock_name, ignored);
+    fs::remove(dir, ignored);  // only when empty
+    throw;
+  }
   SweepRunner runner(spec, o, dir);
   return runner.run();
 }

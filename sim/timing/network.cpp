@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "sim/core/rng.hpp"
+#include "sim/timing/network_file.hpp"
 
 namespace bitlab {
 
@@ -72,6 +73,20 @@ Schema<NetworkOptions> NetworkOptions::schema() {
           "ring, tree (halving-doubling) or hierarchical (reduce-scatter in the node, allreduce "
           "across nodes, allgather in the node)",
           {rules::one_of({"as_logged", "ring", "tree", "hierarchical"})});
+  for (auto [key, member] : {std::pair{"allreduce_efficiency", &O::allreduce_efficiency},
+                             std::pair{"allgather_efficiency", &O::allgather_efficiency},
+                             std::pair{"reduce_scatter_efficiency", &O::reduce_scatter_efficiency},
+                             std::pair{"alltoall_efficiency", &O::alltoall_efficiency}}) {
+    s.field(key, member,
+            "the collective's time is its alpha-beta time / this (a fitted correction, "
+            "`bitlab calibrate`); 0: the network file's, else 1",
+            {rules::at_least(0.0)});
+  }
+  s.field("file", &O::file,
+          "a network file written by `bitlab calibrate` (docs/calibrate.md), used as the "
+          "preset is (fields given here override its values); \"\": none. In an experiment "
+          "file, relative to that file's folder",
+          {});
   return s;
 }
 
@@ -106,6 +121,13 @@ Schema<ComputeOptions> ComputeOptions::schema() {
           {rules::at_least<int64_t>(-1)});
   s.field("straggler_factor", &O::straggler_factor, "the straggler's compute time multiplier",
           {rules::at_least(1.0)});
+  s.field("gradient_accumulation_steps", &O::gradient_accumulation_steps,
+          "micro-steps per optimizer step (DeepSpeed's gradient_accumulation_steps): a step "
+          "computes its batch in this many forward + backward passes and communicates once; "
+          "step_ms is one micro-step's time (a step costs this many times step_ms), a derived "
+          "time is the step's batch (the same FLOPs), and overlap hides an allreduce behind the "
+          "last micro-step's backward only",
+          {rules::at_least<int64_t>(1), rules::at_most<int64_t>(int64_t{1} << 20)});
   return s;
 }
 
@@ -117,11 +139,31 @@ Topology make_topology(const NetworkOptions& o, int64_t workers) {
   for (const auto& p : network_presets()) {
     if (p.name == o.preset) preset = &p;
   }
+  // A network file stands in for a preset (and needs no "custom").
+  NetworkFile from_file;
+  if (!o.file.empty()) {
+    if (preset) {
+      config_fail("network.file", Json(o.file),
+                  "give either network.preset (\"" + o.preset + "\") or network.file, not both");
+    }
+    from_file = read_network_file(o.file);
+    preset = &from_file.links;
+    t.name = "file:" + from_file.links.name;
+    if (o.allreduce == "as_logged") t.allreduce = from_file.allreduce;
+    t.efficiency = from_file.efficiency;
+  }
   auto pick = [&](double given, double from_preset, const char* field) {
     if (given > 0) return given;
     if (preset) return from_preset;
     config_fail(std::string("network.") + field, Json(given), "must be > 0 for a custom network");
   };
+  auto efficiency = [](double given, double& slot) {
+    if (given > 0) slot = given;
+  };
+  efficiency(o.allreduce_efficiency, t.efficiency.allreduce);
+  efficiency(o.allgather_efficiency, t.efficiency.allgather);
+  efficiency(o.reduce_scatter_efficiency, t.efficiency.reduce_scatter);
+  efficiency(o.alltoall_efficiency, t.efficiency.alltoall);
   if (!preset && o.preset != "custom") {
     std::vector<std::string> names = {"custom"};
     for (const auto& p : network_presets()) names.push_back(p.name);
@@ -202,9 +244,8 @@ double allreduce_time(const CommRecord& r, const Topology& t, std::string_view a
   return ring_like(p, s, l, 2.0 * (p - 1), factor);
 }
 
-}  // namespace
-
-double collective_time_s(const CommRecord& r, const Topology& t) {
+// The α-β time of a collective, before its efficiency.
+double alpha_beta_time_s(const CommRecord& r, const Topology& t) {
   const int p = r.ranks;
   if (p <= 1) return 0.0;
   const std::string_view op(r.op);
@@ -228,6 +269,20 @@ double collective_time_s(const CommRecord& r, const Topology& t) {
   }
   if (op == "broadcast") return ceil_log2(p) * (l.alpha_s + s / l.bytes_per_s);
   return 0.0;
+}
+
+}  // namespace
+
+double collective_time_s(const CommRecord& r, const Topology& t) {
+  // Efficiencies are 1 unless a network file or the experiment gives one:
+  // x / 1.0 is x, so the presets' prices keep their bits.
+  const std::string_view op(r.op);
+  const double e = op == "allreduce"        ? t.efficiency.allreduce
+                   : op == "allgather"      ? t.efficiency.allgather
+                   : op == "reduce_scatter" ? t.efficiency.reduce_scatter
+                   : op == "alltoall"       ? t.efficiency.alltoall
+                                            : 1.0;
+  return alpha_beta_time_s(r, t) / e;
 }
 
 double bus_factor(const CommRecord& r) {
@@ -278,7 +333,11 @@ StepTime price_step(const std::vector<CommRecord>& records, const Topology& t,
   // Backward is 2/3 of compute; `overlap` of it can hide the DDP-style
   // gradient allreduce. The 1-bit family compresses inside the optimizer
   // step, so its collectives are never hidden.
-  const double hidden = std::min(overlappable, c.overlap * (2.0 / 3.0) * st.compute_s);
+  // With gradient accumulation only the last micro-step's backward can
+  // (DeepSpeed allreduces at the accumulation boundary); x / 1 is exact.
+  const double hidden =
+      std::min(overlappable, c.overlap * (2.0 / 3.0) * st.compute_s /
+                                 static_cast<double>(c.gradient_accumulation_steps));
   // (overlappable − hidden) first: exposed + 0 stays exactly `exposed`, so a
   // faster link is never priced slower by a rounding step.
   st.comm_s = exposed + (overlappable - hidden) + st.compression_s;
@@ -287,7 +346,9 @@ StepTime price_step(const std::vector<CommRecord>& records, const Topology& t,
 }
 
 double base_compute_s(const ComputeOptions& c, double model_params, double samples_per_worker) {
-  if (c.step_ms > 0) return c.step_ms * 1e-3;
+  if (c.step_ms > 0) {
+    return static_cast<double>(c.gradient_accumulation_steps) * (c.step_ms * 1e-3);
+  }
   if (c.device_tflops <= 0) return 0.0;
   const double params = c.model_params > 0 ? c.model_params : model_params;
   return c.flops_per_param_sample * params * samples_per_worker / (c.device_tflops * 1e12);

@@ -42,6 +42,17 @@ struct NetworkOptions {
   double inter_latency_us = 0;
   double inter_bandwidth_gbps = 0;      // per node (the NIC shared by its GPUs)
   std::string allreduce = "as_logged";  // as_logged | ring | tree | hierarchical
+  // Each collective's time is the α-β time / its efficiency (a fitted
+  // correction, `bitlab calibrate`); 0: the preset's or file's (1 for presets).
+  double allreduce_efficiency = 0;
+  double allgather_efficiency = 0;
+  double reduce_scatter_efficiency = 0;
+  double alltoall_efficiency = 0;
+  // A network file written by `bitlab calibrate` (network_file.hpp): it
+  // stands in for a preset (its values, overridden by any field given here).
+  std::string file;
+  // Whether the experiment has a time model: a preset, "custom" or a file.
+  bool timed() const { return preset != "none" || !file.empty(); }
   static Schema<NetworkOptions> schema();
 };
 
@@ -55,7 +66,16 @@ struct ComputeOptions {
   double jitter = 0.0;            // relative std. dev. of each worker's compute time
   int64_t straggler_worker = -1;  // -1: none
   double straggler_factor = 1.0;  // that worker's compute time × factor
+  // Micro-steps per optimizer step (DeepSpeed's name): a step's batch is
+  // computed in this many forward + backward passes (step_ms is one of
+  // them), its communication happens once.
+  int64_t gradient_accumulation_steps = 1;
   static Schema<ComputeOptions> schema();
+};
+
+// Per-collective efficiency: the collective's α-β time is divided by it.
+struct CollectiveEfficiency {
+  double allreduce = 1, allgather = 1, reduce_scatter = 1, alltoall = 1;
 };
 
 // A resolved topology: every number filled in.
@@ -68,7 +88,8 @@ struct Topology {
   double inter_latency_s = 0;
   double inter_bytes_per_s = 0;  // the node's NIC
   std::string allreduce = "as_logged";
-  std::string source;  // where the preset's numbers come from
+  CollectiveEfficiency efficiency;
+  std::string source;  // where the preset's (or network file's) numbers come from
 };
 
 struct NetworkPreset {
@@ -108,7 +129,9 @@ struct StepTime {
 StepTime price_step(const std::vector<CommRecord>& records, const Topology& t,
                     const std::vector<double>& worker_compute_s, const ComputeOptions& c);
 
-// Per-worker compute time of a step before jitter/stragglers, in seconds.
+// Per-worker compute time of a step before jitter/stragglers, in seconds:
+// gradient_accumulation_steps × step_ms when step_ms is given, else derived
+// from the step's samples (N micro-steps of samples / N each: the same FLOPs).
 double base_compute_s(const ComputeOptions& c, double model_params, double samples_per_worker);
 // Every worker's compute time at `step`: base × (1 + jitter·N(0,1), floored at 0)
 // from RngStream(seed, kJitter, worker, step); the straggler × its factor.

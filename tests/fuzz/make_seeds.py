@@ -3,15 +3,23 @@
 OUT/sweep and OUT/cost (one file per seed, in the input format of
 tests/fuzz/fuzz_input.hpp). Built, never committed: experiments/ is the source.
 
-- cost: every file with "params" (a cost spec), alone and with --set overrides;
+- cost: every file with "params" (a cost spec), alone and with --set overrides,
+  and every experiment file (`bitlab cost` prices one as it stands);
 - sweep: every file with "base", the base file inlined (so the seed does not
   depend on its folder);
-- experiment: every other .json, alone and with --set overrides.
+- experiment: every other .json, alone and with --set overrides;
+- checkpoint (with --bitlab BINARY): OUT/checkpoint-run/, a run of
+  tests/fuzz/checkpoint_experiment.json stopped as if killed after its
+  checkpoint at step 4, and OUT/checkpoint/, its checkpoint.bin in the input
+  format of tests/fuzz/checkpoint_input.hpp (as it stands, and unsealed).
 
-Usage: make_seeds.py OUT
+Usage: make_seeds.py OUT [--bitlab BINARY]
 """
+import argparse
 import json
 import pathlib
+import shutil
+import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -42,7 +50,31 @@ def inline_base(sweep, folder):
     return json.dumps(sweep, indent=1)
 
 
-def main(out):
+# The seal StateArchive::seal() ends a checkpoint with: a u16 name length,
+# "checksum", a u8 type, a u64 count, then the u64 checksum.
+SEAL_BYTES = 2 + len("checksum") + 1 + 8 + 8
+
+
+def make_checkpoint_run(bitlab, folder):
+    """A run of checkpoint_experiment.json in `folder` as a kill after its checkpoint at
+    step 4 leaves it, less checkpoint.bin (whose bytes are returned) and summary.json."""
+    shutil.rmtree(folder, ignore_errors=True)
+    subprocess.run([bitlab, "run", str(ROOT / "tests/fuzz/checkpoint_experiment.json"),
+                    "--out", str(folder), "--checkpoint-every", "4", "--threads", "1",
+                    "--quiet"], check=True, stdout=subprocess.DEVNULL)
+    (folder / "summary.json").unlink()
+    checkpoint = (folder / "checkpoint.bin").read_bytes()
+    (folder / "checkpoint.bin").unlink()
+    return checkpoint
+
+
+def checkpoint_seeds(checkpoint):
+    """The inputs (tests/fuzz/checkpoint_input.hpp) of a checkpoint: as it stands, and
+    unsealed for the harness to seal again."""
+    return [b"\0" + checkpoint, b"\1" + checkpoint[:-SEAL_BYTES]]
+
+
+def main(out, bitlab=None):
     out = pathlib.Path(out)
     for kind in ("experiment", "sweep", "cost"):
         (out / kind).mkdir(parents=True, exist_ok=True)
@@ -64,10 +96,19 @@ def main(out):
         else:
             put("experiment", encode(text))
             put("experiment", encode(text, EXPERIMENT_SETS[counts["experiment"] % 4]))
+            if "problem" in doc:
+                put("cost", encode(text))
+    if bitlab:
+        (out / "checkpoint").mkdir(parents=True, exist_ok=True)
+        counts["checkpoint"] = 0
+        for data in checkpoint_seeds(make_checkpoint_run(bitlab, out / "checkpoint-run")):
+            put("checkpoint", data)
     print("seeds:", ", ".join(f"{n} {k}" for k, n in counts.items()), "in", out)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out")
+    parser.add_argument("--bitlab", help="the bitlab binary that makes the checkpoint seeds")
+    args = parser.parse_args()
+    main(args.out, args.bitlab)

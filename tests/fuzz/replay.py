@@ -7,9 +7,13 @@ binary, as a user's command line would give them:
   sweep:      bitlab sweep FILE --merge --out EMPTY  (resolves and checks every
               run, then stops: the empty folder holds no sweep, so nothing runs)
   cost:       bitlab cost FILE --set A --json
+  checkpoint: bitlab run --resume RUN, RUN a copy of a run of
+              tests/fuzz/checkpoint_experiment.json stopped after its checkpoint
+              at step 4, its checkpoint.bin the input (tests/fuzz/checkpoint_input.hpp:
+              a mode byte, then the file as it stands or resealed here)
 
-Each must end with exit 0 or 2 (a result, or bad input refused with a message),
-never a crash, a sanitizer report, exit 1 ("internal error") or a hang. The
+Each must end with exit 0 or 2 (a result, or bad input refused with a message;
+for a checkpoint also 3: a resealed one may hold values that diverge), never a crash, a sanitizer report, exit 1 ("internal error") or a hang. The
 input format (file, then --set values after NUL bytes) is tests/fuzz/fuzz_input.hpp's.
 
 Usage: replay.py BITLAB [--seeds N]   (N seeds of each kind, default 6)
@@ -18,11 +22,13 @@ Prints one line per failure and "N passed, N failed"; exit 1 on any failure.
 import argparse
 import pathlib
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
+KINDS = ("experiment", "sweep", "cost", "checkpoint")
 TIMEOUT_S = 120  # validate builds real data sets (Fashion-MNIST: seconds; more under ASan)
 
 
@@ -35,33 +41,62 @@ def command(bitlab, kind, file, sets, scratch):
     return [bitlab, "cost", file, *flags, "--json"]
 
 
-def replay(bitlab, kind, path, scratch):
+def fnv1a64(data):
+    h = 14695981039346656037
+    for b in data:
+        h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def checkpoint_bytes(data):
+    """checkpoint_input.hpp's checkpoint_bytes: mode byte 0, as it stands; 1, resealed."""
+    if not data:
+        return b""
+    body = data[1:]
+    if data[0] & 1 == 0:
+        return body
+    body += struct.pack("<H", len(b"checksum")) + b"checksum" + bytes([48 + 8]) + \
+        struct.pack("<Q", 1)
+    return body + struct.pack("<Q", fnv1a64(body))
+
+
+def resume_command(bitlab, data, scratch, checkpoint_run):
+    run = scratch / "run"
+    shutil.copytree(checkpoint_run, run)
+    (run / "checkpoint.bin").write_bytes(checkpoint_bytes(data))
+    return [bitlab, "run", "--resume", str(run), "--quiet"]
+
+
+def replay(bitlab, kind, path, scratch, checkpoint_run):
     """None when the input was handled as promised, else what went wrong."""
-    parts = path.read_bytes().split(b"\0")
-    file = scratch / "input.json"
-    file.write_bytes(parts[0])
-    sets = [p.decode("utf-8", "surrogateescape") for p in parts[1:]]
+    if kind == "checkpoint":
+        argv = resume_command(bitlab, path.read_bytes(), scratch, checkpoint_run)
+    else:
+        parts = path.read_bytes().split(b"\0")
+        file = scratch / "input.json"
+        file.write_bytes(parts[0])
+        sets = [p.decode("utf-8", "surrogateescape") for p in parts[1:]]
+        argv = command(bitlab, kind, str(file), sets, scratch)
     try:
-        r = subprocess.run(command(bitlab, kind, str(file), sets, scratch), capture_output=True,
-                           timeout=TIMEOUT_S, cwd=scratch)
+        r = subprocess.run(argv, capture_output=True, timeout=TIMEOUT_S, cwd=scratch)
     except subprocess.TimeoutExpired:
         return f"no answer in {TIMEOUT_S} s"
     err = r.stderr.decode(errors="replace")
-    if r.returncode not in (0, 2) or "internal error" in err or "Sanitizer" in err:
+    # A resealed checkpoint may hold any values: NaN moments resume into a
+    # diverged run (exit 3), an honest outcome.
+    allowed = (0, 2, 3) if kind == "checkpoint" else (0, 2)
+    if r.returncode not in allowed or "internal error" in err or "Sanitizer" in err:
         return f"exit {r.returncode}: {err.strip()[-600:]}"
     return None
 
 
-def inputs(seed_count, scratch):
+def inputs(seed_count, seeds):
     """(kind, path) of every regression input, then a spread sample of seeds."""
-    for kind in ("experiment", "sweep", "cost"):
+    for kind in KINDS:
         for path in sorted((HERE / "regression" / kind).glob("*")):
             if path.is_file() and path.name != "README.md":
                 yield kind, path
-    seeds = scratch / "seeds"
-    subprocess.run([sys.executable, str(HERE / "make_seeds.py"), str(seeds)], check=True,
-                   stdout=subprocess.DEVNULL)
-    for kind in ("experiment", "sweep", "cost"):
+    for kind in KINDS:
         files = sorted((seeds / kind).glob("*"))
         step = max(1, len(files) // seed_count)
         for path in files[::step][:seed_count]:
@@ -77,10 +112,15 @@ def main():
     passed = failed = 0
     with tempfile.TemporaryDirectory(prefix="bitlab-replay-") as tmp:
         scratch = pathlib.Path(tmp)
-        for kind, path in inputs(args.seeds, scratch):
+        seeds = scratch / "seeds"
+        # The seeds, and the run folder every checkpoint input is resumed in.
+        with open(scratch / "seeds.log", "w") as log:
+            subprocess.run([sys.executable, str(HERE / "make_seeds.py"), str(seeds),
+                            "--bitlab", bitlab], check=True, stdout=log)
+        for kind, path in inputs(args.seeds, seeds):
             work = scratch / "work"
             work.mkdir(exist_ok=True)
-            problem = replay(bitlab, kind, path, work)
+            problem = replay(bitlab, kind, path, work, seeds / "checkpoint-run")
             if problem is None:
                 passed += 1
             else:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs one libFuzzer harness built by tests/fuzz/build.sh:
 #
-#   tests/fuzz/run.sh experiment|sweep|cost [SECONDS]   (default 600)
+#   tests/fuzz/run.sh experiment|sweep|cost|checkpoint [SECONDS]   (default 600)
 #
 # The working corpus is build-asan/fuzz/corpus/KIND (seeded from
 # build-asan/fuzz/seeds/KIND, kept between runs, never committed); findings go
@@ -15,7 +15,7 @@
 # replays it in CTest). Exit status: libFuzzer's (0: no finding).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-KIND="${1:?usage: tests/fuzz/run.sh experiment|sweep|cost [SECONDS]}"
+KIND="${1:?usage: tests/fuzz/run.sh experiment|sweep|cost|checkpoint [SECONDS]}"
 SECONDS_TOTAL="${2:-600}"
 BUILD_DIR="${BITLAB_ASAN_BUILD_DIR:-build-asan}"
 FUZZER="$BUILD_DIR/fuzz_$KIND"
@@ -29,6 +29,9 @@ mkdir -p "$CORPUS" "$FINDINGS"
 export ASAN_OPTIONS="detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 LOG="$BUILD_DIR/fuzz/$KIND.log"
+# fuzz_checkpoint resumes each input in a copy of this run (build.sh made it
+# with the seeds, whose byte counts match its csvs).
+export BITLAB_FUZZ_CHECKPOINT_RUN="$BUILD_DIR/fuzz/seeds/checkpoint-run"
 status=0
 # The regression inputs join the corpus (a kind with none has no folder in git).
 dirs=("$CORPUS" "$BUILD_DIR/fuzz/seeds/$KIND")

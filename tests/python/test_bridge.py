@@ -151,6 +151,44 @@ def test_divergence_ends_the_run(tmp_path):
         sim.step()
 
 
+class Vector(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = torch.nn.Parameter(torch.ones(4))
+
+
+@pytest.mark.parametrize("name, freeze", [("onebit_adam", "freeze_step"),
+                                          ("zero_one_adam", "var_freeze_step")])
+@pytest.mark.parametrize("planted", [True, False])
+def test_divergence_hint_names_the_frozen_variance_below_eps(tmp_path, name, freeze, planted):
+    """Planted: coordinates 2 and 3 see no gradient during the warm-up, so their frozen
+    sqrt(v) is 0 < eps; once they do, their momentum divided by about eps blows the loss
+    up, and the hint says so with the share. Unplanted, the same run completes."""
+    model = Vector()
+    sim = bitlab.torch.Simulation(model, workers=2, steps=30, seed=1,
+                                  optimizer={"name": name, "lr": 0.01, freeze: 5},
+                                  out=tmp_path / "run")
+    for step in range(1, 31):
+        for w in range(2):
+            with sim.worker(w) as wk:
+                loss = (model.p ** 2).sum()
+                loss.backward()
+                if planted and step <= 5:
+                    model.p.grad[2:] = 0
+                wk.loss = loss.item()
+        if not sim.step():
+            break
+    summary = sim.close()
+    if not planted:
+        assert summary["status"] == "completed"
+        return
+    assert summary["status"] == "diverged"
+    hint = summary["divergence"]["hint"]
+    assert hint.startswith("likely cause: 50 % of the coordinates (2 of 4) had sqrt(v) < "
+                           "eps = 1e-08 in the variance frozen at step 5"), hint
+    assert "raise optimizer.eps" in hint and "otherwise try a smaller optimizer.lr" in hint
+
+
 # -- bad input: each a clear exception naming the parameter and the rule ----------------------
 
 def one_step_with(tmp_path, mutate, name="bad"):

@@ -1,0 +1,286 @@
+#include "sim/lab/measurements.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace bitlab {
+
+namespace {
+
+[[noreturn]] void fail_at(const std::string& path, size_t line, const std::string& what) {
+  throw ConfigError(path + (line ? ":" + std::to_string(line) : "") + ": " + what, path);
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  if (std::filesystem::is_directory(path)) fail_at(path, 0, "is a folder, not a measurement file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_at(path, 0, "cannot be read (no such file, or not permitted)");
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find('\0') != std::string::npos) fail_at(path, lines.size() + 1, "is not text");
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+std::vector<std::string> tokens(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string t; in >> t;) out.push_back(t);
+  return out;
+}
+
+// A number that must be > 0 (and finite), or the error names its column.
+double positive_number(const std::string& text, const std::string& path, size_t line,
+                       const std::string& column) {
+  double v = 0;
+  size_t used = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty())
+    fail_at(path, line, column + " = \"" + text + "\": must be a number");
+  if (!(v > 0) || !std::isfinite(v))
+    fail_at(path, line, column + " = " + text + ": must be > 0 (a measured size and time are positive)");
+  return v;
+}
+
+int whole_count(const std::string& text, const std::string& path, size_t line,
+                const std::string& column) {
+  const double v = positive_number(text, path, line, column);
+  if (v != std::floor(v) || v > 1e7)
+    fail_at(path, line, column + " = " + text + ": must be a whole number from 1 to 10^7");
+  return static_cast<int>(v);
+}
+
+// ---- nccl-tests ------------------------------------------------------------
+
+// The columns of one nccl-tests table: header names in order, and the time
+// unit (seconds per unit).
+struct NcclTable {
+  std::vector<std::string> names;
+  int size_col = -1, time_col = -1, wrong_col = -1;
+  double seconds_per_unit = 1e-6;
+};
+
+// Reads the header line (after '#') and the units line under it.
+NcclTable nccl_table(const std::string& header, const std::string& units, const std::string& path,
+                     size_t line) {
+  NcclTable t;
+  t.names = tokens(header.substr(1));
+  for (int i = 0; i < static_cast<int>(t.names.size()); ++i) {
+    const std::string& n = t.names[i];
+    if (n == "size" && t.size_col < 0) t.size_col = i;
+    if ((n == "time" || n == "cputime") && t.time_col < 0) t.time_col = i;
+    if (n == "#wrong" && t.wrong_col < 0) t.wrong_col = i;
+  }
+  if (t.size_col < 0 || t.time_col < 0)
+    fail_at(path, line, "nccl-tests table without a \"size\" and a \"time\" column (missing columns)");
+  // Units are printed only under the columns that have one, in order.
+  static const std::set<std::string> kWithUnit = {"size", "count", "time", "cputime", "algbw",
+                                                  "busbw", "i_min", "i_max", "i_p99", "i_cv%"};
+  const std::vector<std::string> u = tokens(units.size() > 1 ? units.substr(1) : "");
+  size_t k = 0;
+  std::set<std::string> time_units;
+  for (const auto& n : t.names) {
+    if (!kWithUnit.count(n)) continue;
+    if (k >= u.size()) fail_at(path, line + 1, "the units line has fewer units than the header has columns");
+    if (n == "time" || n == "cputime") time_units.insert(u[k]);
+    if (n == "size" && u[k] != "(B)")
+      fail_at(path, line + 1, "size is in " + u[k] + ": only bytes \"(B)\" are understood");
+    ++k;
+  }
+  if (time_units.size() > 1)
+    fail_at(path, line + 1, "the time columns mix units (" + *time_units.begin() + " and " +
+                                *time_units.rbegin() + "): give one file per unit");
+  const std::string unit = time_units.empty() ? "(us)" : *time_units.begin();
+  if (unit == "(us)") t.seconds_per_unit = 1e-6;
+  else if (unit == "(ms)") t.seconds_per_unit = 1e-3;
+  else if (unit == "(s)") t.seconds_per_unit = 1.0;
+  else fail_at(path, line + 1, "time unit " + unit + ": must be (us), (ms) or (s)");
+  return t;
+}
+
+// The collective a file's name or test line names ("" if none).
+std::string collective_from(const std::string& text) {
+  static const std::pair<const char*, const char*> kNames[] = {
+      {"all_reduce", "allreduce"},         {"allreduce", "allreduce"},
+      {"all_gather", "allgather"},         {"allgather", "allgather"},
+      {"reduce_scatter", "reduce_scatter"}, {"reducescatter", "reduce_scatter"},
+      {"alltoall", "alltoall"},            {"all_to_all", "alltoall"}};
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const auto& [pattern, name] : kNames)
+    if (lower.find(pattern) != std::string::npos) return name;
+  return "";
+}
+
+struct RankCount {
+  int ranks = 0;
+  std::set<std::string> hosts;
+};
+
+// One data row of an nccl-tests table, as a measurement.
+Measurement nccl_row(const std::vector<std::string>& cells, const NcclTable& t,
+                     const std::string& path, size_t line) {
+  if (cells.size() != t.names.size())
+    fail_at(path, line, std::to_string(cells.size()) + " columns where the header has " +
+                            std::to_string(t.names.size()));
+  if (t.wrong_col >= 0 && cells[t.wrong_col] != "N/A" && cells[t.wrong_col] != "0")
+    fail_at(path, line, "#wrong = " + cells[t.wrong_col] +
+                            ": the collective gave wrong results, so its time is not used");
+  Measurement m;
+  m.bytes = positive_number(cells[t.size_col], path, line, "size");
+  m.time_s = positive_number(cells[t.time_col], path, line, "time") * t.seconds_per_unit;
+  m.origin = path + ":" + std::to_string(line);
+  return m;
+}
+
+void set_ranks(std::vector<Measurement>& out, size_t from, const std::string& collective,
+               const RankCount& rc, const MeasurementReadOptions& o, const std::string& path) {
+  int nodes = static_cast<int>(rc.hosts.size()), g = 0;
+  if (rc.ranks > 0) {
+    if (rc.ranks % nodes != 0)
+      fail_at(path, 0, std::to_string(rc.ranks) + " ranks on " + std::to_string(nodes) +
+                           " hosts: the hosts must hold the same number of ranks");
+    g = rc.ranks / nodes;
+  } else if (o.nodes > 0 && o.gpus_per_node > 0) {
+    nodes = o.nodes;
+    g = o.gpus_per_node;
+  } else {
+    fail_at(path, 0, "no \"#  Rank N ... on HOST\" lines tell the ranks: give --nodes and --gpus-per-node");
+  }
+  if (collective.empty())
+    fail_at(path, 0, "which collective? Neither a \"# Collective test starting:\" line nor the "
+                     "file's name says: give --collective");
+  for (size_t i = from; i < out.size(); ++i) {
+    out[i].collective = collective;
+    out[i].nodes = nodes;
+    out[i].gpus_per_node = g;
+  }
+}
+
+std::vector<Measurement> read_nccl_tests(const std::string& path,
+                                         const std::vector<std::string>& lines,
+                                         const MeasurementReadOptions& o) {
+  std::vector<Measurement> out;
+  std::string collective = !o.collective.empty() ? canonical_collective(o.collective)
+                                                 : collective_from(std::filesystem::path(path).filename().string());
+  RankCount rc;
+  NcclTable table;
+  bool have_table = false;
+  size_t section_start = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& s = lines[i];
+    const size_t n = i + 1;
+    if (s.rfind("# Collective test starting:", 0) == 0) {
+      if (have_table && out.size() > section_start) set_ranks(out, section_start, collective, rc, o, path);
+      section_start = out.size();
+      const std::string c = collective_from(s);
+      if (!c.empty()) collective = c;
+      rc = RankCount{};
+      have_table = false;
+    } else if (s.rfind("#  Rank", 0) == 0) {
+      const auto on = s.find(" on ");
+      const auto t = on == std::string::npos ? std::vector<std::string>{} : tokens(s.substr(on + 4));
+      if (t.empty()) fail_at(path, n, "a \"#  Rank\" line without \"on HOST\"");
+      ++rc.ranks;
+      rc.hosts.insert(t[0]);
+    } else if (s.size() > 1 && s[0] == '#' && tokens(s.substr(1)).size() > 2 &&
+               tokens(s.substr(1))[0] == "size") {
+      table = nccl_table(s, i + 1 < lines.size() ? lines[i + 1] : "", path, n);
+      have_table = true;
+      ++i;  // the units line
+    } else if (!s.empty() && s[0] != '#' && have_table && !tokens(s).empty()) {
+      const auto cells = tokens(s);
+      if (cells[0] == "0") continue;  // nccl-tests' size 0 rows time nothing
+      out.push_back(nccl_row(cells, table, path, n));
+    }
+  }
+  if (out.size() > section_start) set_ranks(out, section_start, collective, rc, o, path);
+  if (out.empty()) fail_at(path, 0, "no nccl-tests table rows found (a \"#  size  count ...\" header and rows under it)");
+  return out;
+}
+
+// ---- CSV -------------------------------------------------------------------
+
+std::vector<std::string> csv_cells(const std::string& line) {
+  std::vector<std::string> cells;
+  std::string cell;
+  std::istringstream in(line);
+  while (std::getline(in, cell, ',')) {
+    const auto a = cell.find_first_not_of(" \t\"");
+    const auto b = cell.find_last_not_of(" \t\"");
+    cells.push_back(a == std::string::npos ? "" : cell.substr(a, b - a + 1));
+  }
+  if (!line.empty() && line.back() == ',') cells.push_back("");
+  return cells;
+}
+
+std::vector<Measurement> read_csv(const std::string& path, const std::vector<std::string>& lines) {
+  if (lines.empty()) fail_at(path, 0, "is empty (expected a header: collective,nodes,gpus_per_node,bytes,time_ms)");
+  const auto header = csv_cells(lines[0]);
+  std::map<std::string, size_t> col;
+  for (size_t i = 0; i < header.size(); ++i) col[header[i]] = i;
+  for (const char* need : {"collective", "nodes", "gpus_per_node", "bytes", "time_ms"}) {
+    if (!col.count(need))
+      fail_at(path, 1, std::string("column \"") + need +
+                           "\" is missing (the header must name collective, nodes, "
+                           "gpus_per_node, bytes, time_ms)");
+  }
+  std::vector<Measurement> out;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    if (lines[i].find_first_not_of(" \t") == std::string::npos) continue;
+    const size_t n = i + 1;
+    const auto cells = csv_cells(lines[i]);
+    if (cells.size() != header.size())
+      fail_at(path, n, std::to_string(cells.size()) + " cells where the header has " +
+                           std::to_string(header.size()));
+    Measurement m;
+    m.collective = canonical_collective(cells[col["collective"]]);
+    if (m.collective.empty())
+      fail_at(path, n, "collective = \"" + cells[col["collective"]] +
+                           "\": must be allreduce, allgather, reduce_scatter or alltoall");
+    m.nodes = whole_count(cells[col["nodes"]], path, n, "nodes");
+    m.gpus_per_node = whole_count(cells[col["gpus_per_node"]], path, n, "gpus_per_node");
+    m.bytes = positive_number(cells[col["bytes"]], path, n, "bytes");
+    m.time_s = positive_number(cells[col["time_ms"]], path, n, "time_ms") * 1e-3;
+    m.origin = path + ":" + std::to_string(n);
+    out.push_back(m);
+  }
+  if (out.empty()) fail_at(path, 0, "has a header but no rows");
+  return out;
+}
+
+}  // namespace
+
+std::string canonical_collective(const std::string& name) { return collective_from(name); }
+
+std::vector<Measurement> read_measurements(const std::string& path,
+                                           const MeasurementReadOptions& o) {
+  if (o.format != "auto" && o.format != "nccl-tests" && o.format != "csv")
+    throw ConfigError("--format " + o.format + ": " + one_of_message(o.format, {"auto", "nccl-tests", "csv"}),
+                      "--format");
+  const auto lines = read_lines(path);
+  std::string format = o.format;
+  if (format == "auto") {
+    const bool csv_name = std::filesystem::path(path).extension() == ".csv";
+    const bool csv_header = !lines.empty() && lines[0].find("collective") != std::string::npos &&
+                            lines[0].find(',') != std::string::npos;
+    format = csv_name || csv_header ? "csv" : "nccl-tests";
+  }
+  return format == "csv" ? read_csv(path, lines) : read_nccl_tests(path, lines, o);
+}
+
+}  // namespace bitlab

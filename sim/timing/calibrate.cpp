@@ -1,0 +1,437 @@
+#include "sim/timing/calibrate.hpp"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace bitlab {
+
+namespace {
+
+constexpr double kBytesPerSPerGbps = 1e9 / 8.0;
+
+// A fitted quantity: its network field and the range it may take (in its
+// field's unit). The limits are far outside any real link; a value that ends
+// on one is reported as such, never hidden.
+struct ParamSpec {
+  const char* name;
+  double lo, hi;
+};
+constexpr ParamSpec kSpecs[] = {
+    {"intra_latency_us", 1e-3, 1e6},     {"intra_bandwidth_gbps", 1e-3, 1e7},
+    {"inter_latency_us", 1e-3, 1e6},     {"inter_bandwidth_gbps", 1e-3, 1e7},
+    {"allreduce_efficiency", 1e-2, 1e2}, {"allgather_efficiency", 1e-2, 1e2},
+    {"reduce_scatter_efficiency", 1e-2, 1e2}, {"alltoall_efficiency", 1e-2, 1e2},
+};
+constexpr int kParamCount = static_cast<int>(std::size(kSpecs));
+// Where the determinability check looks at the model: a typical cluster, the
+// node's NIC slower than the links inside it (so a flat ring across nodes runs
+// on the NIC, as it does on every preset).
+constexpr double kReference[kParamCount] = {3, 1000, 30, 10, 1, 1, 1, 1};
+
+int param_index(const std::string& name) {
+  for (int i = 0; i < kParamCount; ++i)
+    if (name == kSpecs[i].name) return i;
+  return -1;
+}
+
+std::string efficiency_name(const std::string& collective) { return collective + "_efficiency"; }
+
+Topology topology_for(const Measurement& m, const std::map<std::string, double>& v,
+                      const std::string& allreduce) {
+  Topology t;
+  t.name = "calibration";
+  t.nodes = m.nodes;
+  t.gpus_per_node = m.gpus_per_node;
+  t.intra_latency_s = v.at("intra_latency_us") * 1e-6;
+  t.intra_bytes_per_s = v.at("intra_bandwidth_gbps") * kBytesPerSPerGbps;
+  t.inter_latency_s = v.at("inter_latency_us") * 1e-6;
+  t.inter_bytes_per_s = v.at("inter_bandwidth_gbps") * kBytesPerSPerGbps;
+  t.allreduce = allreduce;
+  t.efficiency.allreduce = v.at("allreduce_efficiency");
+  t.efficiency.allgather = v.at("allgather_efficiency");
+  t.efficiency.reduce_scatter = v.at("reduce_scatter_efficiency");
+  t.efficiency.alltoall = v.at("alltoall_efficiency");
+  return t;
+}
+
+// One fitting problem: which points, which parameters are free, the values of
+// the others, and the allreduce algorithm.
+struct FitProblem {
+  const std::vector<Measurement>* points = nullptr;
+  std::vector<size_t> use;
+  std::vector<int> free;  // indices into kSpecs
+  std::map<std::string, double> base;
+  std::string allreduce;
+
+  std::map<std::string, double> values(const Eigen::VectorXd& log_x) const {
+    auto v = base;
+    for (size_t k = 0; k < free.size(); ++k) v[kSpecs[free[k]].name] = std::exp(log_x[k]);
+    return v;
+  }
+  Eigen::VectorXd residuals(const Eigen::VectorXd& log_x) const {
+    const auto v = values(log_x);
+    Eigen::VectorXd r(use.size());
+    for (size_t i = 0; i < use.size(); ++i) {
+      const Measurement& m = (*points)[use[i]];
+      r[i] = predicted_time_s(m, v, allreduce) / m.time_s - 1.0;
+    }
+    return r;
+  }
+  Eigen::MatrixXd jacobian(const Eigen::VectorXd& log_x) const {
+    // Central differences in log space: the model is piecewise smooth
+    // (min/max of links), and h = 1e-5 keeps the truncation error near 1e-10.
+    constexpr double h = 1e-5;
+    Eigen::MatrixXd j(use.size(), free.size());
+    for (size_t k = 0; k < free.size(); ++k) {
+      Eigen::VectorXd up = log_x, down = log_x;
+      up[k] += h;
+      down[k] -= h;
+      j.col(k) = (residuals(up) - residuals(down)) / (2 * h);
+    }
+    return j;
+  }
+  void clamp(Eigen::VectorXd& log_x) const {
+    for (size_t k = 0; k < free.size(); ++k) {
+      log_x[k] = std::clamp(log_x[k], std::log(kSpecs[free[k]].lo), std::log(kSpecs[free[k]].hi));
+    }
+  }
+};
+
+// Levenberg–Marquardt from one start; returns the final log parameters.
+Eigen::VectorXd levenberg_marquardt(const FitProblem& p, Eigen::VectorXd x) {
+  p.clamp(x);
+  Eigen::VectorXd r = p.residuals(x);
+  double cost = r.squaredNorm();
+  double lambda = 1e-3;
+  for (int iter = 0; iter < 200 && cost > 0; ++iter) {
+    const Eigen::MatrixXd j = p.jacobian(x);
+    const Eigen::MatrixXd a = j.transpose() * j;
+    const Eigen::VectorXd g = j.transpose() * r;
+    bool improved = false;
+    while (lambda < 1e12) {
+      Eigen::MatrixXd damped = a;
+      for (int k = 0; k < damped.rows(); ++k) damped(k, k) += lambda * (a(k, k) + 1e-12);
+      Eigen::VectorXd next = x - damped.ldlt().solve(g);
+      p.clamp(next);
+      const Eigen::VectorXd r_next = p.residuals(next);
+      const double c = r_next.squaredNorm();
+      if (std::isfinite(c) && c < cost) {
+        const double gain = (cost - c) / cost;
+        x = next;
+        r = r_next;
+        cost = c;
+        lambda = std::max(lambda / 3, 1e-12);
+        improved = gain > 1e-13;
+        break;
+      }
+      lambda *= 4;
+    }
+    if (!improved) break;
+  }
+  return x;
+}
+
+// The best of several starts (each latency at 1 and 30 µs, each bandwidth at
+// 10 and 1000 Gbit/s, efficiencies at 1): the model has kinks (a flat ring
+// runs on the slower link), so one start can end in the wrong branch.
+Eigen::VectorXd fit_from_starts(const FitProblem& p) {
+  const size_t n = p.free.size();
+  std::vector<int> two_way;
+  for (size_t k = 0; k < n; ++k)
+    if (p.free[k] < 4) two_way.push_back(static_cast<int>(k));
+  Eigen::VectorXd best;
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (int mask = 0; mask < (1 << two_way.size()); ++mask) {
+    Eigen::VectorXd start(n);
+    for (size_t k = 0; k < n; ++k) start[k] = 0.0;  // efficiencies: log 1
+    for (size_t b = 0; b < two_way.size(); ++b) {
+      const int k = two_way[b];
+      const bool latency = p.free[k] == 0 || p.free[k] == 2;
+      const bool high = (mask >> b) & 1;
+      start[k] = std::log(latency ? (high ? 30.0 : 1.0) : (high ? 1000.0 : 10.0));
+    }
+    const Eigen::VectorXd x = levenberg_marquardt(p, start);
+    const double c = p.residuals(x).squaredNorm();
+    if (c < best_cost) {
+      best_cost = c;
+      best = x;
+    }
+  }
+  return best;
+}
+
+// Throws ConfigError unless every free parameter is determined by the points:
+// some point's time must depend on it, and no combination of the free
+// parameters may leave every point's time unchanged (the columns of the
+// Jacobian at the reference cluster, normalised, must be independent).
+std::string undetermined(const FitProblem& p) {
+  Eigen::VectorXd ref(p.free.size());
+  for (size_t k = 0; k < p.free.size(); ++k) ref[k] = std::log(kReference[p.free[k]]);
+  const Eigen::MatrixXd j = p.jacobian(ref);
+  // Parameters no point depends on, and the normalised columns of the others.
+  std::vector<size_t> touched;
+  std::string untouched;
+  for (size_t k = 0; k < p.free.size(); ++k) {
+    if (j.col(k).norm() >= 1e-9) {
+      touched.push_back(k);
+    } else if (untouched.empty()) {
+      const std::string name = kSpecs[p.free[k]].name;
+      const bool intra = name.rfind("intra", 0) == 0;
+      untouched = "cannot determine " + name + ": no measurement depends on it (" +
+                  (intra ? "none runs between devices of one node under the " + p.allreduce +
+                               " allreduce model: measure inside one node"
+                         : "none spans nodes: measure across nodes") +
+                  ", or give --fix " + name + "=VALUE)";
+    }
+  }
+  if (touched.size() > p.use.size()) {
+    return "cannot determine " + std::to_string(touched.size()) + " parameters from " +
+           std::to_string(p.use.size()) +
+           " measurements: measure more points or --fix some of them";
+  }
+  Eigen::MatrixXd normalised(j.rows(), static_cast<Eigen::Index>(touched.size()));
+  for (size_t i = 0; i < touched.size(); ++i)
+    normalised.col(static_cast<Eigen::Index>(i)) = j.col(touched[i]) / j.col(touched[i]).norm();
+  Eigen::JacobiSVD<Eigen::MatrixXd> svd(normalised, Eigen::ComputeThinV);
+  const auto& s = svd.singularValues();
+  if (s.size() > 0 && s[s.size() - 1] < 1e-6 * s[0]) {
+    const Eigen::VectorXd v = svd.matrixV().col(s.size() - 1);
+    std::vector<std::string> names;
+    for (size_t i = 0; i < touched.size(); ++i)
+      if (std::abs(v[static_cast<Eigen::Index>(i)]) > 0.2) names.push_back(kSpecs[p.free[touched[i]]].name);
+    std::string joined;
+    for (const auto& n : names) joined += (joined.empty() ? "" : " and ") + n;
+    return "cannot tell " + joined +
+           " apart: the measurements change them only together (for example, "
+           "every point at one level has the same message size and rank count); measure more "
+           "message sizes or give --fix " + names.front() + "=VALUE";
+  }
+  return untouched;
+}
+
+struct FitOutcome {
+  std::map<std::string, double> values;
+  double rms = 0;
+};
+
+FitOutcome solve(const FitProblem& p) {
+  const Eigen::VectorXd x = fit_from_starts(p);
+  const Eigen::VectorXd r = p.residuals(x);
+  return {p.values(x), std::sqrt(r.squaredNorm() / static_cast<double>(r.size()))};
+}
+
+double rms_of(const std::vector<Measurement>& pts, const std::vector<size_t>& idx,
+              const std::map<std::string, double>& v, const std::string& algo) {
+  if (idx.empty()) return 0.0;
+  double s = 0;
+  for (size_t i : idx) {
+    const double r = predicted_time_s(pts[i], v, algo) / pts[i].time_s - 1.0;
+    s += r * r;
+  }
+  return std::sqrt(s / static_cast<double>(idx.size()));
+}
+
+void check_points(const std::vector<Measurement>& pts) {
+  if (pts.empty()) config_fail("measurements", Json::array(), "none were read: nothing to fit");
+  static const std::set<std::string> kKnown = {"allreduce", "allgather", "reduce_scatter",
+                                               "alltoall"};
+  for (const auto& m : pts) {
+    const std::string where = m.origin.empty() ? "measurement" : m.origin;
+    if (!kKnown.count(m.collective))
+      config_fail(where + ": collective", Json(m.collective),
+                  "must be allreduce, allgather, reduce_scatter or alltoall");
+    if (m.nodes < 1 || m.gpus_per_node < 1)
+      config_fail(where + ": nodes x gpus_per_node",
+                  Json(std::to_string(m.nodes) + " x " + std::to_string(m.gpus_per_node)),
+                  "must both be >= 1");
+    if (m.nodes * m.gpus_per_node < 2)
+      config_fail(where + ": ranks", Json(m.nodes * m.gpus_per_node),
+                  "a collective on one rank moves nothing: at least 2 ranks");
+    if (!(m.bytes > 0) || !std::isfinite(m.bytes))
+      config_fail(where + ": bytes", Json(m.bytes), "must be > 0");
+    if (!(m.time_s > 0) || !std::isfinite(m.time_s))
+      config_fail(where + ": time", Json(m.time_s), "must be > 0");
+  }
+}
+
+}  // namespace
+
+double predicted_time_s(const Measurement& m, const std::map<std::string, double>& values,
+                        const std::string& allreduce) {
+  CommRecord r;
+  r.op = m.collective == "allreduce"        ? "allreduce"
+         : m.collective == "allgather"      ? "allgather"
+         : m.collective == "reduce_scatter" ? "reduce_scatter"
+                                            : "alltoall";
+  r.algorithm = allreduce == "tree" ? "tree" : "ring";
+  r.dtype = "fp32";
+  r.scope = "all";
+  r.ranks = m.nodes * m.gpus_per_node;
+  r.payload_bytes = static_cast<int64_t>(m.bytes);
+  return collective_time_s(r, topology_for(m, values, allreduce));
+}
+
+namespace {
+
+// The problem for one algorithm: free = link parameters not fixed, plus the
+// efficiencies in `efficiencies`.
+FitProblem make_problem(const std::vector<Measurement>& pts, const CalibrationOptions& o,
+                        const std::string& algo, const std::set<std::string>& efficiencies) {
+  FitProblem p;
+  p.points = &pts;
+  for (size_t i = 0; i < pts.size(); ++i) p.use.push_back(i);
+  p.allreduce = algo;
+  for (int i = 0; i < kParamCount; ++i) p.base[kSpecs[i].name] = kReference[i];
+  for (int i = 4; i < kParamCount; ++i) p.base[kSpecs[i].name] = 1.0;
+  for (const auto& [name, value] : o.fixed) p.base[name] = value;
+  for (int i = 0; i < 4; ++i)
+    if (!o.fixed.count(kSpecs[i].name)) p.free.push_back(i);
+  for (const auto& e : efficiencies)
+    if (!o.fixed.count(e)) p.free.push_back(param_index(e));
+  return p;
+}
+
+void check_options(const CalibrationOptions& o) {
+  for (const auto& [name, value] : o.fixed) {
+    const int i = param_index(name);
+    if (i < 0) {
+      std::vector<std::string> names;
+      for (const auto& s : kSpecs) names.push_back(s.name);
+      config_fail("--fix " + name, Json(value), one_of_message(name, names));
+    }
+    if (!(value >= kSpecs[i].lo && value <= kSpecs[i].hi))
+      config_fail("--fix " + name, Json(value),
+                  "must lie in [" + show_value(Json(kSpecs[i].lo)) + ", " +
+                      show_value(Json(kSpecs[i].hi)) + "]");
+  }
+  if (o.algorithms.empty()) config_fail("--allreduce", Json::array(), "give at least one algorithm");
+  for (const auto& a : o.algorithms) {
+    if (a != "ring" && a != "tree" && a != "hierarchical")
+      config_fail("--allreduce", Json(a), one_of_message(a, {"ring", "tree", "hierarchical"}));
+  }
+}
+
+// Which collectives get an efficiency: those (other than the reference, the
+// first present of allreduce, allgather, reduce_scatter, alltoall) whose RMS
+// error it lowers by at least o.efficiency_gain.
+std::set<std::string> useful_efficiencies(const std::vector<Measurement>& pts,
+                                          const CalibrationOptions& o, const std::string& algo,
+                                          const FitOutcome& without) {
+  std::map<std::string, std::vector<size_t>> by;
+  for (size_t i = 0; i < pts.size(); ++i) by[pts[i].collective].push_back(i);
+  std::string reference;
+  for (const char* c : {"allreduce", "allgather", "reduce_scatter", "alltoall"})
+    if (by.count(c) && reference.empty()) reference = c;
+  std::set<std::string> candidates;
+  for (const auto& [c, idx] : by)
+    if (c != reference) candidates.insert(efficiency_name(c));
+  if (candidates.empty()) return {};
+  const FitProblem with_p = make_problem(pts, o, algo, candidates);
+  if (!undetermined(with_p).empty()) return {};
+  const FitOutcome with = solve(with_p);
+  std::set<std::string> keep;
+  for (const auto& [c, idx] : by) {
+    if (c == reference) continue;
+    const double gain = rms_of(pts, idx, without.values, algo) - rms_of(pts, idx, with.values, algo);
+    if (gain >= o.efficiency_gain) keep.insert(efficiency_name(c));
+  }
+  return keep;
+}
+
+void leave_one_out(const std::vector<Measurement>& pts, const FitProblem& full, Calibration& c) {
+  c.loo_max_abs_residual = 0;
+  Eigen::VectorXd start(full.free.size());
+  for (size_t k = 0; k < full.free.size(); ++k) start[k] = std::log(c.values.at(kSpecs[full.free[k]].name));
+  for (size_t i = 0; i < pts.size(); ++i) {
+    FitProblem p = full;
+    p.use.erase(std::remove(p.use.begin(), p.use.end(), i), p.use.end());
+    double loo = std::numeric_limits<double>::quiet_NaN();
+    if (!p.use.empty() && undetermined(p).empty()) {
+      // One start, from the full fit: dropping a point moves the optimum a
+      // little (16 starts per point made this the fit's slowest part).
+      const Eigen::VectorXd x = levenberg_marquardt(p, start);
+      loo = predicted_time_s(pts[i], p.values(x), full.allreduce) / pts[i].time_s - 1.0;
+      c.loo_max_abs_residual = std::max(c.loo_max_abs_residual, std::abs(loo));
+    }
+    c.points[i].loo_residual = loo;
+  }
+}
+
+}  // namespace
+
+Calibration calibrate(const std::vector<Measurement>& pts, const CalibrationOptions& o) {
+  check_points(pts);
+  check_options(o);
+  Calibration c;
+  // The network file's gpus_per_node: the multi-node measurements' (all the
+  // same), else the largest single node measured.
+  const Measurement* multi = nullptr;
+  for (const auto& m : pts) {
+    if (m.nodes == 1) {
+      c.gpus_per_node = std::max(c.gpus_per_node, m.gpus_per_node);
+    } else if (!multi) {
+      multi = &m;
+    } else if (m.gpus_per_node != multi->gpus_per_node) {
+      config_fail(m.origin + ": gpus_per_node", Json(m.gpus_per_node),
+                  "must be the same for every multi-node measurement (" +
+                      std::to_string(multi->gpus_per_node) + " at " + multi->origin + ")");
+    }
+  }
+  if (multi) c.gpus_per_node = multi->gpus_per_node;
+  // Fit each algorithm; keep the best one that the data determine.
+  std::string first_error;
+  FitOutcome best;
+  FitProblem best_problem;
+  best.rms = std::numeric_limits<double>::infinity();
+  for (const auto& algo : o.algorithms) {
+    const FitProblem p0 = make_problem(pts, o, algo, {});
+    const std::string why = undetermined(p0);
+    if (!why.empty()) {
+      if (first_error.empty()) first_error = why;
+      c.notes.push_back("allreduce " + algo + ": not fitted (" + why + ")");
+      continue;
+    }
+    const FitOutcome without = solve(p0);
+    const auto effs = useful_efficiencies(pts, o, algo, without);
+    const FitProblem p = make_problem(pts, o, algo, effs);
+    const FitOutcome f = effs.empty() ? without : solve(p);
+    c.tried.push_back({algo, f.rms});
+    if (f.rms < best.rms) {
+      best = f;
+      best_problem = p;
+    }
+  }
+  if (c.tried.empty()) throw ConfigError("calibrate: " + first_error, "--fix");
+  c.values = best.values;
+  c.allreduce = best_problem.allreduce;
+  for (int i = 0; i < kParamCount; ++i) {
+    const std::string name = kSpecs[i].name;
+    const bool free = std::find(best_problem.free.begin(), best_problem.free.end(), i) !=
+                      best_problem.free.end();
+    const double v = c.values[name];
+    c.how[name] = o.fixed.count(name) ? "fixed" : !free ? "default" : "fitted";
+    if (free && (v <= kSpecs[i].lo * 1.0001 || v >= kSpecs[i].hi * 0.9999)) {
+      c.how[name] = "bound";
+      c.notes.push_back(name + " ended at its limit " + show_value(Json(v)) +
+                        ": the data show no effect of it at this level (treat it as negligible)");
+    }
+  }
+  double sum_sq = 0;
+  for (const auto& m : pts) {
+    PointFit pf;
+    pf.measured = m;
+    pf.predicted_s = predicted_time_s(m, c.values, c.allreduce);
+    pf.residual = pf.predicted_s / m.time_s - 1.0;
+    sum_sq += pf.residual * pf.residual;
+    c.max_abs_residual = std::max(c.max_abs_residual, std::abs(pf.residual));
+    c.points.push_back(pf);
+  }
+  c.rms_residual = std::sqrt(sum_sq / static_cast<double>(pts.size()));
+  leave_one_out(pts, best_problem, c);
+  return c;
+}
+
+}  // namespace bitlab

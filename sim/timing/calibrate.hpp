@@ -1,0 +1,93 @@
+// Fits the network model (network.hpp) to measured collective times: the
+// per-level latency and bandwidth (inside a node, and the node's NIC across
+// nodes, shared by its devices), how allreduces run (ring, tree or
+// hierarchical: the one that fits best), and a per-collective efficiency where
+// the data call for one. `bitlab calibrate` (sim/cli/calibrate_command.cpp)
+// reads the measurements and writes the result as a network file
+// (network_file.hpp) that `run`, `cost` and `recost` accept. docs/calibrate.md
+// explains the method.
+//
+// The fit prices every measurement with collective_time_s itself, so the model
+// that was fitted is exactly the one that prices runs. It minimises the sum of
+// squared relative errors (model / measured − 1): a 10 µs message and a 1 s
+// one count alike. Parameters are fitted in log space (they stay positive),
+// by Levenberg–Marquardt from several starting points.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sim/timing/network.hpp"
+
+namespace bitlab {
+
+// One measured collective: `ranks` = nodes × gpus_per_node, `bytes` as
+// CommRecord's payload (allreduce: one rank's buffer; allgather and
+// reduce-scatter: the total; alltoall: what one rank sends in all; this is
+// nccl-tests' "size" column).
+struct Measurement {
+  std::string collective;  // allreduce | allgather | reduce_scatter | alltoall
+  int nodes = 1;
+  int gpus_per_node = 1;
+  double bytes = 0;
+  double time_s = 0;
+  std::string origin;  // "FILE:LINE", for messages
+};
+
+// The fitted quantities, by the name of the network field each fills.
+inline constexpr const char* kLinkParameters[] = {"intra_latency_us", "intra_bandwidth_gbps",
+                                                  "inter_latency_us", "inter_bandwidth_gbps"};
+inline constexpr const char* kEfficiencyParameters[] = {
+    "allreduce_efficiency", "allgather_efficiency", "reduce_scatter_efficiency",
+    "alltoall_efficiency"};
+
+struct CalibrationOptions {
+  // Parameters held at a given value instead of fitted (network field name ->
+  // value), e.g. {"intra_latency_us", 5} when every point has one size.
+  std::map<std::string, double> fixed;
+  // Allreduce algorithms to try ("ring", "tree", "hierarchical"); the best
+  // fit wins. One entry: that one is used.
+  std::vector<std::string> algorithms = {"ring", "tree", "hierarchical"};
+  // An efficiency is kept for a collective only when it moves that
+  // collective's RMS relative error down by at least this much (absolute,
+  // e.g. 0.05 = 5 percentage points); otherwise it is 1.
+  double efficiency_gain = 0.05;
+};
+
+struct PointFit {
+  Measurement measured;
+  double predicted_s = 0;
+  double residual = 0;      // predicted / measured − 1
+  double loo_residual = 0;  // the same, fitted without this point (NaN: not determinable)
+};
+
+struct AlgorithmScore {
+  std::string algorithm;
+  double rms_residual = 0;
+};
+
+struct Calibration {
+  std::map<std::string, double> values;  // every kLinkParameters and kEfficiencyParameters entry
+  std::map<std::string, std::string> how;  // per value: "fitted", "fixed" or "bound" (at a limit)
+  std::string allreduce = "ring";
+  int gpus_per_node = 1;
+  std::vector<PointFit> points;
+  std::vector<AlgorithmScore> tried;
+  double rms_residual = 0;
+  double max_abs_residual = 0;
+  double loo_max_abs_residual = 0;  // over points whose refit was determinable
+  std::vector<std::string> notes;
+};
+
+// Fits; throws ConfigError (exit 2) when the measurements cannot determine a
+// parameter that is not fixed (naming it and what would determine it), for an
+// empty or inconsistent set (different gpus_per_node), or a bad fixed value.
+Calibration calibrate(const std::vector<Measurement>& points, const CalibrationOptions& options);
+
+// The model's time for one measurement under fitted values (the same pricing
+// the fit used).
+double predicted_time_s(const Measurement& m, const std::map<std::string, double>& values,
+                        const std::string& allreduce);
+
+}  // namespace bitlab

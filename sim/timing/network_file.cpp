@@ -1,0 +1,102 @@
+#include "sim/timing/network_file.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace bitlab {
+
+namespace {
+
+[[noreturn]] void file_fail(const std::string& path, const std::string& what) {
+  throw ConfigError("network.file = " + show_value(Json(path)) + ": " + what, "network.file");
+}
+
+double positive(const Json& net, const std::string& path, const char* key) {
+  if (!net.contains(key)) file_fail(path, std::string("network.") + key + ": missing");
+  const Json& v = net.at(key);
+  if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+    file_fail(path, std::string("network.") + key + " = " + show_value(v) + ": must be a number > 0");
+  return v.get<double>();
+}
+
+double efficiency(const Json& net, const std::string& path, const char* key) {
+  return net.contains(key) ? positive(net, path, key) : 1.0;
+}
+
+}  // namespace
+
+NetworkFile read_network_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) file_fail(path, "cannot be read (no such file, or not permitted)");
+  std::stringstream text;
+  text << in.rdbuf();
+  Json j;
+  try {
+    j = Json::parse(text.str());
+  } catch (const Json::exception& e) {
+    file_fail(path, std::string("is not valid JSON (") + e.what() + ")");
+  }
+  if (!j.is_object() || j.value("format", Json()) != Json(kNetworkFileFormat))
+    file_fail(path, std::string("format must be \"") + kNetworkFileFormat +
+                        "\" (a file written by `bitlab calibrate`)");
+  if (!j.contains("network") || !j["network"].is_object())
+    file_fail(path, "network: missing (an object of network fields)");
+  const Json& net = j["network"];
+  static const std::vector<std::string> kKeys = {
+      "gpus_per_node", "intra_latency_us", "intra_bandwidth_gbps", "inter_latency_us",
+      "inter_bandwidth_gbps", "allreduce", "allreduce_efficiency", "allgather_efficiency",
+      "reduce_scatter_efficiency", "alltoall_efficiency"};
+  for (const auto& [key, value] : net.items()) {
+    if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end())
+      file_fail(path, "network." + key + ": unknown key; " + one_of_message(key, kKeys));
+  }
+  NetworkFile f;
+  f.links.name = j.value("name", std::string("file"));
+  f.links.source = "network file " + path + (j.contains("source") && j["source"].is_string()
+                                                 ? " (" + j["source"].get<std::string>() + ")"
+                                                 : std::string());
+  const double g = positive(net, path, "gpus_per_node");
+  if (g != std::floor(g) || g > 1e6)
+    file_fail(path, "network.gpus_per_node = " + show_value(net["gpus_per_node"]) +
+                        ": must be a whole number of devices (1 to 10^6)");
+  f.links.gpus_per_node = static_cast<int>(g);
+  f.links.intra_latency_us = positive(net, path, "intra_latency_us");
+  f.links.intra_bandwidth_gbps = positive(net, path, "intra_bandwidth_gbps");
+  f.links.inter_latency_us = positive(net, path, "inter_latency_us");
+  f.links.inter_bandwidth_gbps = positive(net, path, "inter_bandwidth_gbps");
+  const Json algo = net.value("allreduce", Json("ring"));
+  if (algo != "ring" && algo != "tree" && algo != "hierarchical")
+    file_fail(path, "network.allreduce = " + show_value(algo) +
+                        ": must be \"ring\", \"tree\" or \"hierarchical\"");
+  f.allreduce = algo.get<std::string>();
+  f.efficiency.allreduce = efficiency(net, path, "allreduce_efficiency");
+  f.efficiency.allgather = efficiency(net, path, "allgather_efficiency");
+  f.efficiency.reduce_scatter = efficiency(net, path, "reduce_scatter_efficiency");
+  f.efficiency.alltoall = efficiency(net, path, "alltoall_efficiency");
+  return f;
+}
+
+Json network_file_json(const NetworkFile& f, const Json& fit) {
+  Json j;
+  j["format"] = kNetworkFileFormat;
+  j["name"] = f.links.name;
+  j["source"] = f.links.source;
+  Json net;
+  net["gpus_per_node"] = f.links.gpus_per_node;
+  net["intra_latency_us"] = f.links.intra_latency_us;
+  net["intra_bandwidth_gbps"] = f.links.intra_bandwidth_gbps;
+  net["inter_latency_us"] = f.links.inter_latency_us;
+  net["inter_bandwidth_gbps"] = f.links.inter_bandwidth_gbps;
+  net["allreduce"] = f.allreduce;
+  net["allreduce_efficiency"] = f.efficiency.allreduce;
+  net["allgather_efficiency"] = f.efficiency.allgather;
+  net["reduce_scatter_efficiency"] = f.efficiency.reduce_scatter;
+  net["alltoall_efficiency"] = f.efficiency.alltoall;
+  j["network"] = net;
+  j["fit"] = fit;
+  return j;
+}
+
+}  // namespace bitlab

@@ -1,0 +1,301 @@
+// `bitlab calibrate` (sim/timing/calibrate.hpp, sim/lab/measurements.hpp,
+// sim/timing/network_file.hpp, docs/calibrate.md): known parameters come back
+// from tables generated with them; the readers refuse what the issue lists;
+// network files price as their values say; the 1-bit Adam paper's Table 1 fits.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cli_fixtures.hpp"
+#include "sim/lab/measurements.hpp"
+#include "sim/timing/calibrate.hpp"
+#include "sim/timing/network_file.hpp"
+
+using namespace bitlab;
+using bitlab::testing::TempDir;
+
+namespace {
+
+// A cluster with round numbers, and efficiencies for two collectives (the
+// fit must find them: the data call for them).
+std::map<std::string, double> truth() {
+  return {{"intra_latency_us", 4.0},         {"intra_bandwidth_gbps", 800.0},
+          {"inter_latency_us", 25.0},        {"inter_bandwidth_gbps", 90.0},
+          {"allreduce_efficiency", 1.0},     {"allgather_efficiency", 0.7},
+          {"reduce_scatter_efficiency", 1.0}, {"alltoall_efficiency", 0.5}};
+}
+
+// nccl-tests' own layout (src/util.cu, writeResultHeader and
+// writeBenchmarkLine*: size, count, type, redop, root, then time, algbw,
+// busbw, #wrong out of place and in place), times from the model itself.
+std::string nccl_table(const std::string& program, const std::string& collective, int nodes, int g,
+                       const std::map<std::string, double>& v, const std::string& algo,
+                       const std::string& time_unit = "(us)") {
+  std::string s = "# nThread 1 nGpus 1 minBytes 8 maxBytes 268435456 step: 2(factor)\n#\n";
+  s += "# Collective test starting: " + program + "\n# Using devices\n";
+  char line[512];
+  for (int r = 0; r < nodes * g; ++r) {
+    std::snprintf(line, sizeof line, "#  Rank %2d Group  0 Pid %6d on %10s device %2d [0000:07:00] NVIDIA H100\n",
+                  r, 1000 + r, ("node" + std::to_string(r / g)).c_str(), r % g);
+    s += line;
+  }
+  s += "#\n#                                                              out-of-place                       in-place\n";
+  s += "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n";
+  s += "#        (B)    (elements)                               " + time_unit +
+       "  (GB/s)  (GB/s)            " + time_unit + "  (GB/s)  (GB/s)\n";
+  for (double bytes = 8; bytes <= 268435456; bytes *= 2) {
+    Measurement m{collective, nodes, g, bytes, 0, ""};
+    const double us = predicted_time_s(m, v, algo) * 1e6;
+    const double t = time_unit == "(ms)" ? us / 1e3 : us;
+    std::snprintf(line, sizeof line, "%12.0f  %12.0f     float     sum      -1  %7.6g  %6.2f  %6.2f      0  %7.6g  %6.2f  %6.2f      0\n",
+                  bytes, bytes / 4, t, bytes / us / 1e3, bytes / us / 1e3, t, bytes / us / 1e3,
+                  bytes / us / 1e3);
+    s += line;
+  }
+  s += "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 1.0\n#\n";
+  return s;
+}
+
+std::vector<Measurement> synthetic(const TempDir& dir, const std::map<std::string, double>& v) {
+  std::vector<Measurement> all;
+  const std::pair<const char*, const char*> kTests[] = {{"all_reduce_perf", "allreduce"},
+                                                        {"all_gather_perf", "allgather"},
+                                                        {"reduce_scatter_perf", "reduce_scatter"},
+                                                        {"alltoall_perf", "alltoall"}};
+  for (const auto& [program, collective] : kTests) {
+    for (int nodes : {1, 4}) {
+      const std::string name = std::string(program) + "_" + std::to_string(nodes) + ".txt";
+      const auto file = dir.file(name, nccl_table(program, collective, nodes, 8, v, "hierarchical"));
+      auto pts = read_measurements(file, {});
+      all.insert(all.end(), pts.begin(), pts.end());
+    }
+  }
+  return all;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Relative distance of every fitted link value and efficiency from `want`.
+double worst_gap(const Calibration& c, const std::map<std::string, double>& want) {
+  double worst = 0;
+  for (const auto& [name, value] : want) worst = std::max(worst, std::abs(c.values.at(name) / value - 1));
+  return worst;
+}
+
+}  // namespace
+
+TEST_SUITE("calibrate") {
+  TEST_CASE("nccl-tests tables generated from known parameters give them back within 2 %") {
+    TempDir dir;
+    const auto pts = synthetic(dir, truth());
+    REQUIRE(pts.size() == 4 * 2 * 26);  // 8 B .. 256 MB doubling: 26 sizes
+    CHECK(pts[0].nodes == 1);
+    CHECK(pts[0].gpus_per_node == 8);
+    const Calibration c = calibrate(pts, {});
+    // The table prints 6 significant digits, so the parameters come back to
+    // about 1e-5; 2 % is the issue's bound.
+    CHECK(c.allreduce == "hierarchical");
+    CHECK(worst_gap(c, truth()) < 0.02);
+    CHECK(c.how.at("allgather_efficiency") == "fitted");
+    CHECK(c.how.at("alltoall_efficiency") == "fitted");
+    CHECK(c.max_abs_residual < 1e-3);
+    // Planted violation: the same tables from a NIC 10 % faster must not pass
+    // the 2 % check against the original truth.
+    auto faster = truth();
+    faster["inter_bandwidth_gbps"] *= 1.1;
+    TempDir other;
+    const Calibration c2 = calibrate(synthetic(other, faster), {});
+    CHECK(worst_gap(c2, truth()) > 0.02);
+    CHECK(worst_gap(c2, faster) < 0.02);
+  }
+
+  TEST_CASE("an efficiency appears only where the data call for one") {
+    TempDir dir;
+    auto plain = truth();
+    plain["allgather_efficiency"] = 1.0;
+    plain["alltoall_efficiency"] = 1.0;
+    const Calibration c = calibrate(synthetic(dir, plain), {});
+    for (const char* e : kEfficiencyParameters) {
+      CAPTURE(e);
+      CHECK(c.how.at(e) == "default");
+      CHECK(c.values.at(e) == 1.0);
+    }
+  }
+
+  TEST_CASE("a fit that cannot determine a parameter is refused, naming it") {
+    // One message size inside one node: latency and bandwidth move together.
+    std::vector<Measurement> one_size = {{"allreduce", 1, 8, 1e6, 1e-3, "a.csv:2"},
+                                         {"allreduce", 1, 8, 1e6, 1.1e-3, "a.csv:3"}};
+    const std::string e = error_of([&] { calibrate(one_size, {}); });
+    CHECK(e.find("intra_latency_us") != std::string::npos);
+    CHECK(e.find("--fix") != std::string::npos);
+    // With the latency fixed, the bandwidth is determined; the inter-node link
+    // is not (nothing spans nodes).
+    CalibrationOptions fix;
+    fix.fixed["intra_latency_us"] = 5;
+    const std::string e2 = error_of([&] { calibrate(one_size, fix); });
+    CHECK(e2.find("cannot determine inter_latency_us: no measurement depends on it") != std::string::npos);
+    fix.fixed["inter_latency_us"] = 30;
+    fix.fixed["inter_bandwidth_gbps"] = 10;
+    const Calibration c = calibrate(one_size, fix);
+    CHECK(c.how.at("intra_bandwidth_gbps") == "fitted");
+    CHECK(c.how.at("inter_latency_us") == "fixed");
+    // A collective on one rank, and an unknown --fix name.
+    CHECK(error_of([] { calibrate({{"allreduce", 1, 1, 8, 1e-5, "p.csv:2"}}, {}); })
+              .find("at least 2 ranks") != std::string::npos);
+    CalibrationOptions bad;
+    bad.fixed["intra_latncy_us"] = 5;
+    CHECK(error_of([&] { calibrate(one_size, bad); }).find("did you mean") != std::string::npos);
+  }
+
+  TEST_CASE("bad measurement files name the file, the line, the column and the rule") {
+    TempDir dir;
+    const std::string header = "collective,nodes,gpus_per_node,bytes,time_ms\n";
+    auto err = [&](const std::string& name, const std::string& text, MeasurementReadOptions o = {}) {
+      const auto f = dir.file(name, text);
+      return error_of([&] { read_measurements(f, o); });
+    };
+    CHECK(err("neg.csv", header + "allreduce,2,4,1024,-0.5\n").find("neg.csv:2: time_ms = -0.5: must be > 0") != std::string::npos);
+    CHECK(err("zero.csv", header + "allreduce,2,4,1024,0\n").find("time_ms = 0: must be > 0") != std::string::npos);
+    CHECK(err("cols.csv", "collective,nodes,bytes,time_ms\nallreduce,2,1024,1\n").find("\"gpus_per_node\" is missing") != std::string::npos);
+    CHECK(err("name.csv", header + "broadcast,2,4,1024,1\n").find("collective = \"broadcast\"") != std::string::npos);
+    CHECK(err("frac.csv", header + "allreduce,1.5,4,1024,1\n").find("nodes = 1.5: must be a whole number") != std::string::npos);
+    const std::string mixed =
+        nccl_table("all_reduce_perf", "allreduce", 1, 2, truth(), "ring");
+    std::string bad_units = mixed;
+    const auto at = bad_units.find("(us)");
+    bad_units.replace(at, 4, "(ms)");
+    CHECK(err("mixed.txt", bad_units).find("mix units") != std::string::npos);
+    std::string no_time = mixed;
+    for (size_t p; (p = no_time.find(" time ")) != std::string::npos;) no_time.replace(p, 6, " tyme ");
+    CHECK(err("notime.txt", no_time).find("missing columns") != std::string::npos);
+    std::string wrong = mixed;
+    const auto row = wrong.find("\n           8 ");
+    REQUIRE(row != std::string::npos);
+    const auto end = wrong.find('\n', row + 1);
+    std::string first = wrong.substr(row + 1, end - row - 1);
+    first.replace(first.find("      0  "), 9, "      3  ");
+    wrong.replace(row + 1, end - row - 1, first);
+    CHECK(err("wrong.txt", wrong).find("#wrong = 3") != std::string::npos);
+    // No rank lines and no --nodes: the ranks are unknown.
+    std::string anonymous;
+    for (size_t p = 0, q; p < mixed.size(); p = q + 1) {
+      q = mixed.find('\n', p);
+      const std::string l = mixed.substr(p, q - p);
+      if (l.rfind("#  Rank", 0) != 0) anonymous += l + "\n";
+    }
+    CHECK(err("anon.txt", anonymous).find("--nodes and --gpus-per-node") != std::string::npos);
+    MeasurementReadOptions given;
+    given.nodes = 1;
+    given.gpus_per_node = 2;
+    const auto f = dir.file("anon2.txt", anonymous);
+    CHECK(read_measurements(f, given).size() == 26);
+  }
+
+  TEST_CASE("a network file prices as its values say; experiment fields override it") {
+    TempDir dir;
+    NetworkFile nf;
+    nf.links = {"lab", 4, 5.0, 34.0, 600.0, 5.0, "test"};
+    nf.allreduce = "ring";
+    nf.efficiency.allgather = 0.5;
+    const auto path = dir.file("lab.json", network_file_json(nf, Json::object()).dump(2));
+    NetworkOptions o;
+    o.file = path;
+    const Topology t = make_topology(o, 64);
+    CHECK(t.nodes == 16);
+    CHECK(t.gpus_per_node == 4);
+    CHECK(t.inter_bytes_per_s == doctest::Approx(5.0e9 / 8));
+    CHECK(t.allreduce == "ring");
+    CommRecord r;
+    r.op = "allgather";
+    r.ranks = 64;
+    r.payload_bytes = 1 << 20;
+    Topology plain = t;
+    plain.efficiency = {};
+    CHECK(collective_time_s(r, t) == doctest::Approx(2 * collective_time_s(r, plain)));
+    o.inter_bandwidth_gbps = 10;
+    CHECK(make_topology(o, 64).inter_bytes_per_s == doctest::Approx(10e9 / 8));
+    o.preset = "ethernet_40g_v100x4";
+    CHECK(error_of([&] { make_topology(o, 64); }).find("not both") != std::string::npos);
+    o.preset = "none";
+    o.file = dir.file("bad.json", R"({"format": "bitlab-network-1", "network": {"gpus_per_node": 4}})");
+    CHECK(error_of([&] { make_topology(o, 64); }).find("network.intra_latency_us: missing") != std::string::npos);
+    o.file = dir.file("other.json", R"({"format": "x"})");
+    CHECK(error_of([&] { make_topology(o, 64); }).find("bitlab calibrate") != std::string::npos);
+  }
+
+  TEST_CASE("the 1-bit Adam paper's Table 1 fits: every row within 15 %") {
+    // experiments/calibrate-table1: Adam's measured allreduce of BERT-Large's
+    // fp16 gradients on 1-16 nodes (Tang et al. 2021, Table 1). One size per
+    // row, so the intra-node latency is fixed at the presets' assumption (5 us
+    // PCIe, 3 us NVLink), as experiments/calibrate-table1/run.sh does.
+    for (const char* cluster : {"ethernet", "infiniband"}) {
+      CAPTURE(cluster);
+      const std::string file =
+          std::string(BITLAB_SOURCE_DIR) + "/experiments/calibrate-table1/" + cluster + ".csv";
+      CalibrationOptions o;
+      o.fixed["intra_latency_us"] = std::string(cluster) == "ethernet" ? 5 : 3;
+      const Calibration c = calibrate(read_measurements(file, {}), o);
+      CHECK(c.max_abs_residual < 0.15);
+      for (const auto& p : c.points) {
+        CAPTURE(p.measured.origin);
+        // Leave-one-out within 25 % wherever the other rows determine the fit.
+        if (p.measured.nodes > 1 && !std::isnan(p.loo_residual)) CHECK(std::abs(p.loo_residual) < 0.25);
+      }
+    }
+  }
+
+  TEST_CASE("bitlab calibrate writes a network file that cost prices with") {
+    TempDir dir;
+    const std::string csv = std::string(BITLAB_SOURCE_DIR) + "/experiments/calibrate-table1/ethernet.csv";
+    const std::string out = (dir.path / "eth.json").string();
+    auto r = testing::run_bitlab(dir, "calibrate " + csv + " --fix intra_latency_us=5 --out " + out);
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("leave-one-out") != std::string::npos);
+    r = testing::run_bitlab(dir, "calibrate " + csv + " --out " + out);
+    CHECK(r.status == 2);  // exists, no --force
+    CHECK(r.err.find("--force") != std::string::npos);
+    r = testing::run_bitlab(dir, "cost --params 340e6 --workers 64 --steps 1000 --optimizer adam "
+                                 "--network-file " + out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("eth") != std::string::npos);
+    // The one-node row alone cannot separate latency from bandwidth.
+    const auto one = dir.file("one.csv", "collective,nodes,gpus_per_node,bytes,time_ms\nallreduce,1,4,680000000,239.76\n");
+    r = testing::run_bitlab(dir, "calibrate " + one + " --out " + (dir.path / "x.json").string());
+    CHECK(r.status == 2);
+    CHECK(r.err.find("cannot determine 2 parameters from 1 measurements") != std::string::npos);
+    CHECK(r.err.find("--fix") != std::string::npos);
+    CHECK(!std::filesystem::exists(dir.path / "x.json"));
+  }
+
+  TEST_CASE("an experiment's network.file is read relative to the experiment file") {
+    TempDir dir;
+    NetworkFile nf;
+    nf.links = {"labnet", 4, 5.0, 34.0, 600.0, 5.0, "test"};
+    dir.file("exp/nets/labnet.json", network_file_json(nf, Json::object()).dump(2));
+    const auto exp = dir.file("exp/e.json",
+                              R"({"params": 1e6, "workers": 8, "steps": 10, "network": {"file": "nets/labnet.json"},
+                                  "optimizer": {"name": "adam"}})");
+    auto r = testing::run_bitlab(dir, "cost " + exp);  // run from the test's folder, not exp/
+    CHECK(r.status == 0);
+    CHECK(r.out.find("labnet") != std::string::npos);
+    const auto missing = dir.file("exp/m.json", R"({"params": 1e6, "workers": 8, "steps": 10,
+                                  "network": {"file": "nope.json"}, "optimizer": {"name": "adam"}})");
+    r = testing::run_bitlab(dir, "cost " + missing);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("network.file") != std::string::npos);
+    CHECK(r.err.find("cannot be read") != std::string::npos);
+  }
+}
