@@ -6,6 +6,7 @@
 
 #include "optimizers/common.hpp"
 #include "sim/compress/compressors.hpp"
+#include "sim/kernels/updates.hpp"
 
 namespace bitlab {
 
@@ -74,12 +75,8 @@ void BinSgdm::setup(Cluster& cluster) {
 
 void BinSgdm::step(StepContext& ctx) {
   const int n = workers_;
-  const float beta = static_cast<float>(opts_.beta);
-  const float one_minus_beta = static_cast<float>(1.0 - opts_.beta);
-  const float eps = static_cast<float>(opts_.eps);
-  const bool sqrt_ema = sqrt_ema_;
-  const bool amsgrad = opts_.amsgrad;
-  const int64_t d = static_cast<int64_t>(dim_);
+  const BinSgdmCoeffs c{static_cast<float>(opts_.beta), static_cast<float>(1.0 - opts_.beta),
+                        static_cast<float>(opts_.eps), sqrt_ema_, opts_.amsgrad};
   const WorkerBuffers g = ctx.cluster.grads();
   const WorkerRange mine = ctx.comm.local_workers();  // all workers in the simulator
   for (int i = mine.begin; i < mine.end; ++i) {
@@ -87,26 +84,11 @@ void BinSgdm::step(StepContext& ctx) {
     const float* gi = g[i].data();
     float* m = m_.data() + off;
     float* b = b_.data() + off;
-    float* bmax = amsgrad ? bmax_.data() + off : nullptr;
+    float* bmax = c.amsgrad ? bmax_.data() + off : nullptr;
     float* z = z_.data() + off;
-#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
-    for (int64_t k = 0; k < d; ++k) {
-      const float gk = gi[k];
-      m[k] = beta * m[k] + one_minus_beta * gk;  // m = β m + (1−β) g
-      float den;
-      if (sqrt_ema) {
-        b[k] = beta * b[k] + one_minus_beta * (gk * gk);  // v = β v + (1−β) g²
-        den = std::sqrt(b[k]);
-      } else {
-        b[k] = beta * b[k] + one_minus_beta * std::fabs(gk);  // b = β b + (1−β)|g|
-        den = b[k];
-      }
-      if (amsgrad) {
-        bmax[k] = std::max(bmax[k], den);  // b̂ = max(b̂, b)
-        den = bmax[k];
-      }
-      z[k] = m[k] / (den + eps);  // z = m ⊘ (b + ε)
-    }
+    // m = β m + (1−β) g ; b = β b + (1−β)|g| (or sqrt of the EMA of g²) ;
+    // amsgrad: b̂ = max(b̂, b) ; z = m ⊘ (b + ε)
+    cpu::binsgdm_scale(gi, m, b, bmax, z, dim_, c);
   }
   // q_i = binarize(z_i); ū = mean_i q_i (flat or hierarchical).
   ag_->run(ctx.comm, {z_.data(), stride_, dim_, n, mine.begin, mine.size()}, u_,
@@ -114,19 +96,16 @@ void BinSgdm::step(StepContext& ctx) {
   // x = x − lr·(ū + wd·x)
   const float lr = static_cast<float>(opts_.lr);
   const float wd = static_cast<float>(opts_.weight_decay);
-  float* x = ctx.cluster.params().data();
-  const float* u = u_.data();
-#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
-  for (int64_t k = 0; k < d; ++k) x[k] -= lr * (u[k] + wd * x[k]);
+  cpu::sgd_update(ctx.cluster.params().data(), u_.data(), dim_, lr, wd);
 }
 
-void BinSgdm::state(StateArchive& io) {
+void BinSgdm::serialize(StateArchive& io) {
   io.field("binsgdm.m", m_);
   io.field("binsgdm.b", b_);
   io.field("binsgdm.bmax", bmax_);
   io.field("binsgdm.z", z_);
   io.field("binsgdm.u", u_);
-  if (ag_) ag_->state(io);
+  if (ag_) ag_->serialize(io);
 }
 
 }  // namespace bitlab

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "sim/kernels/reduce.hpp"
+#include "sim/kernels/updates.hpp"
 
 namespace bitlab {
 
@@ -77,19 +78,7 @@ void Lamb::step(StepContext& ctx) {
   const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
                                         opts_.weight_decay, opts_.bias_correction, ctx.step);
   const std::span<float> params = ctx.cluster.params();
-  {
-    float* x = params.data();
-    float* m = m_.data();
-    float* v = v_.data();
-    float* u = u_.data();
-    const float* g = g_mean.data();
-    const int64_t d = static_cast<int64_t>(u_.size());
-#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
-    for (int64_t k = 0; k < d; ++k) {
-      adam_moments(m[k], v[k], g[k], c);
-      u[k] = adam_direction(m[k], v[k], x[k], c);
-    }
-  }
+  cpu::lamb_direction(m_.data(), v_.data(), g_mean.data(), params.data(), u_.data(), u_.size(), c);
 
   for (size_t p = 0; p < tensors_.size(); ++p) {
     const TensorInfo& t = tensors_[p];
@@ -103,12 +92,7 @@ void Lamb::step(StepContext& ctx) {
     // ratio is the guard's 1 rather than a measurement, leaves C_p unchanged.
     if (r != 1.0) coeff_ema_[p] = opts_.coeff_beta * coeff_ema_[p] + (1.0 - opts_.coeff_beta) * r;
     // x_p = x_p − lr·r_p·u_p
-    const float step_size = static_cast<float>(opts_.lr * r);
-    float* x = x_p.data();
-    const float* u = u_p.data();
-    const int64_t n = static_cast<int64_t>(t.size);
-#pragma omp parallel for schedule(static) if (n > kParallelMinElements)
-    for (int64_t k = 0; k < n; ++k) x[k] -= step_size * u[k];
+    cpu::scaled_step(x_p.data(), u_p.data(), t.size, static_cast<float>(opts_.lr * r));
   }
 }
 
@@ -117,7 +101,7 @@ CommPlan Lamb::comm_plan(const PlanShape& shape) const {
   return full_allreduce_plan(shape, wire_);
 }
 
-void Lamb::state(StateArchive& io) {
+void Lamb::serialize(StateArchive& io) {
   io.field("lamb.m", m_);
   io.field("lamb.v", v_);
   io.field("lamb.trust_ratio", trust_ratio_);

@@ -5,6 +5,7 @@
 #include "optimizers/common.hpp"
 #include "sim/compress/compressors.hpp"
 #include "sim/compress/group_limits.hpp"
+#include "sim/kernels/updates.hpp"
 
 namespace bitlab {
 
@@ -173,7 +174,7 @@ std::vector<std::string> Loco::warnings(int64_t steps) const {
 // exchange's buffers: two_stage its codes and errors (every worker); flat and
 // allgather every resident worker's compensated gradient h and error row, and
 // the quantized reduce-scatter's or the compressed allgather's buffers.
-uint64_t Loco::state_bytes(const StateShape& s) const {
+uint64_t Loco::planned_state_bytes(const StateShape& s) const {
   const uint64_t d = s.dim;
   const uint64_t base = (adam_ ? 12 : 8) * d;
   if (opts_.exchange == "two_stage") {
@@ -284,31 +285,19 @@ void Loco::base_step(StepContext& ctx) {
     return;
   }
   // momentum_sgd: the arithmetic of MomentumSgd::step (optimizers/momentum_sgd.cpp).
-  const float lr = static_cast<float>(opts_.lr);
-  const float mu = static_cast<float>(opts_.momentum);
-  const float wd = static_cast<float>(opts_.weight_decay);
-  const bool nesterov = opts_.nesterov;
-  float* x = ctx.cluster.params().data();
-  float* m = m_.data();
-  const float* gm = g_mean_.data();
-  const int64_t d = static_cast<int64_t>(dim_);
-#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
-  for (int64_t k = 0; k < d; ++k) {
-    float dk = gm[k] + wd * x[k];  // coupled weight decay
-    m[k] = mu * m[k] + dk;         // m = μ m + d
-    dk = nesterov ? dk + mu * m[k] : m[k];
-    x[k] -= lr * dk;  // x = x − lr·d
-  }
+  const MomentumSgdCoeffs c{static_cast<float>(opts_.lr), static_cast<float>(opts_.momentum),
+                            static_cast<float>(opts_.weight_decay), opts_.nesterov};
+  cpu::momentum_sgd_update(ctx.cluster.params().data(), m_.data(), g_mean_.data(), dim_, c);
 }
 
-void Loco::state(StateArchive& io) {
+void Loco::serialize(StateArchive& io) {
   io.field("loco.h", h_);
   io.field("loco.m", m_);
   io.field("loco.v", v_);
-  if (ef_) ef_->state(io);
-  if (rs_) rs_->state(io);
-  if (ag_) ag_->state(io);
-  if (two_) two_->state(io);
+  if (ef_) ef_->serialize(io);
+  if (rs_) rs_->serialize(io);
+  if (ag_) ag_->serialize(io);
+  if (two_) two_->serialize(io);
 }
 
 }  // namespace bitlab

@@ -1,6 +1,7 @@
 #include "optimizers/momentum_sgd.hpp"
 
 #include "optimizers/common.hpp"
+#include "sim/kernels/updates.hpp"
 
 namespace bitlab {
 
@@ -31,21 +32,11 @@ void MomentumSgd::step(StepContext& ctx) {
   // ḡ = mean_i g_i
   const std::span<const float> g_mean = allreduce_gradients(ctx, g_mean_, wire_);
 
-  const float lr = static_cast<float>(opts_.lr);
-  const float mu = static_cast<float>(opts_.momentum);
-  const float wd = static_cast<float>(opts_.weight_decay);
-  const bool nesterov = opts_.nesterov;
-  float* x = ctx.cluster.params().data();
-  float* m = m_.data();
-  const float* g = g_mean.data();
-  const int64_t d = static_cast<int64_t>(g_mean.size());
-#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
-  for (int64_t k = 0; k < d; ++k) {
-    float dk = g[k] + wd * x[k];  // coupled weight decay
-    m[k] = mu * m[k] + dk;        // m = μ m + d
-    dk = nesterov ? dk + mu * m[k] : m[k];
-    x[k] -= lr * dk;  // x = x − lr·d
-  }
+  // d = ḡ + wd·x ; m = μ m + d ; d = nesterov ? d + μ m : m ; x = x − lr·d
+  const MomentumSgdCoeffs c{static_cast<float>(opts_.lr), static_cast<float>(opts_.momentum),
+                            static_cast<float>(opts_.weight_decay), opts_.nesterov};
+  cpu::momentum_sgd_update(ctx.cluster.params().data(), m_.data(), g_mean.data(), g_mean.size(),
+                           c);
 }
 
 // One phase: the gradient allreduce of every step.
@@ -53,7 +44,7 @@ CommPlan MomentumSgd::comm_plan(const PlanShape& shape) const {
   return full_allreduce_plan(shape, wire_);
 }
 
-void MomentumSgd::state(StateArchive& io) {
+void MomentumSgd::serialize(StateArchive& io) {
   io.field("momentum_sgd.m", m_);
 }
 

@@ -10,6 +10,7 @@
 #include "optimizers/adam.hpp"
 #include "optimizers/common.hpp"
 #include "sim/kernels/reduce.hpp"
+#include "sim/kernels/updates.hpp"
 
 namespace bitlab {
 
@@ -119,12 +120,12 @@ CommPlan OneBitLamb::comm_plan(const PlanShape& shape) const {
 // floats each), the warm-up's Lamb (Lamb::state_bytes), one momentum row per
 // thread (fold) and the compressed allreduce's buffers; per-tensor
 // scalars left out.
-uint64_t OneBitLamb::state_bytes(const StateShape& s) const {
+uint64_t OneBitLamb::planned_state_bytes(const StateShape& s) const {
   const uint64_t d = s.dim;
   const uint64_t stride = (d + 15) / 16 * 16;
-  return 28 * d + warmup_.state_bytes(s) +
+  return 28 * d + warmup_.planned_state_bytes(s) +
          4 * stride * static_cast<uint64_t>(std::max(1, omp_get_max_threads())) +
-         OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.reference(),
+         OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.is_scaled_sign(),
                                              static_cast<size_t>(opts_.pad_multiple));
 }
 
@@ -290,11 +291,7 @@ void OneBitLamb::fold(int i, std::span<const float> g) {
   float* m_i = scratch_.data() + static_cast<size_t>(omp_get_thread_num()) * stride_;
   const float* m = m_.data();
   const float* k_elem = k_elem_.data();
-  const AdamCoeffs c = c_;
-#pragma omp simd
-  for (size_t k = 0; k < dim_; ++k) {
-    m_i[k] = onebit_adam_local_momentum(m[k], g[k], c) * k_elem[k];
-  }
+  cpu::onebit_lamb_worker_momentum(m, g.data(), k_elem, m_i, dim_, c_);
   onebit_->add_worker(i, {m_i, dim_});
 }
 
@@ -326,7 +323,6 @@ void OneBitLamb::compressed_step(StepContext& ctx) {
   const std::span<float> params = ctx.cluster.params();
   for (size_t p = 0; p < tensors_.size(); ++p) {
     const TensorInfo& t = tensors_[p];
-    const int64_t len = static_cast<int64_t>(t.size);
     float* x = params.data() + t.offset;
     float* m = m_.data() + t.offset;
     const float* m_prev = m_prev_.data() + t.offset;
@@ -338,20 +334,7 @@ void OneBitLamb::compressed_step(StepContext& ctx) {
     // m_p /= k_p ; ĝ = (m − β1 m_prev)/(1−β1) ; v_fresh = β2 v_fresh + (1−β2) ĝ²
     // u_prelim = m ⊘ (sqrt(v)+ε) ; u = u_prelim + wd·x
     // f_p = max_k (sqrt(v)+ε)/(sqrt(v_fresh)+ε)   (max is exact: any order)
-    float fmax = -std::numeric_limits<float>::infinity();
-#pragma omp parallel for schedule(static) reduction(max : fmax) if (len > kParallelMinElements)
-    for (int64_t k = 0; k < len; ++k) {
-      const float mk = m[k] / kf;
-      m[k] = mk;
-      const float g_hat = (mk - m_prev[k] * c.beta1) / c.one_minus_beta1;
-      vf[k] = c.beta2 * vf[k] + c.one_minus_beta2 * (g_hat * g_hat);
-      // The corrections are exactly 1 (exact divisions) unless D24.
-      const float denom = std::sqrt(v[k] / c.bias_correction2) + c.eps;
-      up[k] = (mk / c.bias_correction1) / denom;
-      u[k] = up[k] + c.weight_decay * x[k];
-      fmax = std::max(fmax, denom / (std::sqrt(vf[k] / c.bias_correction2) + c.eps));
-    }
-    double f = fmax;
+    double f = cpu::onebit_lamb_stage({m, m_prev, v, vf, up, u, x}, t.size, kf, c);
     if (opts_.weight_decay > 0.0) {
       // ρ = min(1, ‖u_prelim‖/‖u‖) ; f = f·ρ + (1−ρ). ‖u‖ = 0 gives ρ = 1, as
       // Python's min(1.0, nan) does in the reference.
@@ -369,14 +352,12 @@ void OneBitLamb::compressed_step(StepContext& ctx) {
     f = std::max(f, last * (1.0 - opts_.factor_threshold));
     last_factor_[p] = f;
     // x_p = x_p − lr·(C_p·f_p)·u_p
-    const float step_size = static_cast<float>(opts_.lr * (coeff_frozen_[p] * f));
-#pragma omp parallel for schedule(static) if (len > kParallelMinElements)
-    for (int64_t k = 0; k < len; ++k) x[k] -= step_size * u[k];
+    cpu::scaled_step(x, u, t.size, static_cast<float>(opts_.lr * (coeff_frozen_[p] * f)));
   }
 }
 
-void OneBitLamb::state(StateArchive& io) {
-  warmup_.state(io);
+void OneBitLamb::serialize(StateArchive& io) {
+  warmup_.serialize(io);
   phase_state(io, phase_, {"warmup", "compressed"});
   io.field("onebit_lamb.switched", switched_);
   io.field("onebit_lamb.have_scaling", have_scaling_);
@@ -391,7 +372,7 @@ void OneBitLamb::state(StateArchive& io) {
   io.field("onebit_lamb.scaling", scaling_);
   io.field("onebit_lamb.scaling_f", scaling_f_);
   io.field("onebit_lamb.last_factor", last_factor_);
-  onebit_->state(io);
+  onebit_->serialize(io);
 }
 
 std::vector<std::string> OneBitLamb::warnings(int64_t steps) const {

@@ -1,6 +1,7 @@
 #include "optimizers/sgd.hpp"
 
 #include "optimizers/common.hpp"
+#include "sim/kernels/updates.hpp"
 
 namespace bitlab {
 
@@ -27,13 +28,7 @@ void Sgd::step(StepContext& ctx) {
   // x = x − lr·(ḡ + wd·x)
   const float lr = static_cast<float>(opts_.lr);
   const float wd = static_cast<float>(opts_.weight_decay);
-  float* x = ctx.cluster.params().data();
-  const float* g = g_mean.data();
-  const int64_t d = static_cast<int64_t>(g_mean.size());
-#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
-  for (int64_t k = 0; k < d; ++k) {
-    x[k] -= lr * (g[k] + wd * x[k]);
-  }
+  cpu::sgd_update(ctx.cluster.params().data(), g_mean.data(), g_mean.size(), lr, wd);
 }
 
 // One phase: the gradient allreduce of every step.
@@ -41,6 +36,6 @@ CommPlan Sgd::comm_plan(const PlanShape& shape) const {
   return full_allreduce_plan(shape, wire_);
 }
 
-void Sgd::state(StateArchive&) {}  // stateless between steps
+void Sgd::serialize(StateArchive&) {}  // stateless between steps
 
 }  // namespace bitlab

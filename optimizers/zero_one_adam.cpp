@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "optimizers/common.hpp"
+#include "sim/kernels/updates.hpp"
 
 namespace bitlab {
 
@@ -136,10 +137,10 @@ CommPlan ZeroOneAdam::comm_plan(const PlanShape& shape) const {
 // What setup() allocates: ḡ, m, v, the denominator and ū (d floats each);
 // every resident worker's parameters (Cluster::enable_local_params), local
 // momentum and accumulated update rows; the compressed allreduce's buffers.
-uint64_t ZeroOneAdam::state_bytes(const StateShape& s) const {
+uint64_t ZeroOneAdam::planned_state_bytes(const StateShape& s) const {
   const uint64_t d = s.dim;
   return 20 * d + 12 * d * static_cast<uint64_t>(s.resident) +
-         OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.reference(),
+         OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.is_scaled_sign(),
                                              static_cast<size_t>(opts_.pad_multiple));
 }
 
@@ -182,14 +183,8 @@ void ZeroOneAdam::transition() {
   // The errors so far compensate gradients; from now on they would
   // compensate accumulated updates u (the reference's comment), so zero them.
   onebit_->reset_errors();
-  const float eps = static_cast<float>(opts_.eps);
-  const int64_t d = static_cast<int64_t>(dim_);
-  float* den = denom_.data();
-  const float* v = v_.data();
-  // The same float expression as adam_direction's with bias correction off:
-  // sqrt(v / 1) + ε.
-#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
-  for (int64_t k = 0; k < d; ++k) den[k] = std::sqrt(v[k]) + eps;
+  // den = sqrt(v) + ε: adam_direction's denominator with bias correction off.
+  cpu::sqrt_plus_eps(denom_.data(), v_.data(), dim_, static_cast<float>(opts_.eps));
   for (int i = local_.begin; i < local_.end; ++i) {
     std::copy(m_.begin(), m_.end(),
               m_local_.begin() + static_cast<ptrdiff_t>((i - local_.begin) * stride_));
@@ -277,16 +272,8 @@ void ZeroOneAdam::stage_a(StepContext& ctx, bool full) {
     if (folding_step_ != ctx.step) fold_rows(ctx, ZeroOnePhase::kOneBit);
     folding_step_ = -1;
     onebit_->finish(ctx.comm, g_);
-    float* x = cl.params().data();
-    float* m = m_.data();
-    const float* v = v_.data();
-    const float* g = g_.data();
-    const int64_t d = static_cast<int64_t>(dim_);
-#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
-    for (int64_t k = 0; k < d; ++k) {
-      m[k] = onebit_adam_local_momentum(m[k], g[k], c);
-      onebit_adam_update_element(x[k], m[k], v[k], nullptr, c);
-    }
+    // m = β1 m + (1−β1) ĝ ; x = x − lr·(m ⊘ (sqrt(v)+ε) + wd·x)
+    cpu::momentum_then_onebit_update(cl.params().data(), m_.data(), v_.data(), g_.data(), dim_, c);
   }
   // Every worker holds the same (synchronised) parameters in stage A.
   const std::span<const float> x = cl.params();
@@ -334,7 +321,7 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   lrs_ = 0.0;
 }
 
-void ZeroOneSchedule::state(StateArchive& io) {
+void ZeroOneSchedule::serialize(StateArchive& io) {
   io.field("zero_one.t", t_);
   io.field("zero_one.var_interval", var_interval_);
   io.field("zero_one.var_counter", var_counter_);
@@ -342,8 +329,8 @@ void ZeroOneSchedule::state(StateArchive& io) {
   io.field("zero_one.local_counter", local_counter_);
 }
 
-void ZeroOneAdam::state(StateArchive& io) {
-  schedule_.state(io);
+void ZeroOneAdam::serialize(StateArchive& io) {
+  schedule_.serialize(io);
   auto phase = static_cast<int32_t>(phase_);
   io.field("zero_one_adam.phase", phase);
   phase_ = static_cast<ZeroOnePhase>(phase);
@@ -356,7 +343,7 @@ void ZeroOneAdam::state(StateArchive& io) {
   io.field("zero_one_adam.m_local", m_local_);
   io.field("zero_one_adam.u", u_);
   io.field("zero_one_adam.ubar", ubar_);
-  onebit_->state(io);
+  onebit_->serialize(io);
 }
 
 std::string ZeroOneAdam::divergence_cause() const {

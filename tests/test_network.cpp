@@ -22,6 +22,13 @@ using testing::config_error_path;
 
 namespace {
 
+// A preset's options, every other field at its default.
+NetworkOptions preset_options(const char* preset) {
+  NetworkOptions o;
+  o.preset = preset;
+  return o;
+}
+
 // A topology written down directly: every α and B is a number in the test.
 Topology topo(int nodes, int g, double intra_alpha_s, double intra_bytes_per_s,
               double inter_alpha_s, double inter_bytes_per_s, std::string allreduce = "as_logged") {
@@ -195,7 +202,7 @@ TEST_SUITE("network") {
       }
       ComputeOptions c;
       c.overlap = u(gen);
-      c.memory_bandwidth_gbs = gen() % 2 ? 500.0 : 0.0;
+      c.memory_bandwidth_gbytes_per_s = gen() % 2 ? 500.0 : 0.0;
       const std::vector<double> compute = {u(gen) * 1e-2, u(gen) * 1e-2};
       // price_step subtracts the hidden part from a sum: allow its rounding.
       const StepTime slow = price_step(records, t, compute, c);
@@ -382,14 +389,14 @@ TEST_SUITE("network") {
     const Topology t = topo(1, 4, kAi, kBi, kAe, kBe);
     const CommRecord bits = rec("alltoall", "pairwise", 4, 1000, "bits");
     ComputeOptions c;
-    c.memory_bandwidth_gbs = 100;  // 10^11 B/s
+    c.memory_bandwidth_gbytes_per_s = 100;  // 10^11 B/s
     StepTime st = price_step({bits}, t, {}, c);
     CHECK(st.compression_s == 128000.0 / (100 * 1e9));
     CHECK(st.compression_s == doctest::Approx(1.28e-6));
     CHECK(st.comm_s == collective_time_s(bits, t) + st.compression_s);
     // fp32 touches nothing; bandwidth 0 switches the cost off.
     CHECK(price_step({rec("allreduce", "ring", 4, 1000)}, t, {}, c).compression_s == 0.0);
-    c.memory_bandwidth_gbs = 0;
+    c.memory_bandwidth_gbytes_per_s = 0;
     st = price_step({bits}, t, {}, c);
     CHECK(st.compression_s == 0.0);
     CHECK(st.comm_s == collective_time_s(bits, t));
@@ -436,11 +443,11 @@ TEST_SUITE("network") {
       CHECK(over.intra_bytes_per_s == two.intra_bytes_per_s);
     }
     // The calibration facts of docs/algorithms.md §8.
-    const Topology eth = make_topology(NetworkOptions{"ethernet_40g_v100x4"}, 16);
+    const Topology eth = make_topology(preset_options("ethernet_40g_v100x4"), 16);
     CHECK(eth.gpus_per_node == 4);
     CHECK(eth.nodes == 4);
     CHECK(eth.inter_bytes_per_s == doctest::Approx(4.1e9 / 8));
-    const Topology ib = make_topology(NetworkOptions{"infiniband_qdr_v100x8"}, 16);
+    const Topology ib = make_topology(preset_options("infiniband_qdr_v100x8"), 16);
     CHECK(ib.gpus_per_node == 8);
     CHECK(ib.inter_bytes_per_s == doctest::Approx(32e9 / 8));
   }

@@ -66,6 +66,31 @@ TEST_SUITE("schema") {
           "opt.steps = 1e+300: must be a whole number");
   }
 
+  TEST_CASE("a former name is read as the field's name, never written; both at once is refused") {
+    Schema<Opts> s = Opts::schema();
+    s.alias("rate", "lr");
+    const Opts o = s.read(Json::parse(R"({"rate": 0.25})"), "opt");
+    CHECK(o.lr == 0.25);
+    CHECK(s.write(o).contains("lr"));
+    CHECK_FALSE(s.write(o).contains("rate"));
+    // The renamed value still meets the field's rules, named by the new name.
+    std::string why;
+    try {
+      s.read(Json::parse(R"({"rate": -1})"), "opt");
+    } catch (const ConfigError& e) {
+      why = e.what();
+    }
+    CHECK(why.find("opt.lr") != std::string::npos);
+    why.clear();
+    try {
+      s.read(Json::parse(R"({"rate": 0.25, "lr": 0.5})"), "opt");
+    } catch (const ConfigError& e) {
+      why = e.what();
+    }
+    CHECK(why.find("opt.rate") != std::string::npos);
+    CHECK(why.find("former name of \"lr\"") != std::string::npos);
+  }
+
   TEST_CASE("closest_match") {
     CHECK(closest_match("adm", {"adam", "sgd", "lamb"}) == "adam");
     CHECK(closest_match("zzzzzz", {"adam", "sgd"}).empty());

@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace bitlab {
@@ -257,8 +258,47 @@ class Schema {
     return *this;
   }
 
+  // A field's former name: still read as `new_name` (files and results
+  // folders written before the rename hold it), never written. Both names in
+  // one object is an error naming the old one.
+  Schema& alias(std::string old_name, std::string new_name) {
+    aliases_.emplace_back(std::move(old_name), std::move(new_name));
+    return *this;
+  }
+
   T read(const Json& obj, const std::string& path) const {
     if (!obj.is_object()) config_fail(path, obj, "must be a JSON object");
+    if (!aliases_.empty()) {
+      Json renamed = obj;
+      for (const auto& [old_name, new_name] : aliases_) {
+        if (!obj.contains(old_name)) continue;
+        if (obj.contains(new_name)) {
+          config_fail(join_path(path, old_name), obj.at(old_name),
+                      "the former name of \"" + new_name + "\", given beside it: keep \"" +
+                          new_name + "\"");
+        }
+        renamed[new_name] = obj.at(old_name);
+        renamed.erase(old_name);
+      }
+      return read_fields(renamed, path);
+    }
+    return read_fields(obj, path);
+  }
+
+  Json write(const T& v) const {
+    Json out = Json::object();
+    for (const auto& f : fields_) out[f.info.name] = f.write(v);
+    return out;
+  }
+
+  std::vector<FieldInfo> describe() const {
+    std::vector<FieldInfo> out;
+    for (const auto& f : fields_) out.push_back(f.info);
+    return out;
+  }
+
+ private:
+  T read_fields(const Json& obj, const std::string& path) const {
     std::vector<std::string> known;
     for (const auto& f : fields_) known.push_back(f.info.name);
     for (const auto& k : extra_keys_) known.push_back(k);
@@ -284,19 +324,6 @@ class Schema {
     return out;
   }
 
-  Json write(const T& v) const {
-    Json out = Json::object();
-    for (const auto& f : fields_) out[f.info.name] = f.write(v);
-    return out;
-  }
-
-  std::vector<FieldInfo> describe() const {
-    std::vector<FieldInfo> out;
-    for (const auto& f : fields_) out.push_back(f.info);
-    return out;
-  }
-
- private:
   struct Field {
     FieldInfo info;
     std::function<void(T&, const Json&, const std::string&)> read;
@@ -305,6 +332,7 @@ class Schema {
   std::vector<Field> fields_;
   std::vector<std::function<void(const T&, const std::string&)>> checks_;
   std::vector<std::string> extra_keys_;
+  std::vector<std::pair<std::string, std::string>> aliases_;  // (former name, name)
 };
 
 }  // namespace bitlab

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "sim/comm/transport.hpp"
@@ -40,6 +41,15 @@ struct RunCliOptions {
 // Set by SIGINT, SIGTERM or SIGHUP to the signal's number; the loop stops
 // after the current step.
 extern std::atomic<int> g_interrupted;
+
+// How a run ended (summary.json's "status"): every step taken; stopped by
+// the divergence check (exit 3); stopped by a signal or closed early
+// (128 + signal); stopped because its results could not be written (exit 4).
+enum class RunStatus { kCompleted, kDiverged, kInterrupted, kFailed };
+// "completed", "diverged", "interrupted", "failed": the words summary.json holds.
+const char* run_status_name(RunStatus status);
+// The status a name stands for; nullopt for any other text.
+std::optional<RunStatus> run_status_from_name(const std::string& name);
 
 // A run that could not write its results (a full disk, a lost mount): not bad
 // input (2), not a bug (1).
@@ -97,7 +107,7 @@ class RunSession {
 
   Simulation& simulation();
   const std::string& dir() const;
-  const std::string& status() const;  // completed (so far), diverged, interrupted, failed
+  RunStatus status() const;  // kCompleted while it steps
   bool ended() const;
   bool finished() const;
 

@@ -106,10 +106,13 @@ Schema<ComputeOptions> ComputeOptions::schema() {
   s.field("device_tflops", &O::device_tflops,
           "achieved device throughput, TFLOP/s; 0 (with step_ms 0): compute is not modelled",
           {rules::at_least(0.0)});
-  s.field("memory_bandwidth_gbs", &O::memory_bandwidth_gbs,
+  s.field("memory_bandwidth_gbytes_per_s", &O::memory_bandwidth_gbytes_per_s,
           "device memory bandwidth (GB/s) pricing compression and decompression as bytes "
           "touched / bandwidth; 0: not modelled",
           {rules::at_least(0.0)});
+  // Its name until GB/s was spelt out beside the network's Gbit/s (_gbps):
+  // config.json of older results folders holds it (recost, --resume).
+  s.alias("memory_bandwidth_gbs", "memory_bandwidth_gbytes_per_s");
   s.field("overlap", &O::overlap,
           "fraction of the backward pass (2/3 of compute) that can hide an uncompressed "
           "allreduce (DDP buckets); compressed collectives never overlap",
@@ -326,8 +329,8 @@ StepTime price_step(const std::vector<CommRecord>& records, const Topology& t,
     } else {
       exposed += time;
     }
-    if (c.memory_bandwidth_gbs > 0) {
-      st.compression_s += compression_bytes_touched(r) / (c.memory_bandwidth_gbs * 1e9);
+    if (c.memory_bandwidth_gbytes_per_s > 0) {
+      st.compression_s += compression_bytes_touched(r) / (c.memory_bandwidth_gbytes_per_s * 1e9);
     }
   }
   // Backward is 2/3 of compute; `overlap` of it can hide the DDP-style

@@ -7,6 +7,11 @@
 # priced, the second never built a problem). Target: < 1 s and < 100 MB each.
 #   tests/bench/bench_cost.sh [BITLAB_BINARY]     (default build/bitlab)
 # BENCH_REPEATS (default 5) overrides the repeats; BENCH_DIM the quadratic's d.
+# Check (#wrong, as the C++ benchmarks print it): the quadratic's bytes per
+# worker and step, priced from its shape alone, against the formulas worked
+# out by hand (docs/algorithms.md §1): the warm-up's fp32 ring allreduce
+# 2(n−1)/n·4d, and 1-bit Adam's two stages 2(n−1)(D/(8n) + 4) with D = d
+# padded to a multiple of n·lcm(n, 8).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN="${1:-build/bitlab}"
@@ -53,3 +58,17 @@ for f in "${files[@]}"; do
 done
 echo
 echo "worst median: $worst_s s (limit 1 s), $worst_mb MB peak RSS (limit 100 MB); $BIN, $REPEATS repeats"
+"$BIN" cost "$tmp/quadratic_1e9.json" --json >"$tmp/price.json"
+/usr/bin/python3 - "$tmp/price.json" "$DIM" <<'PY'
+import json, math, sys
+price, d = json.load(open(sys.argv[1])), int(sys.argv[2])
+n = price["spec"]["workers"]
+pad = n * (n * 8 // math.gcd(n, 8))                 # n·lcm(n, 8)
+D = -(-d // pad) * pad
+want = {"warmup": 2 * (n - 1) * 4 * d / n, "compressed": 2 * (n - 1) * (D / (8 * n) + 4)}
+got = {p["name"]: p["sent_bytes_per_worker"] for p in price["optimizer"]["phases"]}
+wrong = sum(got.get(k) != v for k, v in want.items())
+print(f"check quadratic_1e9 bytes per worker and step: #wrong {wrong} of {len(want)} "
+      f"(against the formulas: {want}; priced {got})")
+sys.exit(1 if wrong else 0)
+PY

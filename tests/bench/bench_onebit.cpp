@@ -11,6 +11,9 @@
 //   decode:                  read D/8, write out (4d)
 // The implementation reads e a second time (the scale needs ‖u‖ before e can
 // be updated); that extra pass is not counted.
+// Checks, printed as "#wrong" (bench_util.hpp: Check): the last call's output
+// against the same calls of a fresh allreduce on one thread; the packed signs
+// against a plain loop of the rule pack_signs states.
 #include <omp.h>
 
 #include <cstdio>
@@ -71,6 +74,19 @@ int main(int argc, char** argv) {
       "%.0f%% of triad\n",
       med * 1e3, *std::min_element(t.begin(), t.end()) * 1e3,
       *std::max_element(t.begin(), t.end()) * 1e3, gbps, 100.0 * gbps / triad);
+  {
+    // The error feedback carries state from call to call: the reference
+    // makes the same 2 + repeats calls.
+    const std::vector<float> want = on_one_thread([&] {
+      OneBitAllreduce ref(n, d);
+      std::vector<float> ref_out(d);
+      for (int c = 0; c < 2 + repeats; ++c) ref.run(comm, view, ref_out);
+      return ref_out;
+    });
+    Check check;
+    check.compare(out, want);
+    print_check("output of the last call", check, "the same calls on one thread");
+  }
   std::printf(
       "  wire: %lld bytes sent per worker per call (fp16 ring allreduce: %.0f, ratio "
       "1/%.1f)\n",
@@ -96,5 +112,13 @@ int main(int argc, char** argv) {
   }
   std::printf("sign packing: %.2f GB/s of fp32 input (median over %d passes of %.0f MB)\n",
               4.0 * total / median(tp) / 1e9, repeats, 4.0 * total / 1e6);
-  return 0;
+  // bits[k / 8] bit (7 − k % 8) = (x[k] >= 0), the rule compressor.hpp states.
+  std::vector<uint8_t> want(bits.size(), 0);
+  for (int64_t k = 0; k < total; ++k) {
+    if (in[static_cast<size_t>(k)] >= 0.0f) want[k / 8] |= static_cast<uint8_t>(0x80u >> (k % 8));
+  }
+  Check check;
+  check.compare_bytes(bits, want);
+  print_check("packed sign bytes", check, "a plain loop of pack_signs' rule");
+  return exit_status();
 }

@@ -9,6 +9,9 @@
 //
 //   ./build/bench_real [--workers N] [--batch B] [--repeats R] [--widths 128,64] [--no-cnn]
 //
+// Each problem's last timed step is checked, "#wrong" (bench_util.hpp: Check),
+// against the same step on one thread.
+//
 // FLOPs are counted by formula, 2 per multiply-add, for the matrix products
 // only (activations, softmax, im2col and pooling are not counted, so the %
 // of peak is a lower bound on the GEMM efficiency):
@@ -36,7 +39,24 @@ namespace {
 
 struct Timing {
   double median_s, min_s, max_s;
+  Check check;  // the last step's gradients, against the same step on one thread
 };
+
+// The gradients of step `step`: their mean when the cluster streams it (the
+// gradients plus their fixed-tree sum, as Adam's step computes them), else
+// every worker's row.
+std::vector<float> gradients_of(Cluster& cluster, int64_t step) {
+  if (cluster.streams_mean()) {
+    cluster.compute_gradient_mean(step);
+    const std::span<const float> mean = cluster.streamed_mean(WireDtype::kFp32);
+    return {mean.begin(), mean.end()};
+  }
+  cluster.compute_gradients(step);
+  std::vector<float> rows;
+  const WorkerBuffers g = cluster.grads();
+  for (int i = 0; i < cluster.workers(); ++i) rows.insert(rows.end(), g[i].begin(), g[i].end());
+  return rows;
+}
 
 Timing time_gradients(const Json& problem, int workers, int batch, int repeats) {
   const Json raw = {{"name", "bench"},
@@ -63,7 +83,15 @@ Timing time_gradients(const Json& problem, int workers, int batch, int repeats) 
     gradients(2 + r);
     t.push_back(seconds_since(t0));
   }
-  return {median(t), *std::min_element(t.begin(), t.end()), *std::max_element(t.begin(), t.end())};
+  // The parameters never change here, so step s's gradients are a function
+  // of s alone: a fresh simulation on one thread must give the same bits.
+  Check check;
+  check.compare(gradients_of(cluster, 1 + repeats), on_one_thread([&] {
+                  Simulation ref(resolve_experiment(raw, "bench"));
+                  return gradients_of(ref.cluster(), 1 + repeats);
+                }));
+  return {median(t), *std::min_element(t.begin(), t.end()), *std::max_element(t.begin(), t.end()),
+          check};
 }
 
 void report(const char* what, const Timing& t, double samples, double flops_per_sample,
@@ -82,6 +110,7 @@ void report(const char* what, const Timing& t, double samples, double flops_per_
       "  matrix products: %.3f MFLOP/sample, %.2f GFLOP/s = %.1f %% of peak  (fastest "
       "step: %.2f GFLOP/s = %.1f %%)\n",
       flops_per_sample / 1e6, gflops, pct(gflops), best_gflops, pct(best_gflops));
+  print_check("gradients of the last step", t.check, "the same step on one thread");
 }
 
 }  // namespace
@@ -153,5 +182,5 @@ int main(int argc, char** argv) {
     report("Fashion-MNIST CNN conv5x5x8-pool-conv5x5x16-pool-fc10",
            time_gradients(problem, workers, batch, repeats), samples, 2.0 * macs, peak);
   }
-  return 0;
+  return exit_status();
 }

@@ -6,6 +6,8 @@
 // compressed) on the same problem, and its ratio to the Adam step measured in
 // the same run. Target: at most 1.5x. BITLAB_ISA=sse2|avx2|avx512
 // picks the hot loops' variant (sim/core/isa.hpp).
+// Each case checks the parameters its timed steps reached against the same
+// steps on one thread and prints "#wrong" (bench_util.hpp: Check).
 //
 //   ./build/bench_step [--workers N] [--log2-dim K] [--repeats R]
 //
@@ -51,11 +53,12 @@ namespace {
 
 struct StepTiming {
   double median_s, min_s, max_s;
+  Check check;  // the parameters reached, against the same steps on one thread
 };
 
-StepTiming time_steps(int workers, int log2_dim, int64_t grad_norm_every, int repeats,
-                      const std::string& optimizer, double noise) {
-  const std::string text =
+std::string experiment_text(int workers, int log2_dim, int64_t grad_norm_every,
+                            const std::string& optimizer, double noise) {
+  return
       std::string(R"({"name": "bench", "steps": 1000000,
       "grad_norm_every": )") +
       std::to_string(grad_norm_every) + R"(, "problem": {"name": "quadratic", "dim": )" +
@@ -63,6 +66,24 @@ StepTiming time_steps(int workers, int log2_dim, int64_t grad_norm_every, int re
       R"(, "condition_number": 10},
       "cluster": {"workers": )" +
       std::to_string(workers) + R"(}, "optimizer": )" + optimizer + "}";
+}
+
+// The parameters after `steps` steps of the experiment on one thread: the
+// reference the timed run's parameters are checked against.
+std::vector<float> params_on_one_thread(const std::string& text, int steps) {
+  return on_one_thread([&] {
+    Simulation sim(resolve_experiment(Json::parse(text), "bench"));
+    for (int s = 0; s < steps; ++s) sim.step();
+    const std::span<const float> x = sim.cluster().params();
+    return std::vector<float>(x.begin(), x.end());
+  });
+}
+
+// Times `repeats` steps after two warm-up steps, then checks the parameters
+// they reached against the same steps on one thread.
+StepTiming time_steps(int workers, int log2_dim, int64_t grad_norm_every, int repeats,
+                      const std::string& optimizer, double noise) {
+  const std::string text = experiment_text(workers, log2_dim, grad_norm_every, optimizer, noise);
   Simulation sim(resolve_experiment(Json::parse(text), "bench"));
   for (int w = 0; w < 2; ++w) sim.step();  // first touches, page faults
   std::vector<double> t;
@@ -71,7 +92,10 @@ StepTiming time_steps(int workers, int log2_dim, int64_t grad_norm_every, int re
     sim.step();
     t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  return {median(t), *std::min_element(t.begin(), t.end()), *std::max_element(t.begin(), t.end())};
+  Check check;
+  check.compare(sim.cluster().params(), params_on_one_thread(text, 2 + repeats));
+  return {median(t), *std::min_element(t.begin(), t.end()), *std::max_element(t.begin(), t.end()),
+          check};
 }
 
 // Seconds to draw `count` normals with fill_normal into one cache-resident
@@ -145,6 +169,7 @@ int main(int argc, char** argv) {
     const double gbps = bytes / t.median_s / 1e9;
     std::printf("%-34s %10.2f %10.2f %10.2f %10.2f %8.0f%%\n", c.label, t.median_s * 1e3,
                 t.min_s * 1e3, t.max_s * 1e3, gbps, 100.0 * gbps / triad);
+    print_check("parameters", t.check, "the same steps on one thread");
     if (c.noise > 0.0) noisy_s = t.median_s;
     if (c.grad_norm_every == 0 && c.noise == 0.0 && !std::strcmp(c.wire, "fp32"))
       clean_s = t.median_s;
@@ -174,6 +199,7 @@ int main(int argc, char** argv) {
                  R"({"name": "onebit_adam", "lr": 0.001, "freeze_step": 2})", 0.0);
   std::printf("%-34s %10.2f %10.2f %10.2f\n", "onebit_adam compression stage", ob.median_s * 1e3,
               ob.min_s * 1e3, ob.max_s * 1e3);
+  print_check("parameters", ob.check, "the same steps on one thread");
   const double onebit_bytes =
       n * 16.0 * d + (4.0 * d + n * (12.0 * d + d / 8)) + (n * d / 8 + 8.0 * d + d / 8) +
       (d / 8 + 4.0 * d) + 20.0 * d;
@@ -187,5 +213,5 @@ int main(int argc, char** argv) {
   std::printf("onebit_adam / adam step (medians): %.2f (limit %.1f: %s), instruction set %s\n",
               ratio, kOneBitLimit, ratio <= kOneBitLimit ? "met" : "NOT met",
               isa_name(active_isa()));
-  return 0;
+  return exit_status();
 }

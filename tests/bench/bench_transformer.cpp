@@ -21,6 +21,9 @@
 // multiply-add, forward + backward), so GFLOP/s and "% of peak" (against
 // bench_util.hpp's measured FMA peak over all threads) leave out layer norm,
 // softmax, GELU, the loss and the optimizer, which take time but few FLOPs.
+// Each row's result is checked, "#wrong" (bench_util.hpp: Check): the whole
+// step's parameters and the gradients against the same work on one thread,
+// the product against its known answer (ones times ones: d).
 #include <omp.h>
 
 #include <cstdio>
@@ -111,6 +114,13 @@ int main(int argc, char** argv) {
     t.push_back(seconds_since(t0));
   }
   const Row whole{"whole step", median(t), step_flops};
+  Check whole_check;  // the parameters reached, against the same steps on one thread
+  whole_check.compare(sim.cluster().params(), on_one_thread([&] {
+                        Simulation ref(resolve_experiment(Json::parse(text), "bench"));
+                        for (int s = 0; s < 2 + repeats; ++s) ref.step();
+                        const auto x = ref.cluster().params();
+                        return std::vector<float>(x.begin(), x.end());
+                      }));
 
   // Gradients only, the cluster's way: OpenMP over workers, one workspace each.
   const Problem& problem = sim.problem();
@@ -150,6 +160,16 @@ int main(int argc, char** argv) {
     t.push_back(seconds_since(t0));
   }
   const Row gradients{"gradients only", median(t), step_flops};
+  // The same jobs, the groups one after the other on one thread.
+  const std::vector<std::vector<float>> timed_grads = grads;
+  on_one_thread([&] {
+    grads_once();
+    return 0;
+  });
+  Check grads_check;
+  for (int w = 0; w < workers; ++w) {
+    grads_check.compare(timed_grads[static_cast<size_t>(w)], grads[static_cast<size_t>(w)]);
+  }
 
   // The MLP's product on its own, one per thread.
   const int threads = omp_get_max_threads();
@@ -172,17 +192,27 @@ int main(int argc, char** argv) {
   }
   const Row gemm{"one GEMM shape", median(t),
                  2.0 * double(n_tok) * double(d) * double(f) * gemm_reps * threads};
+  // A known answer: a row of ones times a row of ones sums d ones, exactly d
+  // in float (d < 2^24).
+  Check gemm_check;
+  for (const RowMatrixF& ck : c) {
+    const std::vector<float> want(static_cast<size_t>(ck.size()), static_cast<float>(d));
+    gemm_check.compare({ck.data(), static_cast<size_t>(ck.size())}, want);
+  }
 
   std::printf("%-16s %10s %14s %12s %9s %9s\n", "case", "median_ms", "samples/s", "tokens/s",
               "GFLOP/s", "of_peak");
   const auto context = static_cast<double>(shape.context);
   print_row(whole, peak.gflops, samples, context);
+  print_check("parameters", whole_check, "the same steps on one thread");
   print_row(gradients, peak.gflops, samples, context);
+  print_check("gradients", grads_check, "the same groups on one thread");
   print_row(gemm, peak.gflops, 0, context);
+  print_check("products", gemm_check, "the known answer d");
   std::printf(
       "(samples = worker-windows of %lld tokens; GFLOP/s counts matrix products only; the GEMM "
       "row is %d x (%lld x %lld)·(%lld x %lld) per thread)\n",
       (long long)shape.context, gemm_reps, (long long)n_tok, (long long)d, (long long)d,
       (long long)f);
-  return 0;
+  return exit_status();
 }

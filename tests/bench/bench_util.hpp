@@ -1,4 +1,5 @@
-// Shared by the benchmarks: medians and a STREAM-style triad.
+// Shared by the benchmarks: medians, a STREAM-style triad, the machine's FMA
+// peak, and the check every benchmark prints beside its figures.
 #pragma once
 
 #include <immintrin.h>
@@ -6,7 +7,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <span>
+#include <utility>
 #include <vector>
 
 namespace bitlab::bench {
@@ -21,6 +26,71 @@ inline double median(std::vector<double> v) {
 
 inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Correctness beside performance, as nccl-tests prints #wrong beside its
+// bandwidth: every benchmark compares the result it timed with a reference
+// path's and prints how many values differ. Bit for bit, no tolerance:
+// bitlab's results do not depend on the thread count or the instruction set
+// (docs/design.md, "Deterministic by construction"), so one differing bit
+// is a bug, and a benchmark whose result is wrong times nothing worth
+// quoting. main() returns exit_status(): 1 when any check found a wrong value.
+struct Check {
+  int64_t wrong = 0;  // values whose bits differ (a length mismatch: every value)
+  int64_t total = 0;
+  void compare(std::span<const float> got, std::span<const float> want) {
+    total += static_cast<int64_t>(std::max(got.size(), want.size()));
+    if (got.size() != want.size()) {
+      wrong += static_cast<int64_t>(std::max(got.size(), want.size()));
+      return;
+    }
+    for (size_t k = 0; k < got.size(); ++k) {
+      wrong += std::memcmp(&got[k], &want[k], sizeof(float)) != 0 ? 1 : 0;
+    }
+  }
+  void compare_bytes(std::span<const uint8_t> got, std::span<const uint8_t> want) {
+    total += static_cast<int64_t>(std::max(got.size(), want.size()));
+    if (got.size() != want.size()) {
+      wrong += static_cast<int64_t>(std::max(got.size(), want.size()));
+      return;
+    }
+    for (size_t k = 0; k < got.size(); ++k) wrong += got[k] != want[k] ? 1 : 0;
+  }
+};
+
+inline int64_t& wrong_so_far() {
+  static int64_t wrong = 0;
+  return wrong;
+}
+
+// "  check WHAT: #wrong W of N (against AGAINST)".
+inline void print_check(const char* what, const Check& c, const char* against) {
+  std::printf("  check %s: #wrong %lld of %lld (against %s)\n", what,
+              static_cast<long long>(c.wrong), static_cast<long long>(c.total), against);
+  wrong_so_far() += c.wrong;
+}
+
+inline int exit_status() {
+  if (wrong_so_far() == 0) return 0;
+  std::printf("FAILED: %lld wrong values; the timings above measure a wrong result\n",
+              static_cast<long long>(wrong_so_far()));
+  return 1;
+}
+
+// Runs f() with `threads` OpenMP threads, then restores the thread count.
+template <class F>
+auto with_threads(int threads, F&& f) {
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  auto result = f();
+  omp_set_num_threads(before);
+  return result;
+}
+
+// f() on one thread: the reference path of a threaded loop.
+template <class F>
+auto on_one_thread(F&& f) {
+  return with_threads(1, std::forward<F>(f));
 }
 
 // STREAM triad a = b + s·c over arrays much larger than the caches; bytes

@@ -2,11 +2,13 @@
 // configuration per process, so that the peak resident memory is this
 // configuration's own: Adam, 1-bit Adam, 1-bit LAMB or 0/1 Adam on the
 // quadratic with N workers and d = 2^K parameters; prints the memory check's
-// estimate, the optimizer's own state (Optimizer::state_bytes), the peak
+// estimate, the optimizer's own state (Optimizer::planned_state_bytes), the peak
 // resident memory against that state and the machine's, and the median step
 // time (for Adam and 1-bit Adam against the time the bytes necessarily
 // touched take at the STREAM triad bandwidth measured in the same run, after
-// the steps, so its arrays do not count in the peak).
+// the steps, so its arrays do not count in the peak). The parameters reached
+// are checked, "#wrong" (bench_util.hpp: Check), against the same steps with
+// half the threads (--check no skips it, saying so).
 // tests/bench/many_workers.sh runs a grid (default: N = 1024 and 4096, d = 2^20
 // and 2^22, Adam and 1-bit Adam; BENCH_* override it, docs/building.md).
 //
@@ -61,6 +63,7 @@ struct Args {
   int repeats = 3;
   double noise = 0.0;
   std::string pad = "reference";
+  bool check = true;
 };
 
 Args parse(int argc, char** argv) {
@@ -78,11 +81,14 @@ Args parse(int argc, char** argv) {
       a.noise = std::atof(argv[i + 1]);
     } else if (!std::strcmp(argv[i], "--pad")) {
       a.pad = argv[i + 1];
+    } else if (!std::strcmp(argv[i], "--check") &&
+               (!std::strcmp(argv[i + 1], "yes") || !std::strcmp(argv[i + 1], "no"))) {
+      a.check = !std::strcmp(argv[i + 1], "yes");
     } else {
       std::fprintf(stderr,
                    "usage: bench_workers [--workers N] [--log2-dim K] "
                    "[--optimizer adam|onebit_adam|onebit_lamb|zero_one_adam] [--pad reference|8n] "
-                   "[--repeats R] [--noise S]\n");
+                   "[--repeats R] [--noise S] [--check yes|no]\n");
       std::exit(2);
     }
   }
@@ -118,6 +124,30 @@ std::string experiment_text(const Args& a) {
 }
 
 double gb(double bytes) { return bytes / 1e9; }
+
+// The parameters the timed steps reached, against the same steps with half
+// the threads (one on a 2-core machine): the streamed folds' per-thread
+// blocks are where a thread-count dependence would show. Half, not one: at
+// thousands of workers one thread would take the grid hours. Run after the
+// peak was taken and the timed simulation freed.
+void check_parameters(const Args& a, const std::vector<float>& timed) {
+  const int threads = std::max(1, omp_get_max_threads() / 2);
+  char against[80];
+  std::snprintf(against, sizeof against, "the same steps on %d thread%s", threads,
+                threads == 1 ? "" : "s");
+  if (!a.check) {
+    std::printf("  check parameters: not run (--check no)\n");
+    return;
+  }
+  Check check;
+  check.compare(timed, with_threads(threads, [&] {
+                  Simulation ref(resolve_experiment(Json::parse(experiment_text(a)), "bench"));
+                  for (int s = 0; s < 2 + a.repeats; ++s) ref.step();
+                  const auto x = ref.cluster().params();
+                  return std::vector<float>(x.begin(), x.end());
+                }));
+  print_check("parameters", check, against);
+}
 
 }  // namespace
 
@@ -157,7 +187,10 @@ int main(int argc, char** argv) {
   }
   const double peak = static_cast<double>(peak_resident_bytes());
   const double step_s = median(t);
+  const std::span<const float> x = sim->cluster().params();
+  const std::vector<float> timed(x.begin(), x.end());
   sim.reset();
+  check_parameters(a, timed);
 
   std::printf("step: median %.3f s (min %.3f, max %.3f) of %d\n", step_s,
               *std::min_element(t.begin(), t.end()), *std::max_element(t.begin(), t.end()),
@@ -167,10 +200,11 @@ int main(int argc, char** argv) {
   const double of_state = state > 0.0 ? peak / state : 0.0;
   if (a.optimizer != "adam" && a.optimizer != "onebit_adam") {
     std::printf(
-        "result: ok  step_s %.3f  peak_resident_GB %.2f  state_GB %.2f  of_state %.2f  "
+        "result: %s  step_s %.3f  peak_resident_GB %.2f  state_GB %.2f  of_state %.2f  "
         "machine_GB %.1f  of_machine %.0f%%\n",
-        step_s, gb(peak), gb(state), of_state, gb(machine), 100.0 * peak / machine);
-    return 0;
+        wrong_so_far() == 0 ? "ok" : "WRONG", step_s, gb(peak), gb(state), of_state, gb(machine),
+        100.0 * peak / machine);
+    return exit_status();
   }
   const double bytes = a.optimizer == "adam" ? (16.0 * n + (4.0 * n + 4.0) + 28.0) * d
                                              : (16.0 * n + 16.0 * n) * d;
@@ -179,9 +213,10 @@ int main(int argc, char** argv) {
   std::printf("bytes necessarily touched: %.2f GB a step; at the triad's %.2f GB/s: %.3f s\n",
               gb(bytes), triad, floor_s);
   std::printf(
-      "result: ok  step_s %.3f  floor_s %.3f  of_floor %.2f  peak_resident_GB %.2f  state_GB "
+      "result: %s  step_s %.3f  floor_s %.3f  of_floor %.2f  peak_resident_GB %.2f  state_GB "
       "%.2f  of_state %.2f  machine_GB %.1f  of_machine %.0f%%\n",
-      step_s, floor_s, step_s / floor_s, gb(peak), gb(state), of_state, gb(machine),
+      wrong_so_far() == 0 ? "ok" : "WRONG", step_s, floor_s, step_s / floor_s, gb(peak), gb(state),
+      of_state, gb(machine),
       100.0 * peak / machine);
-  return 0;
+  return exit_status();
 }

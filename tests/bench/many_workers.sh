@@ -26,7 +26,8 @@ for k in "${DIMS[@]}"; do
       out="$("$BIN" --workers "$n" --log2-dim "$k" --optimizer "$o" --pad "$PAD" --repeats "$REPEATS" 2>&1)" ||
         out="result: ended with exit status $? ($out)"
       echo "$out" >&2
-      rows+=("$(printf '%-14s %5s  2^%-3s %s' "$o" "$n" "$k" "$(grep '^result:' <<<"$out" | cut -d' ' -f2-)")")
+      check="$(grep -o '#wrong [0-9]* of [0-9]*' <<<"$out" || echo 'check not run')"
+      rows+=("$(printf '%-14s %5s  2^%-3s %s  [%s]' "$o" "$n" "$k" "$(grep '^result:' <<<"$out" | cut -d' ' -f2-)" "$check")")
     done
   done
 done

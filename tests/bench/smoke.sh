@@ -20,6 +20,8 @@ check() {  # check NAME EXPECTED-TEXT ARGS...
     echo "FAIL $name $*: exit $rc"; echo "$out" | tail -5; failed=1
   elif ! grep -qF -- "$expect" <<<"$out"; then
     echo "FAIL $name $*: no line with \"$expect\""; echo "$out" | tail -5; failed=1
+  elif ! grep -qE -- "#wrong 0 of [1-9]" <<<"$out" || grep -qE -- "#wrong [1-9]" <<<"$out"; then
+    echo "FAIL $name $*: its result check"; grep -- "#wrong" <<<"$out"; failed=1
   else
     echo "ok   $name $*"
   fi
@@ -34,7 +36,7 @@ check bench_transformer "whole step" --repeats 1
 # The Python bridge's benchmark, when the package was built (BITLAB_PYTHON).
 if [ -d "$build/python/bitlab" ]; then
   out=$(PYTHONPATH="$build/python" /usr/bin/python3 "$(dirname "$0")/bench_bridge.py" --tiny 2>&1)
-  if [ $? -ne 0 ] || ! grep -qF "bridge overhead" <<<"$out"; then
+  if [ $? -ne 0 ] || ! grep -qF "bridge overhead" <<<"$out" || ! grep -qE "#wrong 0 of [1-9]" <<<"$out"; then
     echo "FAIL bench_bridge.py --tiny"; echo "$out" | tail -5; failed=1
   else
     echo "ok   bench_bridge.py --tiny"
