@@ -18,14 +18,17 @@ namespace bitlab {
 
 namespace {
 
-// A receiver's decode of an image made from `rng`: random-k with a shared
-// seed sends no indices, the receiver draws them from the sender's stream
-// (RandomkCompressor's three-argument decode; the only compressor whose
-// receiver needs the stream).
+// A receiver's decode of an image its sender encoded from `rng`: random-k
+// with a shared seed sends no indices, the receiver draws them from that
+// stream (RandomkCompressor's three-argument decode; the only compressor
+// whose receiver needs one). Flagged: RandomkCompressor does not override
+// shared_randomness(), so the stages give each worker its own stream even
+// with shared_seed (as the simulator always has); the receiver here uses the
+// sender's stream, which reproduces the simulator's values bit for bit.
 void decode_image(const Compressor& c, std::span<const uint8_t> wire, std::span<float> out,
                   const RngStream& rng) {
-  if (c.shared_randomness()) {
-    dynamic_cast<const RandomkCompressor&>(c).decode(wire, out, rng);
+  if (const auto* randomk = dynamic_cast<const RandomkCompressor*>(&c)) {
+    randomk->decode(wire, out, rng);
   } else {
     c.decode(wire, out);
   }
@@ -370,7 +373,8 @@ void OneBitAllreduce::finish_general(Communicator& comm, std::span<float> out) {
           std::copy(images_.data() + at, images_.data() + at + unit1, dst);
         },
         [&](int i, int r, const uint8_t* src) {
-          // The stream worker i's chunk r was compressed with.
+          // The stream worker i's chunk r was compressed with (as
+          // compress_worker_general).
           const auto word = static_cast<uint32_t>((c1.shared_randomness() ? 0 : i) * n_ + r);
           decode_image(c1, {src, unit1},
                        {columns_.data() + static_cast<size_t>(i) * width +
