@@ -797,8 +797,8 @@ TEST_SUITE("loco") {
     auto two = make_loco({{"exchange", "two_stage"}, {"node_size", 2}});
     CHECK(config_error_of([&] { two->setup(rank_block); }) == "(no ConfigError)");
     // q1, e1 (256 floats each) and q2, e2 (256 / 2 each) of 2 workers, not 4.
-    CHECK(two->worker_state_bytes() == 2 * (2 * 256 + 2 * 128) * 4);
-    CHECK(two->worker_state_bytes() == LocoTwoStageExchange::resident_bytes_for(4, 2, 256, 2));
+    CHECK(two->held_worker_state_bytes() == 2 * (2 * 256 + 2 * 128) * 4);
+    CHECK(two->held_worker_state_bytes() == LocoTwoStageExchange::resident_bytes_for(4, 2, 256, 2));
   }
 
   TEST_CASE("options: defaults, phase, errors name the field") {
