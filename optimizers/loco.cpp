@@ -179,7 +179,8 @@ uint64_t Loco::planned_state_bytes(const StateShape& s) const {
   const uint64_t base = (adam_ ? 12 : 8) * d;
   if (opts_.exchange == "two_stage") {
     return base + LocoTwoStageExchange::resident_bytes_for(
-                      s.workers, two_stage_node_size(opts_, s.workers, s.gpus_per_node), d);
+                      s.workers, two_stage_node_size(opts_, s.workers, s.gpus_per_node), d,
+                      s.resident);
   }
   const uint64_t rows = 8 * d * static_cast<uint64_t>(s.resident);
   if (opts_.exchange == "flat") {
@@ -210,16 +211,12 @@ void Loco::setup(Cluster& cluster) {
   ag_.reset();
   two_.reset();
   if (opts_.exchange == "two_stage") {
-    if (local.size() < workers_) {
-      config_fail("optimizer.exchange", Json(opts_.exchange),
-                  "runs in the simulator only; under --backend mpi use \"flat\" or "
-                  "\"allgather\"");
-    }
     h_.clear();
     network_gpus_per_node_ = cluster.gpus_per_node();
     two_ = std::make_unique<LocoTwoStageExchange>(
         workers_, dim_, cluster.tensors(),
-        two_stage_node_size(opts_, workers_, cluster.gpus_per_node()), exchange_options(opts_));
+        two_stage_node_size(opts_, workers_, cluster.gpus_per_node()), exchange_options(opts_),
+        local);
     return;
   }
   h_.assign(static_cast<size_t>(local.size()) * stride_, 0.0f);

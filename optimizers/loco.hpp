@@ -75,6 +75,8 @@ struct LocoOptions {
 // exchange with an allgather of the reduced partitions in `gather` precision
 // (fp16 or fp32), logged last. The steps above (h_i, e_i, reset_T) describe
 // the two older exchanges; two_stage keeps its errors inside the exchange.
+// Under MPI the ranks are grouped by node as DeepSpeed groups them and the
+// all-to-alls carry the codes and scales (loco_exchange.hpp).
 // n = 1 is one node: two_stage quantizes nothing, as the reference (whose
 // LoCo path needs more than one node); flat and allgather still quantize.
 // Departures that remain: fp32 arithmetic (the reference's is fp16), the
@@ -140,7 +142,7 @@ class Loco : public Optimizer {
   // receive scratch (reduce-scatter: every worker's codes of this rank's
   // chunks, decoded; allgather: the gathered wire images and log2(n) partial
   // sums of the streamed tree mean).
-  // two_stage: the exchange's q1, e1, q2, e2 rows (every worker's: simulator only).
+  // two_stage: the exchange's q1, e1, q2, e2 rows (this process's workers').
   size_t held_worker_state_bytes() const override {
     if (two_) return two_->resident_bytes();
     return h_.size() * sizeof(float) + ef_->resident_bytes() +

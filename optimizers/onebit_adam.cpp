@@ -206,7 +206,6 @@ void OneBitAdam::setup(Cluster& cluster) {
   // On a streamed cluster the compressed steps' gradients come to fold().
   if (cluster.streams_mean()) cluster.set_gradient_sink(this);
   if (compress_) {
-    check_stages_local(stages_, opts_.worker_compressor, opts_.server_compressor, workers_, local_);
     onebit_ = std::make_unique<OneBitAllreduceSet>(
         workers_, onebit_slices(opts_.granularity, cluster.tensors(), dim_),
         static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());

@@ -140,7 +140,7 @@ struct ApmSqueezeOptions : OneBitAdamOptions {
 // "error_feedback"}); the default {"name": "sign"} at both is the paper's
 // collective bit for bit, anything else compresses each chunk on its own and
 // logs two collectives of the compressors' exact image sizes. binarize is
-// refused, and so are non-default stages under MPI with several ranks (exit 2).
+// refused (exit 2). Under MPI the stages' own wire images travel.
 //
 // Memory (docs/building.md, "Many workers"): the warm-up reads the gradients
 // through their mean (gradient_mean_wire), and a compressed step folds each

@@ -138,8 +138,6 @@ void OneBitLamb::setup(Cluster& cluster) {
   if (tensors_.empty()) tensors_.push_back({"all", 0, dim_});
 
   check_pad_multiple(opts_.pad_multiple, workers_);
-  check_stages_local(stages_, opts_.worker_compressor, opts_.server_compressor, workers_,
-                     cluster.local_workers());
   onebit_ = std::make_unique<OneBitAllreduceSet>(
       workers_, onebit_slices(opts_.granularity, cluster.tensors(), dim_),
       static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());

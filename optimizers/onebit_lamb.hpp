@@ -134,7 +134,7 @@ struct OneBitLambOptions {
 // "error_feedback"}); the default {"name": "sign"} at both is the paper's
 // collective bit for bit, anything else compresses each chunk on its own and
 // logs two collectives of the compressors' exact image sizes. binarize is
-// refused, and so are non-default stages under MPI with several ranks (exit 2).
+// refused (exit 2). Under MPI the stages' own wire images travel.
 //
 // Memory: as 1-bit Adam (optimizers/onebit_adam.hpp), the warm-up reads the
 // gradients' mean and a compressed step folds each worker's gradient into its

@@ -61,11 +61,6 @@ struct OneBitStages {
 OneBitStages make_onebit_stages(const Json& worker, const Json& server, bool error_feedback,
                                 const std::string& path = "optimizer");
 
-// Non-reference stages run in the simulator only: exit 2 when this process
-// does not hold every worker (the MPI backend with more than one rank).
-void check_stages_local(const OneBitStages& stages, const Json& worker, const Json& server,
-                        int workers, WorkerRange local, const std::string& path = "optimizer");
-
 // What each registered compressor means at a stage of the compressed
 // allreduce, with and without error feedback (`bitlab list`): name, text.
 const std::vector<std::pair<std::string, std::string>>& onebit_stage_notes();

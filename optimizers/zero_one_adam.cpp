@@ -152,7 +152,6 @@ void ZeroOneAdam::setup(Cluster& cluster) {
   onebit_ = std::make_unique<OneBitAllreduceSet>(
       workers_, onebit_slices(opts_.granularity, cluster.tensors(), dim_),
       static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
-  check_stages_local(stages_, opts_.worker_compressor, opts_.server_compressor, workers_, local_);
   onebit_->set_stages(stages_.worker, stages_.server);
   // Per-worker parameters from the start: step() must not allocate.
   cluster.enable_local_params();

@@ -178,7 +178,7 @@ double zero_one_check_lrs(double lrs, int64_t step);
 // "error_feedback"}); the default {"name": "sign"} at both is the paper's
 // collective bit for bit, anything else compresses each chunk on its own and
 // logs two collectives of the compressors' exact image sizes. binarize is
-// refused, and so are non-default stages under MPI with several ranks (exit 2).
+// refused (exit 2). Under MPI the stages' own wire images travel.
 //
 // Memory: the "full" steps read the gradients' mean (gradient_mean_wire); on
 // the others each worker's gradient is folded as the cluster makes it

@@ -68,6 +68,25 @@ int64_t optimizer_state_bytes_rank0(const std::string& label, int ranks) {
   return (b * stride + b * d + exchange) * 4;
 }
 
+// What Cluster::worker_buffer_bytes() is on rank 0 for the runs of the first
+// test below (one OpenMP thread a rank). Optimizers that read the gradients
+// only through their mean (and the 1-bit family, whose compressed steps fold
+// each gradient as it is made) stream it under MPI too: rank 0 holds one
+// block of its b = 8/ranks workers' rows (b <= 16), one node buffer and the
+// mean per folded tree (2 with adam's fp16 wire: the grad_norm metric's fp32
+// tree too), and the cross-rank combination's buffers: its maximum of the
+// tree (the node [0, b): d floats) and every rank's maximum's share of its
+// element range (ranks × (d/ranks + 1)). LoCo and BinSGDM read per-worker
+// gradients: b rows. 0/1 Adam adds its workers' local parameters (b rows).
+int64_t cluster_bytes_rank0(const std::string& label, int ranks) {
+  const int64_t b = 8 / ranks, d = 212, stride = 224;
+  if (label.rfind("loco", 0) == 0 || label.rfind("binsgdm", 0) == 0) return b * stride * 4;
+  const int64_t trees = label.find("fp16") != std::string::npos ? 2 : 1;
+  const int64_t streamed = b * stride + trees * (stride + d) + d + ranks * (d / ranks + 1);
+  const int64_t local_params = label.rfind("zero_one", 0) == 0 ? b * stride : 0;
+  return (streamed + local_params) * 4;
+}
+
 // Loopback, oversubscribed (CI has 2 cores), as root where needed; ranks yield
 // instead of busy-polling and use one OpenMP thread each.
 std::string mpirun(int ranks) {
@@ -81,6 +100,18 @@ fs::path run_sim(const TempDir& dir, const std::string& file) {
   const Result r = run_bitlab(dir, "run " + file + " --quiet --out " + out.string());
   REQUIRE_MESSAGE(r.status == 0, r.err);
   return out;
+}
+
+// What `bitlab run FILE` wrote into dir/sim: metrics.csv without the wall
+// clock column, and comm_log.csv (it must have communicated).
+struct Reference {
+  std::string metrics, comm_log;
+};
+Reference simulate(const TempDir& dir, const std::string& file) {
+  const fs::path sim = run_sim(dir, file);
+  Reference ref{without_wall_column(slurp(sim / "metrics.csv")), slurp(sim / "comm_log.csv")};
+  REQUIRE(ref.comm_log.size() > 100);
+  return ref;
 }
 
 // `mpirun -np ranks bitlab run FILE --backend mpi` into dir/mpi<ranks> (must
@@ -244,16 +275,13 @@ TEST_SUITE("mpi") {
       CAPTURE(case_label);
       TempDir dir;
       const std::string file = dir.file("e.json", experiment(optimizer));
-      const fs::path sim = run_sim(dir, file);
-      const std::string metrics = without_wall_column(slurp(sim / "metrics.csv"));
-      const std::string comm_log = slurp(sim / "comm_log.csv");
-      REQUIRE(comm_log.size() > 100);  // the run did communicate
+      const Reference ref = simulate(dir, file);
       for (const int ranks : {2, 4}) {
         CAPTURE(ranks);
         Result r;
         const fs::path out = run_mpi(dir, file, ranks, r);
-        CHECK(without_wall_column(slurp(out / "metrics.csv")) == metrics);
-        CHECK(slurp(out / "comm_log.csv") == comm_log);
+        CHECK(without_wall_column(slurp(out / "metrics.csv")) == ref.metrics);
+        CHECK(slurp(out / "comm_log.csv") == ref.comm_log);
         // Measured beside modelled: a header and one row per step, and rank 0
         // handed bytes to MPI (the exchanges really happened).
         const std::string transport = slurp(out / "transport.csv");
@@ -265,10 +293,11 @@ TEST_SUITE("mpi") {
         CHECK(summary.find("\"mpi_bytes_rank0\"") != std::string::npos);
         // Memory is divided: rank 0 holds the gradient buffers (and 0/1
         // Adam's local parameters) of its 8/ranks workers only, each of
-        // stride 224 floats (d = 212 rounded up to 16).
-        const int64_t copies = label.rfind("zero_one_adam", 0) == 0 ? 2 : 1;
+        // stride 224 floats (d = 212 rounded up to 16), or the streamed
+        // mean's buffers (cluster_bytes_rank0).
         CHECK(summary.find("\"cluster_worker_buffer_bytes_rank0\": " +
-                           std::to_string(copies * (8 / ranks) * 224 * 4)) != std::string::npos);
+                           std::to_string(cluster_bytes_rank0(label, ranks))) !=
+              std::string::npos);
         // The optimizer's per-worker rows, all divided: rank 0 holds those of
         // its b = 8/ranks workers only (global worker i at row i − first).
         CHECK(summary.find("\"optimizer_worker_state_bytes_rank0\": " +
@@ -282,6 +311,134 @@ TEST_SUITE("mpi") {
                            std::to_string(512 / ranks)) != std::string::npos);
         // Only rank 0 printed the folder.
         CHECK(r.out == out.string() + "\n");
+      }
+    }
+  }
+
+  // The parity matrix: every optimizer's default and each option
+  // that changes the exchange, against one simulator run per configuration
+  // (8 workers on 2 nodes of 4, the preset's GPUs per node: 2 ranks hold one
+  // node each, 4 ranks two per node, 8 ranks one worker each). LoCo's
+  // two-stage exchange, whose communicators depend on the rank count (the
+  // node lies on one rank; a node communicator of 2, of 4), runs on 2, 4 and
+  // 8 ranks; the other configurations take one rank count each, in turn, so
+  // that every count runs every family and the matrix stays cheap (about a
+  // minute on CI's 2 cores: 24 steps of a 212-parameter MLP). The flat and
+  // hierarchical exchanges and per-tensor granularity run in the first test
+  // case above on 2 and 4 ranks. The 1-bit family's non-default stages carry
+  // their own wire images.
+  TEST_CASE("parity matrix: every optimizer's default and every exchange option, 2/4/8 ranks") {
+    struct Config {
+      std::string optimizer;
+      std::vector<int> ranks;
+    };
+    const std::vector<Config> matrix = {
+        {R"({"name": "sgd"})", {2}},
+        {R"({"name": "momentum_sgd"})", {4}},
+        {R"({"name": "adam"})", {8}},
+        {R"({"name": "lamb"})", {2}},
+        {R"({"name": "onebit_adam"})", {4}},
+        {R"({"name": "apmsqueeze"})", {8}},
+        {R"({"name": "onebit_lamb"})", {2}},
+        {R"({"name": "zero_one_adam"})", {4}},
+        {R"({"name": "binsgdm"})", {8}},
+        {R"({"name": "loco"})", {2, 4, 8}},  // two_stage on the network's 2 nodes
+        // LoCo's reference exchange on 4 nodes of 2 (2 ranks: two whole nodes
+        // a rank), stochastic rounding (partition images keep the stream's
+        // draws), fp32 completion, the reference's node sum, fp32 errors.
+        {R"({"name": "loco", "lr": 0.01, "node_size": 2, "rounding": "stochastic",
+             "gather": "fp32", "node_reduce": "sum", "error_storage_bits": 32})",
+         {2, 4, 8}},
+        {R"({"name": "loco", "lr": 0.01, "exchange": "two_stage", "reset_T": 3})", {4}},
+        // The 1-bit family's stages: each compressor's image on the wire.
+        {R"({"name": "onebit_adam", "lr": 0.01, "freeze_step": 6,
+             "worker_compressor": {"name": "nbit", "bits": 3, "rounding": "stochastic"},
+             "server_compressor": {"name": "topk", "ratio": 0.25}})",
+         {8}},
+        {R"({"name": "onebit_lamb", "lr": 0.01, "freeze_step": 6,
+             "worker_compressor": {"name": "randomk", "ratio": 0.5, "rescale": true},
+             "server_compressor": {"name": "sign", "scale": "l1", "error_feedback": false},
+             "granularity": "tensor"})",
+         {2}},
+        {R"({"name": "zero_one_adam", "lr": 0.01, "var_freeze_step": 6, "var_update_scaler": 2,
+             "local_step_scaler": 2, "local_step_clipper": 4,
+             "worker_compressor": {"name": "fp16"}, "server_compressor": {"name": "bf16"}})",
+         {4}},
+        {R"({"name": "apmsqueeze", "lr": 0.01, "freeze_step": 6,
+             "worker_compressor": {"name": "randomk", "ratio": 0.25, "shared_seed": true},
+             "server_compressor": {"name": "identity"}})",
+         {8}},
+        {R"({"name": "onebit_adam", "lr": 0.01, "freeze_step": 6, "error_feedback": false})", {2}},
+    };
+    for (const Config& c : matrix) {
+      CAPTURE(c.optimizer);
+      TempDir dir;
+      const std::string file = dir.file("e.json", experiment(c.optimizer));
+      const Reference ref = simulate(dir, file);
+      for (const int ranks : c.ranks) {
+        CAPTURE(ranks);
+        Result r;
+        const fs::path out = run_mpi(dir, file, ranks, r);
+        CHECK(without_wall_column(slurp(out / "metrics.csv")) == ref.metrics);
+        CHECK(slurp(out / "comm_log.csv") == ref.comm_log);
+      }
+    }
+  }
+
+  // Ranks whose workers straddle nodes (12 workers, 4 ranks of 3, nodes of 2):
+  // LoCo's two stages run over the world communicator, each message still
+  // from worker to worker. And a rank holding many workers (768 workers on 3
+  // ranks of 256; 2 threads each for Adam, so each of the rank's largest
+  // nodes is cut further for the threads): the gradients are streamed into the mean
+  // (the tree's nodes inside each rank's block, here many, then the nodes
+  // above them across the ranks) or, for 1-bit Adam's compressed steps,
+  // folded into the worker stage, so no rank holds a row per worker.
+  TEST_CASE("straddling nodes and many workers a rank: bit-identical, no gradient rows held") {
+    struct Case {
+      std::string optimizer, problem;
+      int workers, ranks;
+      const char* threads;
+    };
+    const std::vector<Case> cases = {
+        {R"({"name": "loco", "lr": 0.01, "node_size": 2})",
+         R"({"name": "mlp", "input_dim": 8, "hidden": 16, "classes": 4, "samples": 512})", 12, 4,
+         "1"},
+        {R"({"name": "adam", "lr": 0.01, "wire": "fp16"})", R"({"name": "quadratic", "dim": 300})",
+         768, 3, "2"},
+        {R"({"name": "onebit_adam", "lr": 0.01, "freeze_step": 4})",
+         R"({"name": "quadratic", "dim": 300})", 768, 3, "1"},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.optimizer);
+      TempDir dir;
+      const std::string file =
+          dir.file("e.json", R"({"name": "mpi-many", "seed": 4, "steps": 12, "eval_every": 4,
+            "grad_norm_every": 3, "problem": )" + c.problem +
+                                 R"(, "cluster": {"workers": )" + std::to_string(c.workers) +
+                                 R"(, "batch_size": 4}, "optimizer": )" + c.optimizer + "}");
+      // The reference on one thread (the bits do not depend on the count;
+      // several threads only wait on each other on a busy 2-core machine).
+      const fs::path sim = run_sim(dir, file + " --threads 1"), out = dir.path / "mpi";
+      const Result r = run_shell(
+          dir, std::string("OMP_NUM_THREADS=") + c.threads + " " + BITLAB_MPIEXEC +
+                   " --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -x "
+                   "OMP_NUM_THREADS -np " +
+                   std::to_string(c.ranks) + " " + BITLAB_BINARY + " run " + file +
+                   " --quiet --backend mpi --out " + out.string());
+      REQUIRE_MESSAGE(r.status == 0, r.err);
+      CHECK(without_wall_column(slurp(out / "metrics.csv")) ==
+            without_wall_column(slurp(sim / "metrics.csv")));
+      CHECK(slurp(out / "comm_log.csv") == slurp(sim / "comm_log.csv"));
+      if (c.workers > 12) {
+        // The rows would be 256 × 304 floats (d = 300 rounded up to 16);
+        // the streamed mean holds a block of 16 rows per thread (an eighth
+        // of them on 2 threads) and, per folded tree (adam's fp16 and fp32),
+        // one buffer per node it folds (a few per maximum of the rank's
+        // block) and the mean: under a third of the rows.
+        const auto measured = bitlab::Json::parse(slurp(out / "summary.json"))["measured"];
+        const auto bytes = measured["cluster_worker_buffer_bytes_rank0"].get<int64_t>();
+        MESSAGE(c.optimizer << ": rank 0 holds " << bytes << " bytes of worker buffers");
+        CHECK(bytes < 256 * 304 * 4 / 3);
       }
     }
   }
@@ -373,7 +530,11 @@ TEST_SUITE("mpi") {
     // Steps with grad_norm (every 4th): the exact fp32 mean over ranks — each
     // rank reduces d/R elements: it sends its b rows' slice of every other
     // rank (alltoall) and its reduced slice to every other rank (allgather).
+    // 1-bit Adam streams its gradients (its fp32 mean folded for grad_norm):
+    // rank 0 sends one node of the tree (its block's sum) instead of b rows.
     const int64_t grad_norm = (ranks - 1) * b * (d / ranks) * 4 + (ranks - 1) * (d / ranks) * 4;
+    const int64_t streamed_grad_norm =
+        (ranks - 1) * 1 * (d / ranks) * 4 + (ranks - 1) * (d / ranks) * 4;
     const auto row = [](const std::string& csv, int64_t step) {
       std::istringstream in(csv);
       std::string line;
@@ -393,6 +554,7 @@ TEST_SUITE("mpi") {
       std::string optimizer;
       int64_t compressed_step_bytes;  // rank 0, a compressed step without grad_norm
       std::vector<int64_t> payloads;  // the step's comm_log payload_bytes, in order
+      int64_t grad_norm_bytes;        // rank 0, what a grad_norm step adds
     };
     // 1-bit Adam after freeze_step 8: D = d padded to a multiple of
     // n·lcm(n, 8) = 64 → 256, server chunk D/n = 32 signs = 4 bytes.
@@ -422,13 +584,16 @@ TEST_SUITE("mpi") {
     const std::vector<Case> cases = {
         {R"({"name": "onebit_adam", "lr": 0.01, "freeze_step": 8})",
          losses + onebit,
-         {n * onebit_chunk, 4 * n, n * onebit_chunk, 4 * n}},
+         {n * onebit_chunk, 4 * n, n * onebit_chunk, 4 * n},
+         streamed_grad_norm},
         {R"({"name": "loco", "lr": 0.01, "exchange": "flat"})",
          losses + loco,
-         {n * loco_msg, n * 128 * 2}},
+         {n * loco_msg, n * 128 * 2},
+         grad_norm},
         {R"({"name": "loco", "lr": 0.01, "exchange": "allgather", "node_size": 4})",
          losses + hierarchical,
-         {4 * image, 2 * image, 2 * image}},
+         {4 * image, 2 * image, 2 * image},
+         grad_norm},
     };
     for (const Case& c : cases) {
       CAPTURE(c.optimizer);
@@ -442,7 +607,7 @@ TEST_SUITE("mpi") {
       // Step 9: compressed, no grad_norm; step 12: compressed with grad_norm.
       REQUIRE(row(transport, 9).size() == 1);
       CHECK(field(row(transport, 9)[0], 2) == c.compressed_step_bytes);
-      CHECK(field(row(transport, 12)[0], 2) == c.compressed_step_bytes + grad_norm);
+      CHECK(field(row(transport, 12)[0], 2) == c.compressed_step_bytes + c.grad_norm_bytes);
       // The logged (modelled) exchange of the same step has the wire sizes
       // used above: payload_bytes is column 7 of comm_log.csv.
       const std::vector<std::string> logged = row(slurp(out / "comm_log.csv"), 9);
@@ -560,10 +725,6 @@ TEST_SUITE("mpi") {
     const std::unique_ptr<bitlab::Transport> transport = bitlab::make_mpi_transport();
     for (const char* const* o = steady_step_optimizers(); *o != nullptr; ++o) {
       const std::string optimizer = *o;
-      // LoCo's default two-stage exchange is simulator-only (refused under MPI).
-      const bool loco_two_stage = optimizer.find(R"("loco")") != std::string::npos &&
-                                  optimizer.find(R"("exchange")") == std::string::npos;
-      if (loco_two_stage) continue;
       CAPTURE(optimizer);
       CHECK(steady_step_allocations(*o, transport.get()) == 0);
     }
@@ -693,6 +854,13 @@ TEST_SUITE("mpi") {
         dir, mpirun(3) + BITLAB_BINARY + " run " + file + " --backend mpi --out " + out.string());
     check_refused_once(r, "cluster.workers = 8: must be a multiple of the number of MPI ranks",
                        out);
+    // A node size that does not divide the workers: the same message as the
+    // simulator's, once.
+    const std::string loco =
+        dir.file("loco.json", experiment(R"({"name": "loco", "node_size": 3})"));
+    const Result node = run_shell(
+        dir, mpirun(2) + BITLAB_BINARY + " run " + loco + " --backend mpi --out " + out.string());
+    check_refused_once(node, "optimizer.node_size = 3", out);
   }
 #endif
 }

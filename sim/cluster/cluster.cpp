@@ -201,6 +201,15 @@ std::vector<std::vector<uint32_t>> make_shards(size_t m, std::span<const int32_t
 // the mean has mean_over_workers' bits for any thread count. When every row
 // fits in the threads' blocks at once (n <= threads × block rows) the rows
 // path runs instead: no more memory, and the small-n speed of the rows path.
+//
+// Across ranks (the MPI backend) the rank's "maxima" — the largest nodes of
+// the tree inside its block of workers, in tree order — are each cut as the
+// root is above and folded the same way; the nodes above every rank's
+// maxima are then summed across the ranks (combine_across): rank q takes
+// elements [q·d/R, (q+1)·d/R) of every maximum (an alltoall of fp32 partial
+// sums), adds them up the tree as combine() does, the root's add fused with
+// the mean's division and rounding, and the mean's ranges are allgathered.
+// Every node's value is still the tree's: the simulator's bits.
 struct Cluster::Stream {
   // Rows computed before they are summed: enough that the upper levels'
   // passes (3 row-sized streams per node, n/16 nodes) add about a tenth to
@@ -224,18 +233,99 @@ struct Cluster::Stream {
   int folded = 0;             // compute_gradient_mean() folded
   GradientSink* sink = nullptr;  // this step's sink (GradientSink::folds), or null
   bool rows_fit = false;      // every row fits in the blocks at once: the rows path
+  // Across ranks (comm distributed): every rank's maxima [lo, hi) in tree
+  // order with their owners, this rank's [mine_lo, mine_hi) of them, and
+  // where each of its maxima starts in `frontier`.
+  Communicator* comm = nullptr;
+  std::vector<std::array<int, 3>> maxima;  // lo, hi, owner rank
+  int mine_lo = 0, mine_hi = 0;
+  std::vector<size_t> maxima_frontier;
+  std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;  // bytes
+  std::vector<float> send, recv, columns;  // this rank's maxima; everyone's, my element range
+  std::vector<float*> values;              // each maximum's value on this rank
 
-  Stream(StreamedMean o, int workers) : threads(std::max(1, omp_get_max_threads())) {
+  Stream(StreamedMean o, int workers, WorkerRange local)
+      : threads(std::max(1, omp_get_max_threads())) {
     while ((1 << depth) < threads) ++depth;
-    cut(0, workers, 0);
+    if (o.comm != nullptr && o.comm->distributed()) {
+      comm = o.comm;
+      find_maxima(0, workers, local.size());
+      for (size_t m = 0; m < maxima.size(); ++m) {
+        if (maxima[m][2] != comm->rank()) continue;
+        if (mine_hi == 0) mine_lo = static_cast<int>(m);
+        mine_hi = static_cast<int>(m) + 1;
+        maxima_frontier.push_back(frontier.size());
+        cut(maxima[m][0], maxima[m][1], 0);
+      }
+    } else {
+      cut(0, workers, 0);
+    }
     int largest = 0;
     for (const auto& [lo, hi] : frontier) largest = std::max(largest, hi - lo);
     block_rows = std::min(kBlockRows, largest);
     for (int s = largest; s > kBlockRows; s -= s / 2) ++levels;  // the right half, ceil(s/2)
     trees.resize(o.fp32_too && o.wire != WireDtype::kFp32 ? 2 : 1);
     trees[0].wire = o.wire;
-    rows_fit = workers <= threads * block_rows;
+    rows_fit = comm == nullptr && workers <= threads * block_rows;
     if (rows_fit) levels = 0;  // the rows path needs no partial sums
+  }
+  // The tree's largest nodes inside one rank's block of b workers, in tree
+  // order, each with its owner.
+  void find_maxima(int lo, int hi, int b) {
+    if (lo / b == (hi - 1) / b) {
+      maxima.push_back({lo, hi, lo / b});
+      return;
+    }
+    const int mid = lo + (hi - lo) / 2;
+    find_maxima(lo, mid, b);
+    find_maxima(mid, hi, b);
+  }
+  // Element range of rank q: [q·dim/R, (q+1)·dim/R), as Communicator::exact_mean.
+  size_t range_begin(size_t dim, int q) const {
+    return dim * static_cast<size_t>(q) / static_cast<size_t>(comm->ranks());
+  }
+  // Across ranks, after this rank's maxima are folded into `values`: the
+  // mean of the whole tree into `mean` (every rank).
+  void combine_across(size_t dim, int n, std::span<float> mean, WireDtype wire) {
+    const int ranks = comm->ranks(), me = comm->rank();
+    const size_t lo = range_begin(dim, me), len = range_begin(dim, me + 1) - lo;
+    const int mine = mine_hi - mine_lo;
+    // Pack: for each rank q, my maxima's elements of q's range, in order.
+    float* out = send.data();
+    for (int q = 0; q < ranks; ++q) {
+      const size_t b = range_begin(dim, q), e = range_begin(dim, q + 1);
+      for (int m = 0; m < mine; ++m, out += e - b) std::copy(values[m] + b, values[m] + e, out);
+    }
+    comm->transport().alltoallv(reinterpret_cast<const uint8_t*>(send.data()), send_counts,
+                                send_displs, reinterpret_cast<uint8_t*>(recv.data()), recv_counts,
+                                recv_displs);
+    // recv: every maximum's elements of my range, in tree order (ranks own
+    // their maxima in order).
+    size_t next = 0;
+    const int mid = n / 2;
+    float* left = combine_maxima(0, mid, len, next);
+    float* right = combine_maxima(mid, n, len, next);
+    finish_mean({left, len}, {right, len}, n, mean.subspan(lo, len), wire);
+    // Every rank's range of the mean reaches every rank (fp32 values: the
+    // wire-rounded mean travels exactly).
+    const std::span<int64_t> bounds =
+        comm->staging<int64_t>(Communicator::Staging::kBounds, static_cast<size_t>(ranks) + 1);
+    for (int q = 0; q <= ranks; ++q) {
+      bounds[q] = static_cast<int64_t>(range_begin(dim, q) * sizeof(float));
+    }
+    comm->gather_columns(mean.data(), bounds);
+  }
+  // The node [lo, hi) above the maxima over my element range (recv holds the
+  // maxima's, `next` counts them in tree order): left += right, as combine().
+  float* combine_maxima(int lo, int hi, size_t len, size_t& next) {
+    if (next < maxima.size() && maxima[next][0] == lo && maxima[next][1] == hi) {
+      return recv.data() + (next++) * len;
+    }
+    const int mid = lo + (hi - lo) / 2;
+    float* left = combine_maxima(lo, mid, len, next);
+    float* right = combine_maxima(mid, hi, len, next);
+    for (size_t k = 0; k < len; ++k) left[k] += right[k];
+    return left;
   }
   // Whether the node [lo, hi) at depth d is on the frontier (cut and the
   // combination above it agree through this).
@@ -271,11 +361,34 @@ struct Cluster::Stream {
                                                                    static_cast<size_t>(levels),
                                              stride) +
                               dim;
+    // Across ranks: the exchange's packed maxima and their received ranges.
+    const uint64_t across =
+        comm == nullptr ? 0
+                        : saturating_mul(static_cast<uint64_t>(mine_hi - mine_lo), dim) +
+                              saturating_mul(maxima.size(), dim / comm->ranks() + 1);
     return saturating_mul(static_cast<uint64_t>(threads) * block_rows, stride) +
-           saturating_mul(per_tree, trees.size());
+           saturating_mul(per_tree, trees.size()) + across;
   }
   void allocate(size_t stride, size_t dim) {
     blocks.assign(static_cast<size_t>(threads) * block_rows * stride, 0.0f);
+    if (comm != nullptr) {
+      const int ranks = comm->ranks(), me = comm->rank(), mine = mine_hi - mine_lo;
+      const size_t len = range_begin(dim, me + 1) - range_begin(dim, me);
+      send_counts.assign(ranks, 0);
+      send_displs.assign(ranks, 0);
+      recv_counts.assign(ranks, 0);
+      recv_displs.assign(ranks, 0);
+      for (int q = 0; q < ranks; ++q) {
+        send_counts[q] = static_cast<int64_t>(mine * (range_begin(dim, q + 1) - range_begin(dim, q)) *
+                                              sizeof(float));
+        if (q > 0) send_displs[q] = send_displs[q - 1] + send_counts[q - 1];
+      }
+      for (const auto& m : maxima) recv_counts[m[2]] += static_cast<int64_t>(len * sizeof(float));
+      for (int q = 1; q < ranks; ++q) recv_displs[q] = recv_displs[q - 1] + recv_counts[q - 1];
+      send.assign(static_cast<size_t>(mine) * dim, 0.0f);
+      recv.assign(maxima.size() * len, 0.0f);
+      values.assign(static_cast<size_t>(mine), nullptr);
+    }
     for (Tree& t : trees) {
       t.nodes.assign(node_buffers() * stride, 0.0f);
       t.partial.assign(static_cast<size_t>(threads) * levels * stride, 0.0f);
@@ -302,10 +415,12 @@ Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t se
       optimizer_bytes_(optimizer_bytes),
       seed_(seed) {
   if (streamed) {
-    if (local_.size() != workers_) {
-      throw std::logic_error("Cluster: a streamed mean needs every worker local");
+    const bool across = streamed->comm != nullptr && streamed->comm->distributed();
+    const WorkerRange mine = across ? streamed->comm->local_workers() : WorkerRange{0, workers_};
+    if (mine.begin != local_.begin || mine.end != local_.end) {
+      throw std::logic_error("Cluster: a streamed mean needs its communicator's workers local");
     }
-    stream_ = std::make_unique<Stream>(*streamed, workers_);
+    stream_ = std::make_unique<Stream>(*streamed, workers_, local_);
   }
   check_memory_fits(memory_estimate(),
                     "cluster.workers = " + std::to_string(workers_) +
@@ -509,6 +624,17 @@ void Cluster::compute_gradient_mean(int64_t step, bool with_fp32) {
   }
   for (int t = 0; t < st.folded; ++t) {
     Stream::Tree& tree = st.trees[st.first + t];
+    if (st.comm != nullptr) {
+      // This rank's maxima, each combined up from its frontier nodes, then
+      // the tree above them across the ranks.
+      for (int m = 0; m < st.mine_hi - st.mine_lo; ++m) {
+        const auto& [lo, hi, owner] = st.maxima[static_cast<size_t>(st.mine_lo + m)];
+        size_t next = st.maxima_frontier[static_cast<size_t>(m)];
+        st.values[static_cast<size_t>(m)] = st.combine(tree.nodes.data(), stride_, dim_, lo, hi, 0, next);
+      }
+      st.combine_across(dim_, workers_, tree.mean, tree.wire);
+      continue;
+    }
     if (frontier == 1) {
       finish_mean({tree.nodes.data(), dim_}, {}, workers_, tree.mean, tree.wire);
       continue;

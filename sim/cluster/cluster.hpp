@@ -84,9 +84,16 @@ std::vector<uint32_t> samples_of_workers(const std::vector<std::vector<uint32_t>
 // gradient matrix is never held (memory grows with log n, not n). The bits are
 // mean_over_workers' over the rows, whatever the thread count. `fp32_too` also
 // folds the fp32 mean (the grad_norm metric) when `wire` is not fp32.
+// Under the MPI backend (`comm` distributed) a rank folds the tree's nodes
+// that lie inside its block of workers (the largest such nodes, each cut
+// further for the threads) and the nodes above them are combined across the
+// ranks, each rank summing one element range of every such node in the same
+// order (an alltoall of the node values, then an allgather of the mean): the
+// simulator's bits, with no rank holding a gradient row per worker.
 struct StreamedMean {
   WireDtype wire = WireDtype::kFp32;
   bool fp32_too = false;
+  Communicator* comm = nullptr;  // the MPI backend's; null or one rank: the simulator
 };
 
 // A consumer of each worker's gradient as the cluster makes it: an optimizer
@@ -115,7 +122,9 @@ class Cluster {
   // memory for them scales with workers/ranks.
   // `streamed`: deliver only the gradients' mean (StreamedMean); then
   // grads() is not available and compute_gradient_mean() replaces
-  // compute_gradients(). Needs every worker local (the simulator).
+  // compute_gradients(). Across ranks it needs `streamed->comm`, whose
+  // local_workers() is `local` (every rank calls compute_gradient_mean at
+  // the same step: it is a collective).
   // `optimizer_bytes`: what the optimizer's setup() will allocate
   // (Optimizer::planned_state_bytes), checked with the cluster's own buffers before
   // anything is allocated.

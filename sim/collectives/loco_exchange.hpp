@@ -53,12 +53,30 @@
 // allgather (all, n ranks, S = d·wire bytes).
 //
 // Arithmetic is fp32 between the b-bit and 8-bit roundings (the reference
-// works on fp16 gradients and errors; docs/algorithms.md D21). Simulator only:
-// the MPI backend refuses this exchange (optimizers/loco.cpp).
+// works on fp16 gradients and errors; docs/algorithms.md D21).
+//
+// Across ranks (the MPI backend; rank q owns workers [q·b, (q+1)·b)) each
+// rank holds the errors and codes of its own workers only, and the two
+// all-to-alls carry the b-bit codes and fp32 scales of each partition
+// (quantize_encode of the partition, drawn from the stream that quantized
+// it, decoded by the receiver: decode(encode(h)) == Q(h) bit for bit) over
+// communicators grouped as DeepSpeed groups its ranks
+// (deepspeed/utils/groups.py, _get_local_all_to_all_group: "local_i" = the
+// ranks of node i, "global_j" = local rank j of every node, used by
+// all_to_all_loco_quant_reduce). When a node spans g/b ranks (b divides g)
+// the intra-node stage runs over the node's ranks and the inter-node stage
+// over the ranks at the same place in every node; when a rank holds whole
+// nodes (g divides b) the intra-node stage moves nothing and the inter-node
+// one runs over all ranks; otherwise (a rank's workers straddle nodes) both
+// run over all ranks, each message still addressed worker to worker. The
+// uncompressed tensors go by Communicator::exact_mean and the completing
+// allgather carries the wire dtype's bits: the simulator's values on every
+// rank.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -93,8 +111,10 @@ class LocoTwoStageExchange {
   // tensors: the model's layout (empty: one square tensor of `dim`); g: workers
   // per node (0 or n: one node). Throws std::invalid_argument when g does not
   // divide n or the tensors do not tile [0, dim).
+  // `local`: the workers this process runs (default all: the simulator); run()
+  // must then get a Communicator whose local_workers() is `local`.
   LocoTwoStageExchange(int workers, size_t dim, std::vector<TensorInfo> tensors, int node_size,
-                       const LocoExchangeOptions& options);
+                       const LocoExchangeOptions& options, WorkerRange local = {});
 
   // out = the mean gradient (see above) from every worker's `grads`.
   // Random streams (stochastic rounding only): RngStream(seed, kCompress, w,
@@ -115,20 +135,22 @@ class LocoTwoStageExchange {
   bool compresses() const { return compressed_tensors_ > 0; }
   int compressed_tensors() const { return compressed_tensors_; }
   const std::vector<LocoTensorPlan>& tensor_plans() const { return plans_; }
-  // Of the last run, worker w's rows: q1 = Q(h) of stage 1 (dim values;
-  // fallback tensors' slices 0), e1 (dim), and the stage-2 q2 and e2
+  // Of the last run, worker w's rows (w resident): q1 = Q(h) of stage 1 (dim
+  // values; fallback tensors' slices 0), e1 (dim), and the stage-2 q2 and e2
   // (stage2_len values: the compressed tensors' nodes·P parts in order).
   std::span<const float> stage1(int w) const { return row(q1_, dim_, w); }
   std::span<const float> error1(int w) const { return row(e1_, dim_, w); }
   std::span<const float> stage2(int w) const { return row(q2_, stage2_len_, w); }
   std::span<const float> error2(int w) const { return row(e2_, stage2_len_, w); }
   int64_t reset_counter() const { return counter_; }
-  // What the constructor allocates (the memory check): every worker's
-  // first-stage codes and error (d floats each) and, with more than one node,
-  // its second-stage ones (d/g each at most: the compressed tensors' share).
-  static uint64_t resident_bytes_for(int workers, int node_size, size_t dim) {
+  // What the constructor allocates (the memory check): every resident
+  // worker's first-stage codes and error (d floats each) and, with more than
+  // one node, its second-stage ones (d/g each at most: the compressed
+  // tensors' share). Across ranks the exchanges' receive buffers come on top
+  // (resident_bytes() counts them once allocated).
+  static uint64_t resident_bytes_for(int workers, int node_size, size_t dim, int resident = 0) {
     const int g = node_size > 0 ? node_size : workers;
-    const uint64_t n = static_cast<uint64_t>(workers), d = dim;
+    const uint64_t n = static_cast<uint64_t>(resident > 0 ? resident : workers), d = dim;
     return 8 * n * d + (workers / g > 1 ? 8 * n * (d / static_cast<uint64_t>(g)) : 0);
   }
   size_t resident_bytes() const {
@@ -137,15 +159,26 @@ class LocoTwoStageExchange {
   void serialize(StateArchive& io);
 
  private:
-  static std::span<const float> row(const std::vector<float>& v, size_t len, int w) {
-    return {v.data() + static_cast<size_t>(w) * len, len};
+  std::span<const float> row(const std::vector<float>& v, size_t len, int w) const {
+    return {v.data() + static_cast<size_t>(w - local_.begin) * len, len};
   }
   void apply_resets();
   void stage1(const WorkerBuffers& grads, uint64_t seed, int64_t step);
   void stage2(uint64_t seed, int64_t step);
   void finish(const WorkerBuffers& grads, std::span<float> out);
+  // Across ranks (loco_exchange.cpp): the communicators, the two all-to-alls
+  // of partition images, the node sums and node means from what arrived,
+  // and the completion.
+  struct Route;
+  Route route(Communicator& comm, bool intra);
+  void exchange(Communicator& comm, bool intra);
+  void finish_distributed(Communicator& comm, const WorkerBuffers& grads, std::span<float> out);
+  size_t row1(int w) const { return static_cast<size_t>(w - local_.begin) * dim_; }
+  size_t row2(int w) const { return static_cast<size_t>(w - local_.begin) * stage2_len_; }
+  bool distributed() const { return local_.size() < n_; }
 
   int n_, g_, nodes_;
+  WorkerRange local_;
   size_t dim_, stage2_len_ = 0;
   LocoExchangeOptions opts_;
   std::vector<LocoTensorPlan> plans_;
@@ -154,8 +187,18 @@ class LocoTwoStageExchange {
   std::vector<uint8_t> started_;  // per tensor: its errors exist (the reference's hasattr)
   std::vector<uint8_t> reset_now_;
   int64_t counter_ = 0;         // the reference's loco_idx
-  std::vector<float> q1_, e1_;  // n × dim
-  std::vector<float> q2_, e2_;  // n × stage2_len
+  std::vector<float> q1_, e1_;  // local × dim
+  std::vector<float> q2_, e2_;  // local × stage2_len
+  // Across ranks: the sub-communicators (split at the first run, every rank
+  // at once), the resident workers' partition images of each stage, and
+  // what arrived decoded: stage 2's inputs q1 of the node's g workers
+  // (local × g × stage2_len) and the result's inputs q2 of the nodes' workers
+  // at the same place (local × nodes × Σ P).
+  std::shared_ptr<Transport> intra_, inter_;
+  bool split_ = false;
+  std::vector<uint8_t> image1_, image2_, send_, recv_;
+  std::vector<float> in2_, in3_;
+  std::vector<int64_t> counts_, displs_, rcounts_, rdispls_, cursor_;
 };
 
 }  // namespace bitlab

@@ -7,12 +7,34 @@
 #include <stdexcept>
 #include <string>
 
+#include "sim/collectives/rank_messages.hpp"
 #include "sim/compress/compressor.hpp"
+#include "sim/compress/compressors.hpp"
 #include "sim/core/rng.hpp"
 #include "sim/kernels/reduce.hpp"
 #include "sim/kernels/cpu_kernels.hpp"
 
 namespace bitlab {
+
+namespace {
+
+// A receiver's decode of an image its sender encoded from `rng`: random-k
+// with a shared seed sends no indices, the receiver draws them from that
+// stream (RandomkCompressor's three-argument decode; the only compressor
+// whose receiver needs one). Flagged: RandomkCompressor does not override
+// shared_randomness(), so the stages give each worker its own stream even
+// with shared_seed (as the simulator always has); the receiver here uses the
+// sender's stream, which reproduces the simulator's values bit for bit.
+void decode_image(const Compressor& c, std::span<const uint8_t> wire, std::span<float> out,
+                  const RngStream& rng) {
+  if (const auto* randomk = dynamic_cast<const RandomkCompressor*>(&c)) {
+    randomk->decode(wire, out, rng);
+  } else {
+    c.decode(wire, out);
+  }
+}
+
+}  // namespace
 
 size_t onebit_reference_pad_multiple(int n) {
   return static_cast<size_t>(n) * std::lcm(static_cast<size_t>(n), size_t{8});
@@ -87,7 +109,11 @@ uint64_t OneBitAllreduce::resident_bytes_for(int workers, int resident, size_t d
       static_cast<double>(onebit_padded_dim(std::max<size_t>(dim, 1), workers, pad_multiple));
   const double per_worker = 4.0 + 0.125 + 8.0 / kSumBlock + 8.0 / workers;
   double bytes = D * (per_worker * resident + 0.125);
-  if (general) bytes += D * (4.0 * workers + 4.0);
+  if (general) bytes += D * (4.0 * resident + 4.0);
+  // Across ranks: every worker's decoded C1 of the resident servers' chunks
+  // (D/n each, n workers, per resident server) and the wire images, at most
+  // 8 bytes a value (topk's value and index), of the resident workers.
+  if (general && resident < workers) bytes += D * (4.0 + 8.0) * resident;
   return static_cast<uint64_t>(bytes);
 }
 
@@ -95,13 +121,23 @@ void OneBitAllreduce::set_stages(const OneBitStage& worker, const OneBitStage& s
   worker_ = worker;
   server_ = server;
   records_ = plan(n_, d_, pad_multiple_, worker_, server_);
-  if (general() && (local_.begin != 0 || local_.end != n_)) {
-    throw std::logic_error(
-        "OneBitAllreduce: compressors other than the reference sign run on "
-        "one process only");
-  }
-  w_.assign(general() ? static_cast<size_t>(n_) * D_ : 0, 0.0f);
+  const size_t resident = static_cast<size_t>(local_.size());
+  w_.assign(general() ? resident * D_ : 0, 0.0f);
   decoded_.assign(general() ? D_ : 0, 0.0f);
+  const bool across = general() && distributed();
+  columns_.assign(across ? resident * D_ : 0, 0.0f);
+  images_.assign(across ? resident * n_ * static_cast<size_t>(worker_image_bytes()) : 0, 0);
+  server_images_.assign(across ? n_ * static_cast<size_t>(server_image_bytes()) : 0, 0);
+}
+
+int64_t OneBitAllreduce::worker_image_bytes() const {
+  static const SignCompressor kSign;
+  return (worker_.compressor ? *worker_.compressor : kSign).wire_bytes(chunk());
+}
+
+int64_t OneBitAllreduce::server_image_bytes() const {
+  static const SignCompressor kSign;
+  return (server_.compressor ? *server_.compressor : kSign).wire_bytes(chunk());
 }
 
 void OneBitAllreduce::set_pad_reuse(bool on) {
@@ -232,15 +268,7 @@ void OneBitAllreduce::finish(Communicator& comm, std::span<float> out) {
                            std::to_string(mine.begin) + ", " + std::to_string(mine.end) + ")");
   }
   if (general()) {
-    // The simulator holds every worker's images, so the exchanges move
-    // nothing: the records are what the wire carries (each compressor's
-    // exact image).
-    comm.record(records_[0]);
-    reduce_servers(seed_, step_);
-    comm.record(records_[1]);
-    std::copy(decoded_.begin(), decoded_.begin() + static_cast<std::ptrdiff_t>(d_), out.begin());
-    if (pad_reuse_)
-      std::copy(decoded_.begin() + static_cast<std::ptrdiff_t>(d_), decoded_.end(), pad_.begin());
+    finish_general(comm, out);
     return;
   }
   const size_t first = static_cast<size_t>(mine.begin);
@@ -295,47 +323,114 @@ void OneBitAllreduce::settle_row(size_t row) const {
 
 // The per-chunk form (header): worker i compresses each chunk r of
 // u = pad(b_i) + e_i on its own. e_ already holds e_i (+ a reused padding).
+// Across ranks each chunk's wire image is encoded from the same stream.
 void OneBitAllreduce::compress_worker_general(int i, std::span<const float> b) {
   const int n = n_;
-  const size_t D = D_, d = d_, chunk = D_ / n_;
+  const size_t D = D_, d = d_, chunk = D_ / n_, row = static_cast<size_t>(i - local_.begin);
   const Compressor* c1 = worker_.compressor.get();
   static const SignCompressor kSign;
   if (!c1) c1 = &kSign;
   const bool shared = c1->shared_randomness();
-  float* u = e_.data() + static_cast<size_t>(i) * D;
-  float* w = w_.data() + static_cast<size_t>(i) * D;
+  const size_t unit = distributed() ? static_cast<size_t>(worker_image_bytes()) : 0;
+  float* u = e_.data() + row * D;
+  float* w = w_.data() + row * D;
   for (size_t k = 0; k < d; ++k) u[k] += b[k];
   for (int r = 0; r < n; ++r) {
     const auto word = static_cast<uint32_t>((shared ? 0 : i) * n + r);
     const RngStream rng(seed_, Purpose::kCompress, word, static_cast<uint64_t>(step_));
     c1->apply({u + r * chunk, chunk}, {w + r * chunk, chunk}, rng);
+    if (unit > 0) {
+      c1->encode({u + r * chunk, chunk}, {images_.data() + (row * n + r) * unit, unit}, rng);
+    }
   }
   for (size_t k = 0; k < D; ++k) u[k] -= w[k];  // e_i = u − C1(u)
 }
 
-// Server r: y = s_r + (Σ_i w_i[r]) / n in worker order, c_r = C2(y),
-// s_r = y − c_r; c_r lands in decoded_ (every worker's phase-2 image).
-void OneBitAllreduce::reduce_servers(uint64_t seed, int64_t step) {
+// Phases 1 and 2 of the per-chunk form. One rank holds every image, so
+// nothing moves: the records are what the wire carries (each compressor's
+// exact image). Across ranks worker i's image of chunk r goes to r's owner
+// and is decoded into columns_ (the resident workers' own C1 rows are
+// copied in), then the servers' C2 images are allgathered and decoded.
+void OneBitAllreduce::finish_general(Communicator& comm, std::span<float> out) {
+  const size_t chunk = D_ / n_;
+  comm.record(records_[0]);
+  if (!distributed()) {
+    reduce_servers(w_.data(), D_, 0);
+  } else {
+    const size_t width = static_cast<size_t>(local_.size()) * chunk;
+    const size_t unit1 = static_cast<size_t>(worker_image_bytes());
+    static const SignCompressor kSign;
+    const Compressor& c1 = worker_.compressor ? *worker_.compressor : kSign;
+    for (int i = local_.begin; i < local_.end; ++i) {
+      const float* w = w_.data() + static_cast<size_t>(i - local_.begin) * D_;
+      std::copy(w + local_.begin * chunk, w + local_.end * chunk,
+                columns_.data() + static_cast<size_t>(i) * width);
+    }
+    alltoall_messages(
+        comm, static_cast<int64_t>(unit1),
+        [&](int i, int r, uint8_t* dst) {
+          const size_t at = (static_cast<size_t>(i - local_.begin) * n_ + r) * unit1;
+          std::copy(images_.data() + at, images_.data() + at + unit1, dst);
+        },
+        [&](int i, int r, const uint8_t* src) {
+          // The stream worker i's chunk r was compressed with (as
+          // compress_worker_general).
+          const auto word = static_cast<uint32_t>((c1.shared_randomness() ? 0 : i) * n_ + r);
+          decode_image(c1, {src, unit1},
+                       {columns_.data() + static_cast<size_t>(i) * width +
+                            static_cast<size_t>(r - local_.begin) * chunk,
+                        chunk},
+                       RngStream(seed_, Purpose::kCompress, word, static_cast<uint64_t>(step_)));
+        });
+    reduce_servers(columns_.data(), width, local_.begin);
+  }
+  comm.record(records_[1]);
+  if (distributed()) {
+    const int64_t unit2 = server_image_bytes();
+    static const SignCompressor kSign;
+    const Compressor& c2 = server_.compressor ? *server_.compressor : kSign;
+    allgather_messages(
+        comm, unit2, server_images_, [](int, uint8_t*) {},  // encoded by reduce_servers
+        [&](int r, const uint8_t* src) {
+          decode_image(c2, {src, static_cast<size_t>(unit2)}, {decoded_.data() + r * chunk, chunk},
+                       RngStream(seed_, Purpose::kCompress, static_cast<uint32_t>(n_ * n_ + r),
+                                 static_cast<uint64_t>(step_)));
+        });
+  }
+  std::copy(decoded_.begin(), decoded_.begin() + static_cast<std::ptrdiff_t>(d_), out.begin());
+  if (pad_reuse_)
+    std::copy(decoded_.begin() + static_cast<std::ptrdiff_t>(d_), decoded_.end(), pad_.begin());
+}
+
+// Resident server r: y = s_r + (Σ_i w_i[r]) / n in worker order, c_r =
+// C2(y), s_r = y − c_r; c_r lands in decoded_ (every worker's phase-2
+// image), across ranks also its wire image in server_images_. Worker i's C1
+// of chunk r is at w + i·row_stride + (r − first_server)·chunk.
+void OneBitAllreduce::reduce_servers(const float* w, size_t row_stride, int first_server) {
   const int n = n_;
-  const size_t D = D_, chunk = D_ / n_;
+  const size_t chunk = D_ / n_;
   const Compressor* c2 = server_.compressor.get();
   static const SignCompressor kSign;
   if (!c2) c2 = &kSign;
   const float nf = static_cast<float>(n);
+  const size_t unit2 = distributed() ? static_cast<size_t>(server_image_bytes()) : 0;
 #pragma omp parallel for schedule(static)
-  for (int r = 0; r < n; ++r) {
-    float* acc = acc_.data() + r * chunk;
-    float* y = s_.data() + r * chunk;
+  for (int r = local_.begin; r < local_.end; ++r) {
+    const size_t srow = static_cast<size_t>(r - local_.begin);
+    float* acc = acc_.data() + srow * chunk;
+    float* y = s_.data() + srow * chunk;
     float* c = decoded_.data() + r * chunk;
     std::fill(acc, acc + chunk, 0.0f);
     for (int i = 0; i < n; ++i) {  // fixed worker order
-      const float* w = w_.data() + static_cast<size_t>(i) * D + r * chunk;
-      for (size_t k = 0; k < chunk; ++k) acc[k] += w[k];
+      const float* wi = w + static_cast<size_t>(i) * row_stride +
+                        static_cast<size_t>(r - first_server) * chunk;
+      for (size_t k = 0; k < chunk; ++k) acc[k] += wi[k];
     }
     for (size_t k = 0; k < chunk; ++k) y[k] += acc[k] / nf;
-    const RngStream rng(seed, Purpose::kCompress, static_cast<uint32_t>(n * n + r),
-                        static_cast<uint64_t>(step));
+    const RngStream rng(seed_, Purpose::kCompress, static_cast<uint32_t>(n * n + r),
+                        static_cast<uint64_t>(step_));
     c2->apply({y, chunk}, {c, chunk}, rng);
+    if (unit2 > 0) c2->encode({y, chunk}, {server_images_.data() + r * unit2, unit2}, rng);
     for (size_t k = 0; k < chunk; ++k) y[k] -= c[k];  // s_r = y − C2(y)
   }
 }

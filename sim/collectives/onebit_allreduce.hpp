@@ -17,8 +17,12 @@
 //              c_r = C2(y) ; s_r = y − c_r
 //   phase 2:   allgather of the server images (n·|C2(D/n)| bytes)
 //   output:    out[r·D/n + k] = c_r[k], truncated to d
-// A stage without error feedback keeps its error at zero. Stochastic
-// compressors draw from RngStream(seed, kCompress, word, step) with word =
+// A stage without error feedback keeps its error at zero. Across ranks (the
+// MPI backend) phase 1 carries each chunk's C1 wire image (Compressor::encode,
+// drawn from the same stream as apply) to the chunk's server, which decodes
+// it (decode(encode(x)) == C1(x) bit for bit), and phase 2 carries each
+// server's C2 image to every rank: the stages' own images, not the sign's.
+// Stochastic compressors draw from RngStream(seed, kCompress, word, step) with word =
 // i·n + r for worker i's chunk r (r alone when the compressor shares its
 // randomness: every worker the same stream) and n·n + r for server r.
 //
@@ -96,8 +100,8 @@ class OneBitAllreduce {
   bool error_feedback() const { return worker_.error_feedback && server_.error_feedback; }
   // The compressor of each stage and its error feedback. Both reference
   // (null) is the reference path above, whatever the error feedback flags;
-  // anything else runs the per-chunk form (simulator only: `local` must be all
-  // workers).
+  // anything else runs the per-chunk form (across ranks too: its images
+  // travel, see the top of this file).
   void set_stages(const OneBitStage& worker, const OneBitStage& server);
   bool general() const { return !worker_.is_scaled_sign() || !server_.is_scaled_sign(); }
 
@@ -106,7 +110,10 @@ class OneBitAllreduce {
   // allocated), for the padded D of `dim` (onebit_padded_dim): per resident worker its error e (4 bytes a
   // value), signs (1/8) and its server chunk's error s and accumulator (8/n);
   // the server's signs (1/8); and with general stages (not the reference
-  // sign) every worker's image w (4n) and the decoded mean (4).
+  // sign) the resident workers' images w (4 a value each) and the decoded
+  // mean (4); across ranks also every worker's decoded images of the
+  // resident servers' chunks (4 per resident worker) and the resident
+  // workers' wire images (at most 8 a value each: topk's value and index).
   static uint64_t resident_bytes_for(int workers, int resident, size_t dim, bool general,
                                      size_t pad_multiple = 0);
 
@@ -195,8 +202,9 @@ class OneBitAllreduce {
   // Bytes held in the per-worker / per-server arrays (errors, sign bits,
   // server sums): proportional to the local workers.
   size_t resident_bytes() const {
-    return (e_.size() + s_.size() + acc_.size() + w_.size() + decoded_.size()) * sizeof(float) +
-           bits_.size();
+    return (e_.size() + s_.size() + acc_.size() + w_.size() + decoded_.size() + columns_.size()) *
+               sizeof(float) +
+           bits_.size() + images_.size() + server_images_.size();
   }
 
   // Bytes one worker sends per call: 2·(n−1)·D/(8n) + 2·4·(n−1) (reference);
@@ -216,7 +224,14 @@ class OneBitAllreduce {
   // The per-chunk form's worker stage for worker i (e_ row already holds e_i
   // and a reused padding).
   void compress_worker_general(int i, std::span<const float> b);
-  void reduce_servers(uint64_t seed, int64_t step);
+  // The per-chunk form's phases 1 and 2 (finish()): the resident servers
+  // reduce every worker's C1 chunk (across ranks received as wire images),
+  // and their C2 images reach every rank.
+  void finish_general(Communicator& comm, std::span<float> out);
+  void reduce_servers(const float* w, size_t row_stride, int first_server);
+  bool distributed() const { return local_.size() < n_; }
+  int64_t worker_image_bytes() const;  // |C1(D/n)|
+  int64_t server_image_bytes() const;  // |C2(D/n)|
 
   std::vector<CommRecord> records_;  // plan(): what run() logs
   int n_;
@@ -224,8 +239,14 @@ class OneBitAllreduce {
   size_t pad_multiple_;
   WorkerRange local_;  // resident workers (and servers)
   OneBitStage worker_, server_;
-  std::vector<float> w_;        // general: n × D, C1 of each worker's chunks
+  std::vector<float> w_;        // general: local × D, C1 of each worker's chunks
   std::vector<float> decoded_;  // general: D, C2 of every server's chunk
+  // General across ranks: every worker's C1 of the resident servers' chunks,
+  // decoded (n × local·D/n; worker i's row at i·local·D/n), and the wire
+  // images: the resident workers' C1 chunk images (local × n), then the
+  // resident servers' C2 images (grown once, reused).
+  std::vector<float> columns_;
+  std::vector<uint8_t> images_, server_images_;
   // local × D worker errors; after run_momentum() the workers' u, with
   // e_i = u − a_i·sign(u) pending (settle()).
   mutable std::vector<float> e_;

@@ -83,7 +83,7 @@ void quantize_dequantize(std::span<const float> x, std::span<float> out, const Q
 }
 
 void quantize_encode(std::span<const float> x, std::span<uint8_t> wire, const QuantizeSpec& spec,
-                     const RngStream& rng) {
+                     const RngStream& rng, uint64_t first_index) {
   check_spec(spec);
   const size_t n = x.size();
   if (wire.size() != static_cast<size_t>(quantize_wire_bytes(n, spec))) {
@@ -109,7 +109,7 @@ void quantize_encode(std::span<const float> x, std::span<uint8_t> wire, const Qu
     if (m == 0.0f) {
       for (size_t k = 0; k < len; ++k) writer.put(0);
     } else if (spec.stochastic) {
-      stochastic_codes(coder, y, len, m, rng, begin,
+      stochastic_codes(coder, y, len, m, rng, first_index + begin,
                        [&](size_t, float q) { writer.put(static_cast<int>(q)); });
     } else {
       for (size_t k = 0; k < len; ++k) writer.put(static_cast<int>(coder.nearest(y[k], m)));

@@ -48,8 +48,11 @@ int64_t quantize_wire_bytes(size_t n, const QuantizeSpec& spec);
 // (lane 0), so any split of the vector gives the same result.
 void quantize_dequantize(std::span<const float> x, std::span<float> out, const QuantizeSpec& spec,
                          const RngStream& rng, uint64_t first_index = 0);
+// The wire image of Q(x); stochastic rounding draws as quantize_dequantize
+// does (element k from rng.block(first_index + k)), so the image of a slice
+// of whole groups is that slice of the whole vector's.
 void quantize_encode(std::span<const float> x, std::span<uint8_t> wire, const QuantizeSpec& spec,
-                     const RngStream& rng);
+                     const RngStream& rng, uint64_t first_index = 0);
 void quantize_decode(std::span<const uint8_t> wire, std::span<float> out, const QuantizeSpec& spec);
 
 }  // namespace bitlab

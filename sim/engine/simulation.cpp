@@ -33,15 +33,14 @@ Simulation::Simulation(const Experiment& experiment, Transport* transport,
     };
   }
   optimizer_ = oe->make(experiment.optimizer);
-  // The simulator streams the gradients into their mean when that is all the
-  // optimizer reads (memory: log n rows, not n); under MPI a rank holds its
-  // own workers' rows and the exchange needs them.
+  // The gradients are streamed into their mean when that is all the
+  // optimizer reads (memory: log n rows, not n), under MPI too (the tree's
+  // nodes above the ranks' blocks are combined across them).
   // A given problem (the Python bridge's) is handed its gradients into the
   // cluster's rows, so it keeps them (problems/external.hpp).
   std::optional<StreamedMean> streamed;
-  if (const auto wire = optimizer_->gradient_mean_wire();
-      wire && !comm_.distributed() && !given_problem) {
-    streamed = StreamedMean{*wire, experiment.run.grad_norm_every > 0};
+  if (const auto wire = optimizer_->gradient_mean_wire(); wire && !given_problem) {
+    streamed = StreamedMean{*wire, experiment.run.grad_norm_every > 0, &comm_};
   }
   timed_ = experiment.network.timed();
   if (timed_) topology_ = make_topology(experiment.network, experiment.cluster.workers);
