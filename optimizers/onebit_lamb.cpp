@@ -305,14 +305,8 @@ void OneBitLamb::compressed_step(StepContext& ctx) {
   }
   folding_step_ = -1;
   const AdamCoeffs c = c_;
-  const int64_t d = static_cast<int64_t>(dim_);
-  {
-    // m_prev = m (m is read by fold() above, written by the allreduce below).
-    const float* m = m_.data();
-    float* m_prev = m_prev_.data();
-#pragma omp parallel for schedule(static) if (d > kParallelMinElements)
-    for (int64_t k = 0; k < d; ++k) m_prev[k] = m[k];
-  }
+  // m_prev = m (m is read by fold() above, written by the allreduce below).
+  std::copy(m_.begin(), m_.end(), m_prev_.begin());
 
   // m = compressed_allreduce(all tensors' momenta as ONE flat buffer) (§1):
   // four collectives, logged by OneBitAllreduce.

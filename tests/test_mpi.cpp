@@ -623,6 +623,32 @@ TEST_SUITE("mpi") {
   // (node 0 = workers 0, 1 on rank 0), else streamed from the received
   // images (node 1 = workers 2, 3 straddles ranks 0 and 1) — holding no node
   // rows: bit-identical to the simulator all the same.
+  TEST_CASE("baseline twin under mpirun: the run and its twin bit-identical to the simulator's") {
+    // 1-bit Adam's twin is 1-bit Adam uncompressed, run first over the same
+    // 2 ranks into twin/; the summary's "baseline" (gaps, bytes ratio,
+    // speed-up) follows from the two runs' files alone, so it must match too.
+    TempDir dir("bitlab_mpi_twin");
+    const std::string text = experiment(R"({"name": "onebit_adam", "lr": 0.01, "freeze_step": 8})");
+    bitlab::Json j = bitlab::Json::parse(text);
+    j["baseline"] = "twin";
+    const std::string file = dir.file("e.json", j.dump());
+    const fs::path sim = run_sim(dir, file);
+    Result r;
+    const fs::path mpi = run_mpi(dir, file, 2, r);
+    for (const char* sub : {"", "twin"}) {
+      CAPTURE(sub);
+      CHECK(without_wall_column(slurp(mpi / sub / "metrics.csv")) ==
+            without_wall_column(slurp(sim / sub / "metrics.csv")));
+      CHECK(slurp(mpi / sub / "comm_log.csv") == slurp(sim / sub / "comm_log.csv"));
+    }
+    const bitlab::Json a = bitlab::Json::parse(slurp(sim / "summary.json"))["baseline"];
+    const bitlab::Json b = bitlab::Json::parse(slurp(mpi / "summary.json"))["baseline"];
+    CHECK(a["gap"] == b["gap"]);
+    CHECK(a["bytes_ratio"] == b["bytes_ratio"]);
+    CHECK(a["speedup"] == b["speedup"]);
+    CHECK(b["status"] == "completed");
+  }
+
   TEST_CASE("hierarchical fallback (12 workers, 4 ranks, node_size 2): bit-identical") {
     const std::vector<std::pair<std::string, int64_t> > cases = {
         // m, b, z and C(z_i): 4 rows of the 3 workers.

@@ -16,14 +16,12 @@ using namespace run_parts;
 
 int run_experiment(const Experiment& e, const RunCliOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  if (o.transport != nullptr && (o.checkpoint_every > 0 || o.resume || e.run.baseline != "none")) {
+  if (o.transport != nullptr && (o.checkpoint_every > 0 || o.resume)) {
     // Each rank holds only its block of workers' state: a checkpoint would
-    // need every rank's part gathered (not built yet); a twin would need a
-    // second run over the ranks.
+    // need every rank's part gathered (not built yet).
     throw ConfigError(
-        "--checkpoint-every, --resume and baseline \"twin\": not available with "
-        "--backend mpi yet; use the simulator backend (results are "
-        "bit-identical)");
+        "--checkpoint-every and --resume: not available with --backend mpi yet; use the "
+        "simulator backend (results are bit-identical)");
   }
   // Everything that can fail on bad input (problem data, shards) is built
   // before the results folder exists.
@@ -38,10 +36,12 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
   if (!twin.is_null() && twin.value("status", "") != "completed") {
     // Ctrl-C during the twin stops here; a twin that diverged or failed
     // leaves nothing to compare with.
-    std::fprintf(stderr,
-                 "bitlab: the twin baseline ended %s (%s/twin/summary.json); the run "
-                 "was not started\n",
-                 twin.value("status", "?").c_str(), run.dir.c_str());
+    if (run.writer) {
+      std::fprintf(stderr,
+                   "bitlab: the twin baseline ended %s (%s/twin/summary.json); the run "
+                   "was not started\n",
+                   twin.value("status", "?").c_str(), run.dir.c_str());
+    }
     return exit_status_of_summary(twin);
   }
   RunFiles files;

@@ -206,7 +206,7 @@ std::string save_checkpoint(const RunContext& run, RunFiles& files, RunTally& ta
   tally.wall_before_s += seconds_since(tally.t0);  // the wall time so far, saved
   tally.t0 = Clock::now();
   run_state(io, run, files, tally);
-  run.sim.state(io);
+  run.sim.serialize(io);
   io.seal();
   try {
     write_text_atomic(checkpoint_path(run).string(), io.bytes());
@@ -223,7 +223,7 @@ void resume_from_checkpoint(const RunContext& run, RunFiles& files, RunTally& ta
   const fs::path path = checkpoint_path(run);
   StateArchive io(read_checkpoint(path), path.string());
   run_state(io, run, files, tally);
-  run.sim.state(io);
+  run.sim.serialize(io);
   io.expect_end();
   check_loaded_checkpoint(run, files, tally);
   // Checkpoints a kill interrupted mid-write: the folder is locked, so none

@@ -74,7 +74,7 @@ Json measured_totals(const RunContext& run, const MeasuredTotals& totals) {
           {"cluster_worker_buffer_bytes_rank0", run.sim.cluster().worker_buffer_bytes()},
           // The optimizer's per-worker rows rank 0 holds (its block of workers,
           // the rows of the collectives it owns included).
-          {"optimizer_worker_state_bytes_rank0", run.sim.optimizer().worker_state_bytes()},
+          {"optimizer_worker_state_bytes_rank0", run.sim.optimizer().held_worker_state_bytes()},
           {"train_samples", run.sim.problem().num_train()},
           {"train_samples_held_rank0", held},
           {"train_samples_held_max_other_rank", held_others}};
@@ -88,7 +88,7 @@ Json memory_summary(const RunContext& run) {
           // (Optimizer::gradient_mean_wire); rows: n × d gradient rows held
           {"gradients", cluster.streams_mean() ? "streamed_mean" : "rows"},
           {"cluster_buffer_bytes", cluster.worker_buffer_bytes()},
-          {"optimizer_worker_state_bytes", run.sim.optimizer().worker_state_bytes()}};
+          {"optimizer_worker_state_bytes", run.sim.optimizer().held_worker_state_bytes()}};
 }
 
 // summary.json. Built on every rank: under MPI it gathers over the ranks.

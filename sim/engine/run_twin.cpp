@@ -16,18 +16,40 @@ double ratio_or_nan(const Json& a, const Json& b) {
   return a.get<double>() / b.get<double>();
 }
 
+// Under MPI only rank 0 reads the twin's folder (the other ranks may not see
+// its files): it hands the summary's text to every rank. The simulator: as is.
+Json summary_on_every_rank(const RunContext& run, const Json& on_rank0) {
+  if (!run.measured) return on_rank0;
+  std::string text = run.writer ? on_rank0.dump() : std::string();
+  int64_t bytes = static_cast<int64_t>(text.size());
+  run.transport.broadcast(reinterpret_cast<uint8_t*>(&bytes), sizeof bytes, 0);
+  text.resize(static_cast<size_t>(bytes));
+  run.transport.broadcast(reinterpret_cast<uint8_t*>(text.data()), bytes, 0);
+  return Json::parse(text);
+}
+
+// A completed twin of an earlier start of this run (rank 0 reads it), or null.
+Json completed_twin(const RunContext& run, const fs::path& dir) {
+  Json done;
+  std::error_code ec;
+  if (run.writer && fs::exists(dir / "summary.json", ec)) {
+    done = load_json_file((dir / "summary.json").string());
+    if (done.value("status", "") != "completed") done = Json();
+  }
+  return summary_on_every_rank(run, done);
+}
+
 }  // namespace
 
+// Under MPI the twin runs over the same ranks (each its block of workers, as
+// the run itself), rank 0 writing <dir>/twin/.
 Json run_twin(const RunContext& run) {
   const fs::path dir = fs::path(run.dir) / "twin";
+  if (Json done = completed_twin(run, dir); !done.is_null()) return done;
   std::error_code ec;
-  if (fs::exists(dir / "summary.json", ec)) {
-    const Json done = load_json_file((dir / "summary.json").string());
-    if (done.value("status", "") == "completed") return done;
-  }
-  fs::remove_all(dir, ec);
+  if (run.writer) fs::remove_all(dir, ec);
   const Experiment twin = twin_experiment(run.experiment);
-  if (!run.options.quiet) {
+  if (!run.options.quiet && run.writer) {
     std::fprintf(stderr, "bitlab: the twin baseline first: %s, into %s\n",
                  twin.optimizer.at("name").get<std::string>().c_str(), dir.c_str());
   }
@@ -37,8 +59,10 @@ Json run_twin(const RunContext& run) {
   o.threads = run.options.threads;
   o.command_line = run.options.command_line + "  # its twin baseline";
   o.print_dir = false;
+  o.transport = run.options.transport;
   run_experiment(twin, o);
-  return load_json_file((dir / "summary.json").string());
+  return summary_on_every_rank(
+      run, run.writer ? load_json_file((dir / "summary.json").string()) : Json());
 }
 
 // summary.json's "baseline": the twin's outcome and the run's gaps to it
