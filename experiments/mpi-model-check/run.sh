@@ -12,6 +12,9 @@ bitlab=${1:-$here/../../build/bitlab}
 out=${2:-$here/../../results/mpi-model-check}
 if [ -e "$out" ]; then echo "run.sh: $out exists; remove it or pass another folder" >&2; exit 2; fi
 mkdir -p "$out"
+# The load on the machine when the timings start and end: on a shared
+# machine other processes' load decides how long a rank waits for the other.
+cut -d' ' -f1-3 /proc/loadavg > "$out/loadavg.txt"
 mpirun_cmd=(mpirun -np 2)
 [ "$(id -u)" = 0 ] && mpirun_cmd+=(--allow-run-as-root)
 export OMP_NUM_THREADS=1
@@ -36,4 +39,5 @@ for h in 1024 4096; do
   run "loco-h$h" "problem.hidden=$h" optimizer.name=loco optimizer.exchange=flat
   run "adam-h$h" "problem.hidden=$h"
 done
+cut -d' ' -f1-3 /proc/loadavg >> "$out/loadavg.txt"
 /usr/bin/python3 "$here/analyse.py" "$bitlab" "$out"

@@ -383,7 +383,7 @@ Subcommand add_probe_command(CLI::App& app) {
       ->check(CLI::Range(0, 100000));
   cmd->add_option("--max-seconds", f->loop.max_seconds,
                   "time a size for about this long at most: fewer timed calls past it, at least "
-                  "one (default 1)");
+                  "one (default 0.5)");
   cmd->add_option("--ranks-per-node", f->ranks_per_node,
                   "emulate nodes of this many consecutive ranks (default 0: the ranks that "
                   "share memory form a node)")

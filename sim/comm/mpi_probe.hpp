@@ -33,7 +33,7 @@ enum class ProbeLevel { kNode, kWorld };
 struct ProbeLoop {
   int iterations = 20;
   int warmup = 5;
-  double max_seconds = 1.0;
+  double max_seconds = 0.5;
 };
 
 // One timed collective: per call, the mean over the ranks of each rank's
