@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 bitlab, out = sys.argv[1], Path(sys.argv[2])
-BOUND = 0.25  # the issue's +-25 %
+BOUND = 0.25  # the bound this check asks of the model: +-25 %
 
 print((out / "calibrate.txt").read_text().split("\n\n")[0])
 load = (out / "loadavg.txt").read_text().split("\n")

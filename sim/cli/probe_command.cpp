@@ -38,8 +38,8 @@ constexpr const char* kProbeFormat = "bitlab-probe-1";
 constexpr int64_t kMaxProbeBytes = int64_t{1} << 30;
 
 // bitlab's compressed collectives with a wire format that run across ranks.
-// LoCo's two-stage exchange is left out: it runs in the simulator only
-// (optimizers/loco.cpp refuses it under --backend mpi).
+// LoCo's two-stage exchange is not probed yet: when this was written it ran
+// in the simulator only (optimizers/loco.cpp refused it under --backend mpi).
 constexpr const char* kCompressedCollectives[] = {"onebit_allreduce", "quantized_reduce_scatter",
                                                   "compressed_allgather"};
 
