@@ -42,7 +42,7 @@ CommPlan Adam::comm_plan(const PlanShape& shape) const {
   return full_allreduce_plan(shape, wire_);
 }
 
-void Adam::state(StateArchive& io) {
+void Adam::serialize(StateArchive& io) {
   io.field("adam.m", m_);
   io.field("adam.v", v_);
 }

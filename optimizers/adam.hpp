@@ -14,7 +14,7 @@
 #include "sim/core/float16.hpp"
 #include "sim/core/schema.hpp"
 #include "sim/kernels/elements.hpp"
-#include "sim/kernels/reference.hpp"
+#include "sim/kernels/cpu_kernels.hpp"
 
 namespace bitlab {
 
@@ -35,7 +35,7 @@ struct AdamOptions {
 // so the result is bit-identical for any thread count.
 inline void adam_update_elements(std::span<float> x, std::span<float> m, std::span<float> v,
                                  std::span<const float> g, const AdamCoeffs& c) {
-  // The CPU reference of the CUDA kernel (sim/kernels/reference.hpp).
+  // The CPU twin of the CUDA kernel (sim/kernels/cpu_kernels.hpp).
   cpu::adam_update(x.data(), m.data(), v.data(), g.data(), x.size(), c);
 }
 
@@ -58,9 +58,9 @@ class Adam : public Optimizer {
   void step(StepContext& ctx) override;
   std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
   // ḡ, m, v (d floats each).
-  uint64_t state_bytes(const StateShape& s) const override { return 12 * uint64_t{s.dim}; }
+  uint64_t planned_state_bytes(const StateShape& s) const override { return 12 * uint64_t{s.dim}; }
   CommPlan comm_plan(const PlanShape& shape) const override;
-  void state(StateArchive& io) override;
+  void serialize(StateArchive& io) override;
 
   const AdamOptions& options() const { return opts_; }
   std::span<const float> m() const { return m_; }

@@ -120,13 +120,13 @@ void BinSgdm::step(StepContext& ctx) {
   for (int64_t k = 0; k < d; ++k) x[k] -= lr * (u[k] + wd * x[k]);
 }
 
-void BinSgdm::state(StateArchive& io) {
+void BinSgdm::serialize(StateArchive& io) {
   io.field("binsgdm.m", m_);
   io.field("binsgdm.b", b_);
   io.field("binsgdm.bmax", bmax_);
   io.field("binsgdm.z", z_);
   io.field("binsgdm.u", u_);
-  if (ag_) ag_->state(io);
+  if (ag_) ag_->serialize(io);
 }
 
 }  // namespace bitlab

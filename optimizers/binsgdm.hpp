@@ -71,11 +71,11 @@ class BinSgdm : public Optimizer {
   // One phase, "onebit": the compressed allgather mean of the packed signs,
   // flat or by node.
   CommPlan comm_plan(const PlanShape& shape) const override;
-  void state(StateArchive& io) override;
+  void serialize(StateArchive& io) override;
   const char* phase() const override { return "onebit"; }
   // m, b, z (AMSGrad: and b̂) rows of every resident worker, ū (d floats),
   // and the allgather's buffers.
-  uint64_t state_bytes(const StateShape& s) const override {
+  uint64_t planned_state_bytes(const StateShape& s) const override {
     const uint64_t d = s.dim, rows = opts_.amsgrad ? 4 : 3;
     return rows * 4 * d * static_cast<uint64_t>(s.resident) + 4 * d +
            CompressedAllgatherMean::resident_bytes_for(s.workers, static_cast<int>(opts_.node_size),
@@ -84,7 +84,7 @@ class BinSgdm : public Optimizer {
   // Counted: m_i, b_i, z_i (and b̂_i) of the resident workers, plus the
   // allgather's resident rows (q_i of those workers and, hierarchical, the
   // node means this process forms); not its transient receive scratch.
-  size_t worker_state_bytes() const override {
+  size_t held_worker_state_bytes() const override {
     return (m_.size() + b_.size() + bmax_.size() + z_.size()) * sizeof(float) +
            (ag_ ? ag_->resident_bytes() : 0);
   }

@@ -117,7 +117,7 @@ CommPlan Lamb::comm_plan(const PlanShape& shape) const {
   return full_allreduce_plan(shape, wire_);
 }
 
-void Lamb::state(StateArchive& io) {
+void Lamb::serialize(StateArchive& io) {
   io.field("lamb.m", m_);
   io.field("lamb.v", v_);
   io.field("lamb.trust_ratio", trust_ratio_);

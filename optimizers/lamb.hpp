@@ -65,9 +65,9 @@ class Lamb : public Optimizer {
   void step(StepContext& ctx) override;
   std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
   // ḡ, m, v, u (d floats each); per tensor two doubles, left out.
-  uint64_t state_bytes(const StateShape& s) const override { return 16 * uint64_t{s.dim}; }
+  uint64_t planned_state_bytes(const StateShape& s) const override { return 16 * uint64_t{s.dim}; }
   CommPlan comm_plan(const PlanShape& shape) const override;
-  void state(StateArchive& io) override;
+  void serialize(StateArchive& io) override;
 
   const LambOptions& options() const { return opts_; }
   std::span<const float> m() const { return m_; }

@@ -173,7 +173,7 @@ std::vector<std::string> Loco::warnings(int64_t steps) const {
 // exchange's buffers: two_stage its codes and errors (every worker); flat and
 // allgather every resident worker's compensated gradient h and error row, and
 // the quantized reduce-scatter's or the compressed allgather's buffers.
-uint64_t Loco::state_bytes(const StateShape& s) const {
+uint64_t Loco::planned_state_bytes(const StateShape& s) const {
   const uint64_t d = s.dim;
   const uint64_t base = (adam_ ? 12 : 8) * d;
   if (opts_.exchange == "two_stage") {
@@ -301,14 +301,14 @@ void Loco::base_step(StepContext& ctx) {
   }
 }
 
-void Loco::state(StateArchive& io) {
+void Loco::serialize(StateArchive& io) {
   io.field("loco.h", h_);
   io.field("loco.m", m_);
   io.field("loco.v", v_);
-  if (ef_) ef_->state(io);
-  if (rs_) rs_->state(io);
-  if (ag_) ag_->state(io);
-  if (two_) two_->state(io);
+  if (ef_) ef_->serialize(io);
+  if (rs_) rs_->serialize(io);
+  if (ag_) ag_->serialize(io);
+  if (two_) two_->serialize(io);
 }
 
 }  // namespace bitlab

@@ -130,9 +130,9 @@ class Loco : public Optimizer {
   CommPlan comm_plan(const PlanShape& shape) const override;
   // two_stage on a single node (nothing compressed), said before the run.
   std::vector<std::string> warnings(int64_t steps) const override;
-  void state(StateArchive& io) override;
+  void serialize(StateArchive& io) override;
   const char* phase() const override { return "compressed"; }
-  uint64_t state_bytes(const StateShape& s) const override;
+  uint64_t planned_state_bytes(const StateShape& s) const override;
   // Counted, for this process's workers (its rank's block under MPI): h_i,
   // the error-feedback rows e_i, and the collective's resident rows — the
   // reduce-scatter's Q(h_i) (padded length), or the allgather's C(h_i) and the
@@ -141,7 +141,7 @@ class Loco : public Optimizer {
   // chunks, decoded; allgather: the gathered wire images and log2(n) partial
   // sums of the streamed tree mean).
   // two_stage: the exchange's q1, e1, q2, e2 rows (every worker's: simulator only).
-  size_t worker_state_bytes() const override {
+  size_t held_worker_state_bytes() const override {
     if (two_) return two_->resident_bytes();
     return h_.size() * sizeof(float) + ef_->resident_bytes() +
            (rs_ ? rs_->resident_bytes() : ag_->resident_bytes());

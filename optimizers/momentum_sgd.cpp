@@ -53,7 +53,7 @@ CommPlan MomentumSgd::comm_plan(const PlanShape& shape) const {
   return full_allreduce_plan(shape, wire_);
 }
 
-void MomentumSgd::state(StateArchive& io) {
+void MomentumSgd::serialize(StateArchive& io) {
   io.field("momentum_sgd.m", m_);
 }
 

@@ -146,15 +146,15 @@ CommPlan OneBitAdam::comm_plan(const PlanShape& shape) const {
 // mask: the mask), each d floats; with compression "none" every resident
 // worker's m_i row, with general stages one m_i row per thread; the
 // compressed allreduce's buffers (OneBitAllreduce::resident_bytes_for).
-uint64_t OneBitAdam::state_bytes(const StateShape& s) const {
+uint64_t OneBitAdam::planned_state_bytes(const StateShape& s) const {
   const uint64_t d = s.dim, stride = (d + 15) / 16 * 16;
   uint64_t bytes = (12 + (variance_stable_ ? 4 : 0) + (opts_.momentum_mask.empty() ? 0 : 4)) * d;
   if (!compress_) bytes += 4 * stride * static_cast<uint64_t>(s.resident);
-  if (compress_ && !stages_.reference()) {
+  if (compress_ && !stages_.is_scaled_sign()) {
     bytes += 4 * stride * static_cast<uint64_t>(std::max(1, omp_get_max_threads()));
   }
   if (compress_) {
-    bytes += OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.reference(),
+    bytes += OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.is_scaled_sign(),
                                                  static_cast<size_t>(opts_.pad_multiple));
   }
   return bytes;
@@ -197,7 +197,7 @@ void OneBitAdam::setup(Cluster& cluster) {
   // row i − local_.begin.
   local_ = cluster.local_workers();
   seed_ = cluster.seed();
-  fused_ = compress_ && stages_.reference();
+  fused_ = compress_ && stages_.is_scaled_sign();
   m_workers_.assign(compress_ ? 0 : static_cast<size_t>(local_.size()) * stride_, 0.0f);
   scratch_.assign(
       compress_ && !fused_ ? static_cast<size_t>(std::max(1, omp_get_max_threads())) * stride_ : 0,
@@ -371,7 +371,7 @@ void OneBitAdam::compressed_step(StepContext& ctx) {
                           mask_.empty() ? nullptr : mask_.data(), dim_, c_);
 }
 
-void OneBitAdam::state(StateArchive& io) {
+void OneBitAdam::serialize(StateArchive& io) {
   phase_state(io, phase_, {"warmup", "compressed"});
   io.field("onebit_adam.compressed", compressed_);
   io.field("onebit_adam.switch_step", switch_step_);
@@ -380,7 +380,7 @@ void OneBitAdam::state(StateArchive& io) {
   io.field("onebit_adam.v", v_);
   io.field("onebit_adam.v_prev", v_prev_);
   io.field("onebit_adam.m_workers", m_workers_);
-  if (onebit_) onebit_->state(io);
+  if (onebit_) onebit_->serialize(io);
 }
 
 }  // namespace bitlab

@@ -161,7 +161,7 @@ class OneBitAdam : public Optimizer, private GradientSink {
   // with compression "none"); variance_stable is priced at freeze_step, its
   // upper bound, with a note.
   CommPlan comm_plan(const PlanShape& shape) const override;
-  void state(StateArchive& io) override;
+  void serialize(StateArchive& io) override;
   std::vector<std::string> warnings(int64_t steps) const override;
   const std::vector<std::string>& run_warnings() const override { return run_warnings_; }
   // Once compressed: the share of coordinates with sqrt(v*) < eps, if any.
@@ -172,8 +172,8 @@ class OneBitAdam : public Optimizer, private GradientSink {
   // The m_i rows, held with compression "none" only (folded otherwise); the
   // compressed allreduce's error rows are the collective's
   // (OneBitAllreduceSet::resident_bytes), as for 0/1 Adam.
-  size_t worker_state_bytes() const override { return m_workers_.size() * sizeof(float); }
-  uint64_t state_bytes(const StateShape& s) const override;
+  size_t held_worker_state_bytes() const override { return m_workers_.size() * sizeof(float); }
+  uint64_t planned_state_bytes(const StateShape& s) const override;
 
   const OneBitAdamOptions& options() const { return opts_; }
   // The synchronised momentum m and the second moment v (frozen as v* once

@@ -119,12 +119,12 @@ CommPlan OneBitLamb::comm_plan(const PlanShape& shape) const {
 // floats each), the warm-up's Lamb (Lamb::state_bytes), one momentum row per
 // thread (fold) and the compressed allreduce's buffers; per-tensor
 // scalars left out.
-uint64_t OneBitLamb::state_bytes(const StateShape& s) const {
+uint64_t OneBitLamb::planned_state_bytes(const StateShape& s) const {
   const uint64_t d = s.dim;
   const uint64_t stride = (d + 15) / 16 * 16;
-  return 28 * d + warmup_.state_bytes(s) +
+  return 28 * d + warmup_.planned_state_bytes(s) +
          4 * stride * static_cast<uint64_t>(std::max(1, omp_get_max_threads())) +
-         OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.reference(),
+         OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.is_scaled_sign(),
                                              static_cast<size_t>(opts_.pad_multiple));
 }
 
@@ -375,8 +375,8 @@ void OneBitLamb::compressed_step(StepContext& ctx) {
   }
 }
 
-void OneBitLamb::state(StateArchive& io) {
-  warmup_.state(io);
+void OneBitLamb::serialize(StateArchive& io) {
+  warmup_.serialize(io);
   phase_state(io, phase_, {"warmup", "compressed"});
   io.field("onebit_lamb.switched", switched_);
   io.field("onebit_lamb.have_scaling", have_scaling_);
@@ -391,7 +391,7 @@ void OneBitLamb::state(StateArchive& io) {
   io.field("onebit_lamb.scaling", scaling_);
   io.field("onebit_lamb.scaling_f", scaling_f_);
   io.field("onebit_lamb.last_factor", last_factor_);
-  onebit_->state(io);
+  onebit_->serialize(io);
 }
 
 std::vector<std::string> OneBitLamb::warnings(int64_t steps) const {

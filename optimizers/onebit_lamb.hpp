@@ -152,13 +152,13 @@ class OneBitLamb : public Optimizer, private GradientSink {
   // "warmup" (min(freeze_step, steps) steps: LAMB's gradient allreduce) and
   // "compressed" (the 1-bit allreduce of the momentum).
   CommPlan comm_plan(const PlanShape& shape) const override;
-  void state(StateArchive& io) override;
+  void serialize(StateArchive& io) override;
   std::vector<std::string> warnings(int64_t steps) const override;
   const char* phase() const override { return phase_; }
   // No m_i row is held (fold()); the compressed allreduce's error rows are
   // the collective's (OneBitAllreduceSet::resident_bytes).
-  size_t worker_state_bytes() const override { return 0; }
-  uint64_t state_bytes(const StateShape& s) const override;
+  size_t held_worker_state_bytes() const override { return 0; }
+  uint64_t planned_state_bytes(const StateShape& s) const override;
 
   const OneBitLambOptions& options() const { return opts_; }
   bool compressing() const { return switched_; }

@@ -38,8 +38,8 @@ OneBitStages make_onebit_stages(const Json& worker, const Json& server, bool err
 
 void check_stages_local(const OneBitStages& stages, const Json& worker, const Json& server,
                         int workers, WorkerRange local, const std::string& path) {
-  if (stages.reference() || (local.begin == 0 && local.end == workers)) return;
-  const bool w = !stages.worker.reference();
+  if (stages.is_scaled_sign() || (local.begin == 0 && local.end == workers)) return;
+  const bool w = !stages.worker.is_scaled_sign();
   config_fail(join_path(path, w ? "worker_compressor" : "server_compressor"), w ? worker : server,
               "compressors other than the reference sign at both stages run in the simulator "
               "only; the MPI backend (more than one rank) carries the reference images");

@@ -52,7 +52,7 @@ inline Json default_stage_compressor() {
 
 struct OneBitStages {
   OneBitStage worker, server;
-  bool reference() const { return worker.reference() && server.reference(); }
+  bool is_scaled_sign() const { return worker.is_scaled_sign() && server.is_scaled_sign(); }
 };
 
 // Builds both stages; bad input exits 2 through config_fail naming

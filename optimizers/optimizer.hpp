@@ -86,14 +86,14 @@ class Optimizer {
     size_t dim = 0;          // parameters
     int gpus_per_node = 0;   // the network's (Cluster::gpus_per_node), 0: one node
   };
-  virtual uint64_t state_bytes(const StateShape& /*shape*/) const { return 0; }
+  virtual uint64_t planned_state_bytes(const StateShape& /*shape*/) const { return 0; }
   // Phase of the last step (algorithm-specific; the baselines are "full").
   virtual const char* phase() const { return "full"; }
   // Bytes of per-worker state (one row per worker) this process holds, the
   // rows of the compressed collectives it owns included (each optimizer says
   // what it counts): under the MPI backend every optimizer holds its rank's
   // block of workers only. 0 for optimizers with shared state only.
-  virtual size_t worker_state_bytes() const { return 0; }
+  virtual size_t held_worker_state_bytes() const { return 0; }
   // The records one step of each phase logs and how many of shape.steps steps
   // each phase takes, for shape.params parameters on shape.workers workers,
   // without training (sim/comm/comm_plan.hpp): what `bitlab cost` prices. Built
@@ -105,7 +105,7 @@ class Optimizer {
   // earlier step wrote: moments, error-feedback buffers, phase, counters
   // (sim/core/state_archive.hpp). Called after setup(). The default refuses:
   // an optimizer that does not list its state cannot be checkpointed.
-  virtual void state(StateArchive& io);
+  virtual void serialize(StateArchive& io);
   // Settings that are legal but likely mistakes in a run of `steps` steps (a
   // warm-up as long as the run, none at all): said once before the run and
   // kept in summary.json's "warnings".

@@ -78,7 +78,7 @@ const RegistryEntry<Optimizer>& baseline_optimizer() {
   return *find_entry(registry(), "adam");
 }
 
-void Optimizer::state(StateArchive&) {
+void Optimizer::serialize(StateArchive&) {
   throw ConfigError(
       "this optimizer does not list its state (Optimizer::state), so its runs cannot be "
       "checkpointed or resumed");

@@ -41,6 +41,6 @@ CommPlan Sgd::comm_plan(const PlanShape& shape) const {
   return full_allreduce_plan(shape, wire_);
 }
 
-void Sgd::state(StateArchive&) {}  // stateless between steps
+void Sgd::serialize(StateArchive&) {}  // stateless between steps
 
 }  // namespace bitlab

@@ -30,9 +30,9 @@ class Sgd : public Optimizer {
   void step(StepContext& ctx) override;
   std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
   // ḡ (d floats).
-  uint64_t state_bytes(const StateShape& s) const override { return 4 * uint64_t{s.dim}; }
+  uint64_t planned_state_bytes(const StateShape& s) const override { return 4 * uint64_t{s.dim}; }
   CommPlan comm_plan(const PlanShape& shape) const override;
-  void state(StateArchive& io) override;
+  void serialize(StateArchive& io) override;
 
  private:
   SgdOptions opts_;

@@ -136,10 +136,10 @@ CommPlan ZeroOneAdam::comm_plan(const PlanShape& shape) const {
 // What setup() allocates: ḡ, m, v, the denominator and ū (d floats each);
 // every resident worker's parameters (Cluster::enable_local_params), local
 // momentum and accumulated update rows; the compressed allreduce's buffers.
-uint64_t ZeroOneAdam::state_bytes(const StateShape& s) const {
+uint64_t ZeroOneAdam::planned_state_bytes(const StateShape& s) const {
   const uint64_t d = s.dim;
   return 20 * d + 12 * d * static_cast<uint64_t>(s.resident) +
-         OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.reference(),
+         OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.is_scaled_sign(),
                                              static_cast<size_t>(opts_.pad_multiple));
 }
 
@@ -334,7 +334,7 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   lrs_ = 0.0;
 }
 
-void ZeroOneSchedule::state(StateArchive& io) {
+void ZeroOneSchedule::serialize(StateArchive& io) {
   io.field("zero_one.t", t_);
   io.field("zero_one.var_interval", var_interval_);
   io.field("zero_one.var_counter", var_counter_);
@@ -342,8 +342,8 @@ void ZeroOneSchedule::state(StateArchive& io) {
   io.field("zero_one.local_counter", local_counter_);
 }
 
-void ZeroOneAdam::state(StateArchive& io) {
-  schedule_.state(io);
+void ZeroOneAdam::serialize(StateArchive& io) {
+  schedule_.serialize(io);
   auto phase = static_cast<int32_t>(phase_);
   io.field("zero_one_adam.phase", phase);
   phase_ = static_cast<ZeroOnePhase>(phase);
@@ -356,7 +356,7 @@ void ZeroOneAdam::state(StateArchive& io) {
   io.field("zero_one_adam.m_local", m_local_);
   io.field("zero_one_adam.u", u_);
   io.field("zero_one_adam.ubar", ubar_);
-  onebit_->state(io);
+  onebit_->serialize(io);
 }
 
 std::string ZeroOneAdam::divergence_cause() const {

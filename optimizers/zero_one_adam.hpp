@@ -155,7 +155,7 @@ class ZeroOneSchedule {
   int64_t local_interval() const { return local_interval_; }
   int64_t local_counter() const { return local_counter_; }
   // Saves or loads the step and the counters (a checkpoint).
-  void state(StateArchive& io);
+  void serialize(StateArchive& io);
 
  private:
   int64_t freeze_, var_scaler_, local_scaler_, local_clipper_;
@@ -195,7 +195,7 @@ class ZeroOneAdam : public Optimizer, private GradientSink {
   // "full" (the gradient allreduce), "onebit" and "sync" (the 1-bit
   // allreduce), "local" (nothing), counted by iterating the schedule.
   CommPlan comm_plan(const PlanShape& shape) const override;
-  void state(StateArchive& io) override;
+  void serialize(StateArchive& io) override;
   std::vector<std::string> warnings(int64_t steps) const override;
   // In stage B: the share of coordinates with sqrt(v) < eps, if any.
   std::string divergence_cause() const override;
@@ -213,8 +213,8 @@ class ZeroOneAdam : public Optimizer, private GradientSink {
   // worker this process computes.
   std::span<const float> m_local(int i) const { return {row(m_local_, i), dim_}; }
   std::span<const float> u(int i) const { return {row(u_, i), dim_}; }
-  uint64_t state_bytes(const StateShape& s) const override;
-  size_t worker_state_bytes() const override {
+  uint64_t planned_state_bytes(const StateShape& s) const override;
+  size_t held_worker_state_bytes() const override {
     return (m_local_.size() + u_.size()) * sizeof(float);
   }
   std::span<const float> v() const { return v_; }

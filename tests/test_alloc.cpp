@@ -104,7 +104,7 @@ TEST_SUITE("alloc") {
   }
 
   TEST_CASE("an optimizer's state_bytes is what its setup() allocates, for every optimizer") {
-    // The memory check adds Optimizer::state_bytes to the cluster's buffers
+    // The memory check adds Optimizer::planned_state_bytes to the cluster's buffers
     // before anything is allocated; here it is compared with the bytes
     // setup() asks operator new for. d = 2^16 in 4 tensors (no padding: d is
     // a multiple of 8n and of LoCo's n·group), 8 and 16 workers, 4 per node.
@@ -130,7 +130,7 @@ TEST_SUITE("alloc") {
         const auto* oe = find_entry(optimizer_registry(), j.at("name").get<std::string>());
         REQUIRE(oe != nullptr);
         const auto opt = oe->make(oe->resolve(j, "optimizer"));
-        const double estimate = static_cast<double>(opt->state_bytes({n, n, d, 4}));
+        const double estimate = static_cast<double>(opt->planned_state_bytes({n, n, d, 4}));
         const CountAllocations counter;
         opt->setup(cluster);
         const double measured = static_cast<double>(counter.bytes());

@@ -213,10 +213,10 @@ TEST_SUITE("checkpoint") {
           first.step();
         }
         StateArchive saved;
-        first.state(saved);
+        first.serialize(saved);
         StateArchive loading(saved.bytes(), "test");
         Simulation resumed(e);
-        resumed.state(loading);
+        resumed.serialize(loading);
         loading.expect_end();
         CHECK(resumed.steps_done() == k);
         for (int64_t t = k + 1; t <= e.run.steps; ++t) {
@@ -243,9 +243,9 @@ TEST_SUITE("checkpoint") {
       first.step();
     }
     StateArchive saved;
-    first.state(saved);
+    first.serialize(saved);
     StateArchive planted(zero_entries(saved.bytes(), "onebit"), "planted");
-    resumed.state(planted);
+    resumed.serialize(planted);
     // The loss of the next step is taken before its update: the difference
     // shows in the parameters after it, and in the loss one step later.
     straight.step();
@@ -264,10 +264,10 @@ TEST_SUITE("checkpoint") {
     Simulation a(e1), b(e2);
     a.step();
     StateArchive saved;
-    a.state(saved);
+    a.serialize(saved);
     StateArchive loading(saved.bytes(), "ckpt.bin");
     try {
-      b.state(loading);
+      b.serialize(loading);
       FAIL("a checkpoint of another problem size was accepted");
     } catch (const ConfigError& err) {
       CHECK(std::string(err.what()).find("ckpt.bin: entry \"cluster.params\"") !=
@@ -275,7 +275,7 @@ TEST_SUITE("checkpoint") {
     }
     StateArchive truncated(saved.bytes().substr(0, saved.bytes().size() / 2), "ckpt.bin");
     Simulation c(e1);
-    CHECK_THROWS_AS(c.state(truncated), ConfigError);
+    CHECK_THROWS_AS(c.serialize(truncated), ConfigError);
   }
 
   TEST_CASE("killed with SIGKILL and resumed, a run's files equal an uninterrupted run's") {

@@ -1,5 +1,5 @@
 // Suite `cuda`: the CUDA kernels (sim/cuda/) against their CPU
-// references (sim/kernels/reference.hpp), which are the simulator's own code
+// references (sim/kernels/cpu_kernels.hpp), which are the simulator's own code
 // path. The comparison harness is itself tested on CPU data first (a planted
 // difference must be caught and reported), so the GPU checks cannot pass by
 // comparing nothing. Without a GPU (or without a CUDA build) the GPU cases
@@ -32,7 +32,7 @@
 #include "sim/compress/compressors.hpp"
 #include "sim/core/rng.hpp"
 #include "sim/cuda/kernels.hpp"
-#include "sim/kernels/reference.hpp"
+#include "sim/kernels/cpu_kernels.hpp"
 
 namespace bitlab {
 namespace {
@@ -136,7 +136,7 @@ void check_identical(const Named& got, const Named& want) {
 }
 
 // ---------------------------------------------------------------------------
-// One set of functions with the references' signatures: the CPU references
+// One set of functions with the references' signatures: the CPU twins
 // on host memory, or the CUDA kernels on device memory. A scenario written
 // once against a KernelSet runs on either, and the outputs are compared.
 
@@ -541,7 +541,7 @@ TEST_SUITE("cuda") {
     CHECK(ulp_distance(0.0f, std::numeric_limits<float>::denorm_min()) == 1);
   }
 
-  // ---- the CPU references' layout conventions, which the kernels copy.
+  // ---- the CPU twins' layout conventions, which the kernels copy.
   TEST_CASE("reference conventions: MSB first, sign(±0) = +1, NaN = −1, padding untouched") {
     const size_t d = 11, D = 16;
     std::vector<float> b(d, -1.0f), e(D, 0.0f);

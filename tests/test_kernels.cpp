@@ -18,7 +18,7 @@
 #include "sim/core/isa.hpp"
 #include "sim/core/rng.hpp"
 #include "sim/kernels/dispatch.hpp"
-#include "sim/kernels/reference.hpp"
+#include "sim/kernels/cpu_kernels.hpp"
 #include "tests/cli_fixtures.hpp"
 
 using namespace bitlab;

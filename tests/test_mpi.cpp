@@ -44,7 +44,7 @@ std::string experiment(const std::string& optimizer) {
 }
 
 #ifdef BITLAB_MPIEXEC
-// What Optimizer::worker_state_bytes() is on rank 0 for the runs of the first
+// What Optimizer::held_worker_state_bytes() is on rank 0 for the runs of the first
 // test below (8 workers, d = 212 floats, rows of stride 224 = d rounded up to
 // 16): b = 8/ranks resident workers' rows of each per-worker array, plus, for
 // the collectives the optimizer owns, their resident rows.

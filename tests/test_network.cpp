@@ -195,7 +195,7 @@ TEST_SUITE("network") {
       }
       ComputeOptions c;
       c.overlap = u(gen);
-      c.memory_bandwidth_gbs = gen() % 2 ? 500.0 : 0.0;
+      c.memory_bandwidth_gbytes_per_s = gen() % 2 ? 500.0 : 0.0;
       const std::vector<double> compute = {u(gen) * 1e-2, u(gen) * 1e-2};
       // price_step subtracts the hidden part from a sum: allow its rounding.
       const StepTime slow = price_step(records, t, compute, c);
@@ -382,14 +382,14 @@ TEST_SUITE("network") {
     const Topology t = topo(1, 4, kAi, kBi, kAe, kBe);
     const CommRecord bits = rec("alltoall", "pairwise", 4, 1000, "bits");
     ComputeOptions c;
-    c.memory_bandwidth_gbs = 100;  // 10^11 B/s
+    c.memory_bandwidth_gbytes_per_s = 100;  // 10^11 B/s
     StepTime st = price_step({bits}, t, {}, c);
     CHECK(st.compression_s == 128000.0 / (100 * 1e9));
     CHECK(st.compression_s == doctest::Approx(1.28e-6));
     CHECK(st.comm_s == collective_time_s(bits, t) + st.compression_s);
     // fp32 touches nothing; bandwidth 0 switches the cost off.
     CHECK(price_step({rec("allreduce", "ring", 4, 1000)}, t, {}, c).compression_s == 0.0);
-    c.memory_bandwidth_gbs = 0;
+    c.memory_bandwidth_gbytes_per_s = 0;
     st = price_step({bits}, t, {}, c);
     CHECK(st.compression_s == 0.0);
     CHECK(st.comm_s == collective_time_s(bits, t));

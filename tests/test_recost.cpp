@@ -485,7 +485,7 @@ TEST_SUITE("recost") {
             "optimizer": {"name": "onebit_adam", "lr": 0.01, "freeze_step": 10},
             "network": {"preset": "ethernet_40g_v100x4"},
             "compute": {"step_ms": 5, "jitter": 0.2, "straggler_worker": 3,
-                        "straggler_factor": 1.5, "overlap": 0.5, "memory_bandwidth_gbs": 900}})",
+                        "straggler_factor": 1.5, "overlap": 0.5, "memory_bandwidth_gbytes_per_s": 900}})",
         // Adam with a derived compute time (dim and a full batch from the data).
         R"({"name": "own2", "steps": 12, "problem": {"name": "logistic"},
             "cluster": {"workers": 4, "batch_size": "full"},

@@ -118,7 +118,7 @@ TEST_SUITE("run") {
         "cluster": {"workers": 8, "batch_size": 8}, "optimizer": {"name": "onebit_adam",
         "freeze_step": 3}, "network": {"preset": "ethernet_40g_v100x4"},
         "compute": {"device_tflops": 10, "model_params": 1e8, "jitter": 0.1,
-                    "memory_bandwidth_gbs": 900}})");
+                    "memory_bandwidth_gbytes_per_s": 900}})");
     auto times = [&](int threads) {
       omp_set_num_threads(threads);
       Simulation sim(e);

@@ -552,7 +552,7 @@ uint64_t Cluster::memory_lower_bound() const {
   return rows > UINT64_MAX - params ? UINT64_MAX : rows + params;
 }
 
-void Cluster::state(StateArchive& io) {
+void Cluster::serialize(StateArchive& io) {
   io.field("cluster.params", params_);
   io.field("cluster.local_params", local_params_);
 }

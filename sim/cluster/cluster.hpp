@@ -117,7 +117,7 @@ class Cluster {
   // grads() is not available and compute_gradient_mean() replaces
   // compute_gradients(). Needs every worker local (the simulator).
   // `optimizer_bytes`: what the optimizer's setup() will allocate
-  // (Optimizer::state_bytes), checked with the cluster's own buffers before
+  // (Optimizer::planned_state_bytes), checked with the cluster's own buffers before
   // anything is allocated.
   Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t seed,
           WorkerRange local = {}, std::optional<StreamedMean> streamed = std::nullopt,
@@ -189,7 +189,7 @@ class Cluster {
   // Saves or loads the parameters and the workers' local copies (a
   // checkpoint). The batch samplers need nothing: each epoch's permutation is
   // drawn from (seed, worker, epoch), so step t's batch follows from t.
-  void state(StateArchive& io);
+  void serialize(StateArchive& io);
 
   const std::vector<uint32_t>& shard(int worker) const { return samplers_[worker].shard(); }
   // Known for every worker (the time model prices all of them).

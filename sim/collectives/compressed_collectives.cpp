@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "sim/core/float16.hpp"
-#include "sim/kernels/reference.hpp"
+#include "sim/kernels/cpu_kernels.hpp"
 
 namespace bitlab {
 
@@ -552,12 +552,12 @@ void QuantizedReduceScatter::gather_means(Communicator& comm, int64_t wire2) {
       });
 }
 
-void CompressedAllgatherMean::state(StateArchive& io) {
+void CompressedAllgatherMean::serialize(StateArchive& io) {
   io.field("allgather_mean.compressed", compressed_);
   io.field("allgather_mean.node_mean", node_mean_);
 }
 
-void QuantizedReduceScatter::state(StateArchive& io) {
+void QuantizedReduceScatter::serialize(StateArchive& io) {
   io.field("reduce_scatter.quantized", quantized_);
 }
 

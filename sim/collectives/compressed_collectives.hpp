@@ -92,7 +92,7 @@ class CompressedAllgatherMean {
     return rows * 4 * uint64_t{dim};
   }
   // Saves or loads the rows a later step may read (a checkpoint).
-  void state(StateArchive& io);
+  void serialize(StateArchive& io);
 
  private:
   int n_, g_, nodes_;
@@ -163,7 +163,7 @@ class QuantizedReduceScatter {
   // Bytes one worker sends per call.
   double sent_bytes_per_call() const;
   // Saves or loads the last Q(x_i) rows (a checkpoint).
-  void state(StateArchive& io);
+  void serialize(StateArchive& io);
 
  private:
   int n_;

@@ -7,7 +7,7 @@
 
 #include "sim/compress/quantize.hpp"
 #include "sim/core/rng.hpp"
-#include "sim/kernels/reference.hpp"
+#include "sim/kernels/cpu_kernels.hpp"
 
 namespace bitlab {
 
@@ -273,7 +273,7 @@ void LocoTwoStageExchange::run(Communicator& comm, const WorkerBuffers& grads, s
   for (const CommRecord& r : records_) comm.record(r);
 }
 
-void LocoTwoStageExchange::state(StateArchive& io) {
+void LocoTwoStageExchange::serialize(StateArchive& io) {
   io.field("loco_exchange.started", started_);
   io.field("loco_exchange.counter", counter_);
   io.field("loco_exchange.e1", e1_);

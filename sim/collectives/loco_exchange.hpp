@@ -134,7 +134,7 @@ class LocoTwoStageExchange {
   size_t resident_bytes() const {
     return (q1_.size() + e1_.size() + q2_.size() + e2_.size()) * sizeof(float);
   }
-  void state(StateArchive& io);
+  void serialize(StateArchive& io);
 
  private:
   static std::span<const float> row(const std::vector<float>& v, size_t len, int w) {

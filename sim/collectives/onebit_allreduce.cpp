@@ -10,7 +10,7 @@
 #include "sim/compress/compressor.hpp"
 #include "sim/core/rng.hpp"
 #include "sim/kernels/reduce.hpp"
-#include "sim/kernels/reference.hpp"
+#include "sim/kernels/cpu_kernels.hpp"
 
 namespace bitlab {
 
@@ -42,7 +42,7 @@ std::vector<CommRecord> OneBitAllreduce::plan(int n, size_t dim, size_t pad_mult
 std::vector<CommRecord> OneBitAllreduce::plan(int n, size_t dim, size_t pad_multiple,
                                               const OneBitStage& worker,
                                               const OneBitStage& server) {
-  if (worker.reference() && server.reference()) return plan(n, dim, pad_multiple);
+  if (worker.is_scaled_sign() && server.is_scaled_sign()) return plan(n, dim, pad_multiple);
   static const SignCompressor kSign;
   const Compressor& c1 = worker.compressor ? *worker.compressor : kSign;
   const Compressor& c2 = server.compressor ? *server.compressor : kSign;
@@ -187,7 +187,7 @@ void OneBitAllreduce::add_worker(int i, std::span<const float> b) {
     compress_worker_general(i, b);
     return;
   }
-  // The CPU reference of the CUDA kernel (sim/kernels/).
+  // The CPU twin of the CUDA kernel (sim/kernels/).
   cpu::onebit_worker_compress(b.data(), d, e, D, bits_.data() + row * (D / 8), &a_[i]);
 }
 
@@ -350,7 +350,7 @@ void OneBitAllreduce::decode_for(int /*worker*/, std::span<float> out) const {
   cpu::onebit_decode(server_bits_.data(), c_.data(), n_, D_, d_, out.data());
 }
 
-void OneBitAllreduce::state(StateArchive& io, const std::string& prefix) {
+void OneBitAllreduce::serialize(StateArchive& io, const std::string& prefix) {
   settle();  // the errors themselves (a load then overwrites them)
   io.field(prefix + ".worker_errors", e_);
   io.field(prefix + ".server_errors", s_);
@@ -401,12 +401,12 @@ void OneBitAllreduceSet::reset_errors() {
   for (auto& p : parts_) p.reset_errors();
 }
 
-void OneBitAllreduceSet::state(StateArchive& io) {
+void OneBitAllreduceSet::serialize(StateArchive& io) {
   if (parts_.size() == 1) {
-    parts_[0].state(io);
+    parts_[0].serialize(io);
     return;
   }
-  for (size_t p = 0; p < parts_.size(); ++p) parts_[p].state(io, "onebit." + std::to_string(p));
+  for (size_t p = 0; p < parts_.size(); ++p) parts_[p].serialize(io, "onebit." + std::to_string(p));
 }
 
 void OneBitAllreduceSet::run(Communicator& comm, const WorkerBuffers& in, std::span<float> out) {

@@ -66,7 +66,7 @@ struct OneBitMomentumInput {
 struct OneBitStage {
   std::shared_ptr<const Compressor> compressor;
   bool error_feedback = true;
-  bool reference() const { return !compressor; }
+  bool is_scaled_sign() const { return !compressor; }
 };
 
 // The reference padding multiple n·lcm(n, 8).
@@ -99,7 +99,7 @@ class OneBitAllreduce {
   // anything else runs the per-chunk form (simulator only: `local` must be all
   // workers).
   void set_stages(const OneBitStage& worker, const OneBitStage& server);
-  bool general() const { return !worker_.reference() || !server_.reference(); }
+  bool general() const { return !worker_.is_scaled_sign() || !server_.is_scaled_sign(); }
 
   // Bytes one allreduce of `dim` values holds on a process with `resident`
   // of the `workers` workers (the memory check's estimate, before anything is
@@ -124,7 +124,7 @@ class OneBitAllreduce {
   // Saves or loads the worker and server errors, the last scales and a reused
   // padding (a checkpoint: sim/core/state_archive.hpp); entries are named
   // `prefix`.worker_errors etc.
-  void state(StateArchive& io, const std::string& prefix = "onebit");
+  void serialize(StateArchive& io, const std::string& prefix = "onebit");
 
   // One call of §1 on the workers' buffers (each dim() floats). Writes the
   // result, identical on every worker, to `out` (dim() floats; may alias no
@@ -275,7 +275,7 @@ class OneBitAllreduceSet {
   void reset_errors();
   // One slice: the entries of OneBitAllreduce::state ("onebit.*"); several:
   // "onebit.<p>.*" for slice p.
-  void state(StateArchive& io);
+  void serialize(StateArchive& io);
 
   // Each slice's OneBitAllreduce::run on that slice of `in` and `out`, in
   // slice order: 4 records per slice in comm's log.

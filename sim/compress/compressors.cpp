@@ -11,7 +11,7 @@
 
 #include "sim/core/float16.hpp"
 #include "sim/kernels/elements.hpp"
-#include "sim/kernels/reference.hpp"
+#include "sim/kernels/cpu_kernels.hpp"
 
 namespace bitlab {
 namespace {
@@ -296,7 +296,7 @@ void BinarizeCompressor::encode(std::span<const float> x, std::span<uint8_t> wir
                                 const RngStream& rng) const {
   check_wire(wire, wire_bytes(x.size()), "binarize encode");
   // pack_signs convention: MSB first, bit set = +1, unused low bits 0; the
-  // CPU reference of the CUDA kernel (sim/kernels/reference.hpp).
+  // CPU twin of the CUDA kernel (sim/kernels/cpu_kernels.hpp).
   cpu::binarize_pack(x.data(), x.size(), rng, wire.data());
 }
 

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "sim/kernels/reference.hpp"
+#include "sim/kernels/cpu_kernels.hpp"
 
 namespace bitlab {
 
@@ -82,7 +82,7 @@ void ErrorFeedback::update(int worker, std::span<const float> h, std::span<const
   if (kind_ == Kind::kClassic) {
     for (size_t k = 0; k < n; ++k) e[k] = h[k] - ch[k];
   } else {
-    // The CPU reference of the CUDA kernel (sim/kernels/reference.hpp).
+    // The CPU twin of the CUDA kernel (sim/kernels/cpu_kernels.hpp).
     cpu::ema_error_update(e, h.data(), ch.data(), n, static_cast<float>(opts_.beta));
   }
   if (opts_.storage_bits == 8) {

@@ -77,7 +77,7 @@ class ErrorFeedback {
   // Zeroes every worker's error.
   void reset();
   // Saves or loads the residuals (a checkpoint).
-  void state(StateArchive& io) { io.field("error_feedback.e", e_); }
+  void serialize(StateArchive& io) { io.field("error_feedback.e", e_); }
   // The worker's error (len() floats); empty for kind "none". Worker must be
   // resident (as for compensate and update).
   std::span<const float> error(int worker) const;

@@ -11,7 +11,7 @@
 #include "sim/core/float16.hpp"
 #include "sim/kernels/quantize_codes.hpp"
 #include "sim/kernels/quantize_elements.hpp"
-#include "sim/kernels/reference.hpp"
+#include "sim/kernels/cpu_kernels.hpp"
 
 namespace bitlab {
 namespace {

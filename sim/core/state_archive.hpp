@@ -1,6 +1,6 @@
 // The state a checkpoint holds (`bitlab run --checkpoint-every`, docs/results.md
 // "Checkpoints"): every object with state between steps lists its members in
-// one function, `void state(StateArchive&)`, used both to save and to load, so
+// one function, `void serialize(StateArchive&)`, used both to save and to load, so
 // the two can never list different members. The archive is a flat sequence of
 // named, typed entries; loading checks each name, type and length against
 // what the run being resumed expects and refuses a mismatch (a checkpoint of

@@ -1,10 +1,10 @@
 // CUDA kernels of the compressed optimizers; see kernels.hpp for the contract
-// and sim/kernels/reference.hpp for the CPU twins. One translation unit (nvcc
+// and sim/kernels/cpu_kernels.hpp for the CPU twins. One translation unit (nvcc
 // is slow; CI builds it on 2 cores). Compiled with -fmad=false (no FMA
 // contraction: the CPU rounds a·b and then +c) and nvcc's default IEEE
 // division and square root.
 //
-// Conventions (the same as the CPU's, reference.hpp): element k of a sign
+// Conventions (the same as the CPU's, cpu_kernels.hpp): element k of a sign
 // image is bit 7 − (k & 7) of byte k >> 3; norms sum squares in double per
 // block of 4096 elements counted from the buffer's start.
 //
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "sim/cuda/kernels.hpp"
-#include "sim/kernels/reference.hpp"
+#include "sim/kernels/cpu_kernels.hpp"
 
 namespace bitlab::cuda {
 namespace {

@@ -1,5 +1,5 @@
 // CUDA kernels of the compressed optimizers, each the GPU twin of
-// a CPU reference in sim/kernels/reference.hpp with the same signature, on
+// a CPU twin in sim/kernels/cpu_kernels.hpp with the same signature, on
 // device pointers. Plain C++: the simulator and the tests include it without
 // nvcc. Built by BITLAB_CUDA=AUTO|ON (sim/cuda/kernels.cu); without CUDA
 // (sim/cuda/unavailable.cpp) device_available() says why and every other

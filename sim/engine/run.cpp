@@ -455,7 +455,7 @@ std::string save_checkpoint(const RunContext& run, RunFiles& files, RunTally& ta
   tally.wall_before_s += seconds_since(tally.t0);  // the wall time so far, saved
   tally.t0 = Clock::now();
   run_state(io, run, files, tally);
-  run.sim.state(io);
+  run.sim.serialize(io);
   io.seal();
   try {
     write_text_atomic(checkpoint_path(run).string(), io.bytes());
@@ -568,7 +568,7 @@ void resume_from_checkpoint(const RunContext& run, RunFiles& files, RunTally& ta
   const fs::path path = checkpoint_path(run);
   StateArchive io(read_checkpoint(path), path.string());
   run_state(io, run, files, tally);
-  run.sim.state(io);
+  run.sim.serialize(io);
   io.expect_end();
   check_loaded_checkpoint(run, files, tally);
   // Checkpoints a kill interrupted mid-write: the folder is locked, so none
@@ -899,7 +899,7 @@ Json measured_totals(const RunContext& run, const MeasuredTotals& totals) {
           {"cluster_worker_buffer_bytes_rank0", run.sim.cluster().worker_buffer_bytes()},
           // The optimizer's per-worker rows rank 0 holds (its block of workers,
           // the rows of the collectives it owns included).
-          {"optimizer_worker_state_bytes_rank0", run.sim.optimizer().worker_state_bytes()},
+          {"optimizer_worker_state_bytes_rank0", run.sim.optimizer().held_worker_state_bytes()},
           {"train_samples", run.sim.problem().num_train()},
           {"train_samples_held_rank0", held},
           {"train_samples_held_max_other_rank", held_others}};
@@ -913,7 +913,7 @@ Json memory_summary(const RunContext& run) {
           // (Optimizer::gradient_mean_wire); rows: n × d gradient rows held
           {"gradients", cluster.streams_mean() ? "streamed_mean" : "rows"},
           {"cluster_buffer_bytes", cluster.worker_buffer_bytes()},
-          {"optimizer_worker_state_bytes", run.sim.optimizer().worker_state_bytes()}};
+          {"optimizer_worker_state_bytes", run.sim.optimizer().held_worker_state_bytes()}};
 }
 
 // summary.json. Built on every rank: under MPI it gathers over the ranks.

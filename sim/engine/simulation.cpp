@@ -51,7 +51,7 @@ Simulation::Simulation(const Experiment& experiment, Transport* transport,
     problem_ = given_problem ? std::move(given_problem) : pe->make(experiment.problem, scope);
     // What the optimizer's setup() will allocate, checked with the cluster's
     // buffers before either allocates.
-    const uint64_t optimizer_bytes = optimizer_->state_bytes(
+    const uint64_t optimizer_bytes = optimizer_->planned_state_bytes(
         {workers, comm_.local_workers().size(), problem_->dim(), gpus_per_node});
     cluster_ = std::make_unique<Cluster>(experiment.cluster, *problem_, experiment.run.seed,
                                          comm_.local_workers(), streamed, optimizer_bytes);
@@ -186,7 +186,7 @@ void Simulation::evaluate_if_due() {
   }
 }
 
-void Simulation::state(StateArchive& io) {
+void Simulation::serialize(StateArchive& io) {
   io.field("simulation.step", step_);
   io.field("simulation.sim_time_s", sim_time_s_);
   io.field("simulation.bytes_cum", bytes_cum_);
@@ -194,8 +194,8 @@ void Simulation::state(StateArchive& io) {
   uint64_t collectives_done = collectives();
   io.field("simulation.collectives", collectives_done);
   if (io.loading()) collectives_before_ = collectives_done;  // this log starts empty
-  cluster_->state(io);
-  optimizer_->state(io);
+  cluster_->serialize(io);
+  optimizer_->serialize(io);
 }
 
 }  // namespace bitlab

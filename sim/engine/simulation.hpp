@@ -71,7 +71,7 @@ class Simulation {
   // running totals, the parameters, the optimizer's state (a checkpoint,
   // docs/results.md "Checkpoints"). Every random stream is drawn from (seed,
   // step, worker), so no generator position needs saving.
-  void state(StateArchive& io);
+  void serialize(StateArchive& io);
 
   // The next step's per-worker compute seconds, in place of the compute
   // model's (the Python bridge's measured forward and backward time). One

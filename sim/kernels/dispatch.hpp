@@ -1,4 +1,4 @@
-// The hot loops of sim/kernels/reference.cpp (and of the quantizer), compiled
+// The hot loops of sim/kernels/cpu_kernels.cpp (and of the quantizer), compiled
 // once per x86-64 instruction set from one source (isa_kernels.inc, included
 // by isa_sse2.cpp, isa_avx2.cpp, isa_avx512.cpp) and picked at run time by
 // active_isa() (sim/core/isa.hpp; BITLAB_ISA forces one).

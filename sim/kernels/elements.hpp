@@ -1,7 +1,7 @@
 // Element updates shared, as the very same code, by the simulator's loops and
 // the CUDA kernels in sim/cuda/ (BITLAB_HD makes them device functions under
 // nvcc). Each takes and returns plain floats; the loops around them live in
-// this folder (reference.cpp and the per-instruction-set isa_kernels.inc, CPU)
+// this folder (cpu_kernels.cpp and the per-instruction-set isa_kernels.inc, CPU)
 // and in sim/cuda/kernels.cu (GPU).
 //
 // Bit-identity with the GPU needs the same float operations in the same

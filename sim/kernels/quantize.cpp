@@ -1,4 +1,4 @@
-// The n-bit group quantizer's loop (the CPU reference of the CUDA quantizer,
+// The n-bit group quantizer's loop (the CPU twin of the CUDA quantizer,
 // declared in kernel_api.inc; sim/compress/quantize.hpp documents the
 // arithmetic and the wire, and its quantize_dequantize checks the spec and
 // calls this).
@@ -7,7 +7,7 @@
 
 #include "sim/kernels/dispatch.hpp"
 #include "sim/kernels/quantize_codes.hpp"
-#include "sim/kernels/reference.hpp"
+#include "sim/kernels/cpu_kernels.hpp"
 
 namespace bitlab {
 

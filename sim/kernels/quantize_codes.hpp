@@ -1,5 +1,5 @@
 // The n-bit quantizer's stochastic codes (sim/compress/quantize.hpp documents
-// the arithmetic), host only: shared by the CPU reference of the quantizer
+// the arithmetic), host only: shared by the CPU twin of the quantizer
 // (cpu::quantize_groups, quantize.cpp here) and the wire encoder
 // (quantize_encode, sim/compress/quantize.cpp), so both draw and round alike.
 #pragma once

@@ -1,6 +1,6 @@
 // The n-bit group quantizer's parameters (sim/compress/quantize.hpp says what
 // they mean and how the wire is laid out). A plain struct here, beside the
-// element arithmetic in quantize_elements.hpp, so that the CPU references and
+// element arithmetic in quantize_elements.hpp, so that the CPU twins and
 // the CUDA kernels can take it without including the compress layer.
 #pragma once
 

@@ -2,7 +2,7 @@
 // order"). Every sum over elements whose bits matter is formed over the same
 // fixed blocks of kSumBlock elements, each block summed in double, then the
 // block sums added in block order from 0.0 (blocked_sum), so the result is the
-// same for any thread count. The 1-bit allreduce's norms (reference.cpp) and
+// same for any thread count. The 1-bit allreduce's norms (cpu_kernels.cpp) and
 // the CUDA kernels' (sim/cuda/kernels.cu) use the same blocks.
 #pragma once
 

@@ -106,7 +106,7 @@ Schema<ComputeOptions> ComputeOptions::schema() {
   s.field("device_tflops", &O::device_tflops,
           "achieved device throughput, TFLOP/s; 0 (with step_ms 0): compute is not modelled",
           {rules::at_least(0.0)});
-  s.field("memory_bandwidth_gbs", &O::memory_bandwidth_gbs,
+  s.field("memory_bandwidth_gbytes_per_s", &O::memory_bandwidth_gbytes_per_s,
           "device memory bandwidth (GB/s) pricing compression and decompression as bytes "
           "touched / bandwidth; 0: not modelled",
           {rules::at_least(0.0)});
@@ -326,8 +326,8 @@ StepTime price_step(const std::vector<CommRecord>& records, const Topology& t,
     } else {
       exposed += time;
     }
-    if (c.memory_bandwidth_gbs > 0) {
-      st.compression_s += compression_bytes_touched(r) / (c.memory_bandwidth_gbs * 1e9);
+    if (c.memory_bandwidth_gbytes_per_s > 0) {
+      st.compression_s += compression_bytes_touched(r) / (c.memory_bandwidth_gbytes_per_s * 1e9);
     }
   }
   // Backward is 2/3 of compute; `overlap` of it can hide the DDP-style

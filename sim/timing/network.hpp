@@ -61,7 +61,7 @@ struct ComputeOptions {
   double model_params = 0.0;            // 0: the problem's dimension
   double flops_per_param_sample = 6.0;  // forward + backward ≈ 6 FLOPs per parameter per sample
   double device_tflops = 0.0;           // achieved device throughput; 0 with step_ms 0: no compute
-  double memory_bandwidth_gbs = 0.0;    // GB/s for compression cost; 0: not modelled
+  double memory_bandwidth_gbytes_per_s = 0.0;    // GB/s for compression cost; 0: not modelled
   double overlap = 0.0;           // fraction of backward that can hide an uncompressed allreduce
   double jitter = 0.0;            // relative std. dev. of each worker's compute time
   int64_t straggler_worker = -1;  // -1: none

@@ -2,7 +2,7 @@
 // configuration per process, so that the peak resident memory is this
 // configuration's own: Adam, 1-bit Adam, 1-bit LAMB or 0/1 Adam on the
 // quadratic with N workers and d = 2^K parameters; prints the memory check's
-// estimate, the optimizer's own state (Optimizer::state_bytes), the peak
+// estimate, the optimizer's own state (Optimizer::planned_state_bytes), the peak
 // resident memory against that state and the machine's, and the median step
 // time (for Adam and 1-bit Adam against the time the bytes necessarily
 // touched take at the STREAM triad bandwidth measured in the same run, after

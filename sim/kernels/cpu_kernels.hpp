@@ -1,4 +1,4 @@
-// CPU references of the CUDA kernels (sim/cuda/kernels.hpp): plain functions
+// CPU twins of the CUDA kernels (sim/cuda/kernels.hpp): plain functions
 // over raw pointers that *are* the simulator's code path — OneBitAllreduce,
 // Adam, 1-bit Adam, 0/1 Adam and the binarize compressor call them — and that
 // the kernels in namespace bitlab::cuda mirror signature for signature (with

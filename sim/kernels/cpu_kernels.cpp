@@ -1,8 +1,8 @@
-// CPU references of the CUDA kernels; see reference.hpp. These are the loops
+// CPU twins of the CUDA kernels; see cpu_kernels.hpp. These are the loops
 // the simulator runs: the hot ones call the variant of isa_kernels::KernelTable
 // (dispatch.hpp) that active_isa() picks, which gives the same bits as every
 // other variant and as the plain loops these replaced.
-#include "sim/kernels/reference.hpp"
+#include "sim/kernels/cpu_kernels.hpp"
 
 #include <omp.h>
 
