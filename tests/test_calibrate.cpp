@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_fixtures.hpp"
 #include "sim/lab/measurements.hpp"
 #include "sim/timing/calibrate.hpp"
@@ -76,6 +78,30 @@ std::vector<Measurement> synthetic(const TempDir& dir, const std::map<std::strin
     }
   }
   return all;
+}
+
+// probe.json as `bitlab probe` writes it (sim/cli/probe_command.cpp): every
+// standard collective at the node level (1 node of g) and the world level
+// (nodes x g), times from the model, plus a compressed row (not fitted).
+// `step` doubles the size that many times between rows.
+nlohmann::ordered_json probe_file(const std::map<std::string, double>& v, int nodes, int g,
+                                  int step = 1) {
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const char* c : {"allreduce", "allgather", "reduce_scatter", "alltoall"}) {
+    for (const int level_nodes : {1, nodes}) {
+      for (double bytes = 8; bytes <= 268435456; bytes *= std::pow(2.0, step)) {
+        Measurement m{c, level_nodes, g, bytes, 0, ""};
+        rows.push_back({{"level", level_nodes == 1 ? "node" : "world"}, {"collective", c},
+                        {"compressed", false}, {"nodes", level_nodes}, {"ranks_per_node", g},
+                        {"bytes", bytes}, {"count", bytes / 4}, {"type", "float"},
+                        {"time_us", predicted_time_s(m, v, "hierarchical") * 1e6}, {"wrong", 0}});
+      }
+    }
+  }
+  rows.push_back({{"level", "world"}, {"collective", "onebit_allreduce"}, {"compressed", true},
+                  {"nodes", nodes}, {"ranks_per_node", g}, {"bytes", 1024}, {"time_us", 1e9},
+                  {"wrong", 0}});
+  return {{"format", "bitlab-probe-1"}, {"ranks", nodes * g}, {"results", rows}};
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -202,6 +228,61 @@ TEST_SUITE("calibrate") {
     given.gpus_per_node = 2;
     const auto f = dir.file("anon2.txt", anonymous);
     CHECK(read_measurements(f, given).size() == 26);
+  }
+
+  TEST_CASE("probe.json: the standard results give known parameters back; compressed rows are not fitted") {
+    TempDir dir;
+    // Every fourth doubling (8 B, 128 B, ... 128 MB): 7 sizes a level keep
+    // this quick and still separate latency from bandwidth.
+    const auto file = dir.file("probe.json", probe_file(truth(), 4, 8, 4).dump(2));
+    const auto pts = read_measurements(file, {});
+    REQUIRE(pts.size() == 4 * 2 * 7);
+    CHECK(pts[0].origin == file + ": results[0]");
+    CHECK(pts[7].nodes == 4);
+    CHECK(pts[7].gpus_per_node == 8);
+    const Calibration c = calibrate(pts, {});
+    CHECK(worst_gap(c, truth()) < 0.02);  // the bound, as for nccl-tests tables
+  }
+
+  TEST_CASE("a damaged probe.json names the file, the field and the rule (exit 2)") {
+    TempDir dir;
+    const auto good = probe_file(truth(), 4, 8, 4);
+    auto err = [&](const std::string& name, const nlohmann::ordered_json& j) {
+      const auto f = dir.file(name, j.dump(2));
+      return error_of([&] { calibrate(read_measurements(f, {}), {}); });
+    };
+    auto missing = good;
+    missing["results"][2].erase("time_us");
+    CHECK(err("missing.json", missing).find("missing.json: results[2].time_us is missing") != std::string::npos);
+    auto version = good;
+    version["format"] = "bitlab-probe-2";
+    CHECK(err("version.json", version).find("version.json: format = \"bitlab-probe-2\": must be \"bitlab-probe-1\"") != std::string::npos);
+    auto negative = good;
+    negative["results"][5]["time_us"] = -3.5;
+    CHECK(err("negative.json", negative).find("negative.json: results[5].time_us = -3.5: must be > 0") != std::string::npos);
+    auto wrong = good;
+    wrong["results"][1]["wrong"] = 4;
+    CHECK(err("wrong.json", wrong).find("wrong.json: results[1].wrong = 4: the collective gave wrong results") != std::string::npos);
+    // A single message size: latency and bandwidth cannot be told apart.
+    // (Allreduce is left out: priced as a tree, its latency count differs
+    // from the ring's, which would tell them apart even at one size.)
+    auto one_size = good;
+    nlohmann::ordered_json kept = nlohmann::ordered_json::array();
+    for (const auto& r : good["results"])
+      if (r["bytes"] == 2048 && r["compressed"] == false && r["collective"] != "allreduce") kept.push_back(r);
+    REQUIRE(kept.size() == 6);
+    one_size["results"] = kept;
+    const std::string e = err("one.json", one_size);
+    CHECK_MESSAGE(e.find("one.json") != std::string::npos, e);
+    CHECK(e.find("cannot tell") != std::string::npos);
+    CHECK(e.find("latency_us") != std::string::npos);
+    CHECK(e.find("--fix") != std::string::npos);
+    // Through the command: exit 2, nothing written.
+    const auto f = dir.file("cli.json", negative.dump());
+    const auto r = testing::run_bitlab(dir, "calibrate " + f + " --out " + (dir.path / "n.json").string());
+    CHECK(r.status == 2);
+    CHECK(r.err.find("cli.json: results[5].time_us = -3.5: must be > 0") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(dir.path / "n.json"));
   }
 
   TEST_CASE("a network file prices as its values say; experiment fields override it") {

@@ -1,6 +1,6 @@
 // `bitlab calibrate FILE... [--fix FIELD=VALUE] [--allreduce ALGO] [--out network.json]`:
-// fits the network model to measured collective times (nccl-tests output or a
-// CSV; sim/lab/measurements.hpp) and writes a network file that `run`, `cost`
+// fits the network model to measured collective times (nccl-tests output, a
+// CSV or bitlab probe's probe.json; sim/lab/measurements.hpp) and writes a network file that `run`, `cost`
 // and `recost` take in place of a preset (docs/calibrate.md; the fit:
 // sim/timing/calibrate.hpp).
 #include <cmath>
@@ -178,11 +178,12 @@ Subcommand add_calibrate_command(CLI::App& app) {
       "per-collective efficiencies) to measured collective times and write a network file");
   cmd->footer(
       "Input: nccl-tests output (all_reduce_perf, all_gather_perf, reduce_scatter_perf, "
-      "alltoall_perf) or a CSV with columns collective,nodes,gpus_per_node,bytes,time_ms.\n"
+      "alltoall_perf), a CSV with columns collective,nodes,gpus_per_node,bytes,time_ms, or "
+      "the probe.json of `bitlab probe`.\n"
       "Exit status: 0 fitted and written; 2 bad input or a parameter the data cannot "
       "determine (nothing written). docs/calibrate.md.");
   cmd->add_option("files", f->files, "measurement files")->required();
-  cmd->add_option("--format", f->read.format, "auto (default), nccl-tests or csv");
+  cmd->add_option("--format", f->read.format, "auto (default: .json is a probe), nccl-tests, csv or probe");
   cmd->add_option("--collective", f->read.collective,
                   "nccl-tests: the collective, when neither the file nor its name says");
   cmd->add_option("--nodes", f->read.nodes, "nccl-tests: nodes, when no \"#  Rank\" lines say");

@@ -34,6 +34,9 @@ Subcommand add_rate_command(CLI::App& app);
 // `bitlab calibrate FILE...`: fit the network model to measured collective
 // times and write a network file (sim/cli/calibrate_command.cpp).
 Subcommand add_calibrate_command(CLI::App& app);
+// `mpirun -np N bitlab probe`: time the collectives on this cluster and write
+// probe.json for calibrate (sim/cli/probe_command.cpp).
+Subcommand add_probe_command(CLI::App& app);
 // `bitlab plot RUN_OR_SWEEP_DIR...`: figures via notebooks/plot.py (sim/cli/plot_command.cpp).
 Subcommand add_plot_command(CLI::App& app);
 // `bitlab runs [DIR]`: a table of runs; `bitlab report DIR`: report.html

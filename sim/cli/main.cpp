@@ -1,5 +1,5 @@
 // bitlab: the command line. Subcommands here: run, validate, list; the others
-// (sweep, cost, recost, rate, plot, runs, report, calibrate) in one file each
+// (sweep, cost, recost, rate, plot, runs, report, calibrate, probe) in one file each
 // (commands.hpp). Exit status (docs/design.md, "Command line"): 0 ok,
 // 1 internal error, 2 bad input (file, flag or value), 3 the run diverged,
 // 4 it could not write its results (a full disk), 128 + signal interrupted
@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
   auto* list = app.add_subcommand("list", "every problem and optimizer with its options");
   list->add_flag("--json", list_json, "machine-readable output");
   const std::vector<Subcommand> extra = {
-      add_cost_command(app), add_recost_command(app), add_calibrate_command(app), add_sweep_command(app), add_rate_command(app),
+      add_cost_command(app), add_recost_command(app), add_calibrate_command(app), add_probe_command(app), add_sweep_command(app), add_rate_command(app),
       add_plot_command(app), add_runs_command(app),   add_report_command(app)};
   if (const std::string unknown = unknown_subcommand_message(app, argc, argv); !unknown.empty()) {
     std::fprintf(stderr, "bitlab: error: %s\n", unknown.c_str());

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -263,14 +264,109 @@ std::vector<Measurement> read_csv(const std::string& path, const std::vector<std
   return out;
 }
 
+// ---- probe.json (bitlab probe) ----------------------------------------------
+
+constexpr const char* kProbeFormat = "bitlab-probe-1";
+
+// Field `name` of result `i`, which must be there and of the right kind.
+const Json& probe_field(const Json& row, const std::string& where, const char* name,
+                        const std::string& path) {
+  if (!row.contains(name))
+    fail_at(path, 0, where + "." + name + " is missing (every result names collective, "
+                     "compressed, nodes, ranks_per_node, bytes, time_us and wrong)");
+  return row.at(name);
+}
+
+double probe_number(const Json& row, const std::string& where, const char* name,
+                    const std::string& path) {
+  const Json& v = probe_field(row, where, name, path);
+  if (!v.is_number())
+    fail_at(path, 0, where + "." + name + " = " + show_value(v) + ": must be a number");
+  const double x = v.get<double>();
+  if (!(x > 0) || !std::isfinite(x))
+    fail_at(path, 0, where + "." + name + " = " + show_value(v) +
+                         ": must be > 0 (a measured size and time are positive)");
+  return x;
+}
+
+int probe_count(const Json& row, const std::string& where, const char* name,
+                const std::string& path) {
+  const double v = probe_number(row, where, name, path);
+  if (v != std::floor(v) || v > 1e7)
+    fail_at(path, 0, where + "." + name + " = " + show_value(row.at(name)) +
+                         ": must be a whole number from 1 to 10^7");
+  return static_cast<int>(v);
+}
+
+// One result of probe.json as a measurement; compressed collectives are not
+// (the model prices them from their records: they check it, not fit it).
+std::optional<Measurement> probe_row(const Json& row, size_t i, const std::string& path) {
+  const std::string where = "results[" + std::to_string(i) + "]";
+  if (!row.is_object()) fail_at(path, 0, where + ": must be an object");
+  const Json& compressed = probe_field(row, where, "compressed", path);
+  if (!compressed.is_boolean())
+    fail_at(path, 0, where + ".compressed = " + show_value(compressed) + ": must be true or false");
+  const Json& wrong = probe_field(row, where, "wrong", path);
+  if (!wrong.is_number_integer() || wrong.get<int64_t>() < 0)
+    fail_at(path, 0, where + ".wrong = " + show_value(wrong) + ": must be a whole number >= 0");
+  if (wrong.get<int64_t>() > 0)
+    fail_at(path, 0, where + ".wrong = " + show_value(wrong) +
+                         ": the collective gave wrong results, so its time is not used "
+                         "(rerun bitlab probe once the MPI installation is fixed)");
+  const Json& name = probe_field(row, where, "collective", path);
+  if (!name.is_string()) fail_at(path, 0, where + ".collective = " + show_value(name) + ": must be a string");
+  Measurement m;
+  m.nodes = probe_count(row, where, "nodes", path);
+  m.gpus_per_node = probe_count(row, where, "ranks_per_node", path);
+  m.bytes = probe_number(row, where, "bytes", path);
+  m.time_s = probe_number(row, where, "time_us", path) * 1e-6;
+  m.origin = path + ": " + where;
+  if (compressed.get<bool>()) return std::nullopt;
+  m.collective = canonical_collective(name.get<std::string>());
+  if (m.collective.empty())
+    fail_at(path, 0, where + ".collective = " + show_value(name) +
+                         ": must be allreduce, allgather, reduce_scatter or alltoall (or "
+                         "compressed: true)");
+  return m;
+}
+
+std::vector<Measurement> read_probe(const std::string& path, const std::vector<std::string>& lines) {
+  std::string text;
+  for (const auto& l : lines) text += l + "\n";
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    fail_at(path, 0, std::string("is not valid JSON (") + e.what() + ")");
+  }
+  if (!j.is_object()) fail_at(path, 0, "must be a JSON object (a probe file, written by bitlab probe)");
+  if (!j.contains("format"))
+    fail_at(path, 0, std::string("format is missing: a probe file says \"format\": \"") +
+                         kProbeFormat + "\" (bitlab probe writes it)");
+  if (j.at("format") != kProbeFormat)
+    fail_at(path, 0, "format = " + show_value(j.at("format")) + ": must be \"" + kProbeFormat +
+                         "\" (a probe file of the version this bitlab reads; rerun bitlab probe)");
+  if (!j.contains("results") || !j.at("results").is_array() || j.at("results").empty())
+    fail_at(path, 0, "results: must be a non-empty array of timed collectives");
+  std::vector<Measurement> out;
+  for (size_t i = 0; i < j.at("results").size(); ++i) {
+    if (auto m = probe_row(j.at("results")[i], i, path)) out.push_back(*m);
+  }
+  if (out.empty())
+    fail_at(path, 0, "results: no standard collective (allreduce, allgather, reduce_scatter, "
+                     "alltoall) to fit: probe without --collectives, or with some of these");
+  return out;
+}
+
 }  // namespace
 
 std::string canonical_collective(const std::string& name) { return collective_from(name); }
 
 std::vector<Measurement> read_measurements(const std::string& path,
                                            const MeasurementReadOptions& o) {
-  if (o.format != "auto" && o.format != "nccl-tests" && o.format != "csv")
-    throw ConfigError("--format " + o.format + ": " + one_of_message(o.format, {"auto", "nccl-tests", "csv"}),
+  if (o.format != "auto" && o.format != "nccl-tests" && o.format != "csv" && o.format != "probe")
+    throw ConfigError("--format " + o.format + ": " +
+                          one_of_message(o.format, {"auto", "nccl-tests", "csv", "probe"}),
                       "--format");
   const auto lines = read_lines(path);
   std::string format = o.format;
@@ -278,8 +374,12 @@ std::vector<Measurement> read_measurements(const std::string& path,
     const bool csv_name = std::filesystem::path(path).extension() == ".csv";
     const bool csv_header = !lines.empty() && lines[0].find("collective") != std::string::npos &&
                             lines[0].find(',') != std::string::npos;
-    format = csv_name || csv_header ? "csv" : "nccl-tests";
+    const bool json_name = std::filesystem::path(path).extension() == ".json";
+    const bool json_start = !lines.empty() && lines[0].find_first_not_of(" \t") != std::string::npos &&
+                            lines[0][lines[0].find_first_not_of(" \t")] == '{';
+    format = json_name || json_start ? "probe" : csv_name || csv_header ? "csv" : "nccl-tests";
   }
+  if (format == "probe") return read_probe(path, lines);
   return format == "csv" ? read_csv(path, lines) : read_nccl_tests(path, lines, o);
 }
 

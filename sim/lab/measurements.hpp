@@ -11,6 +11,11 @@
 //   is a row whose #wrong is not 0 (a wrong result's timing means nothing).
 // * a CSV with the columns collective, nodes, gpus_per_node, bytes, time_ms
 //   (any order; other columns are ignored).
+// * probe.json, written by `bitlab probe` (format "bitlab-probe-1",
+//   docs/calibrate.md): its standard collectives at each level (node: one
+//   node of ranks_per_node; world: nodes × ranks_per_node). Its compressed
+//   collectives are not fitted (the model prices them from their records); a
+//   result whose wrong count is not 0 is refused, as nccl-tests' #wrong.
 //
 // Every error names the file, the line, the column and the rule (ConfigError,
 // exit 2).
@@ -24,7 +29,7 @@
 namespace bitlab {
 
 struct MeasurementReadOptions {
-  std::string format = "auto";  // auto | nccl-tests | csv
+  std::string format = "auto";  // auto | nccl-tests | csv | probe (auto: .json or "{" is a probe)
   std::string collective;       // nccl-tests: when the file does not say
   int nodes = 0;                // nccl-tests: when it has no "#  Rank" lines
   int gpus_per_node = 0;

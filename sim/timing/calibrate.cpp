@@ -234,6 +234,22 @@ double rms_of(const std::vector<Measurement>& pts, const std::vector<size_t>& id
   return std::sqrt(s / static_cast<double>(idx.size()));
 }
 
+// " (measurements from a.txt, probe.json)": the files the points came from
+// (each origin is "FILE:LINE" or "FILE: results[i]"), for messages; "" when
+// none says.
+std::string sources_of(const std::vector<Measurement>& pts) {
+  std::vector<std::string> files;
+  for (const auto& m : pts) {
+    const auto colon = m.origin.rfind(':');
+    if (colon == std::string::npos || colon == 0) continue;
+    const std::string f = m.origin.substr(0, colon);
+    if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
+  }
+  std::string s;
+  for (const auto& f : files) s += (s.empty() ? " (measurements from " : ", ") + f;
+  return s.empty() ? s : s + ")";
+}
+
 void check_points(const std::vector<Measurement>& pts) {
   if (pts.empty()) config_fail("measurements", Json::array(), "none were read: nothing to fit");
   static const std::set<std::string> kKnown = {"allreduce", "allgather", "reduce_scatter",
@@ -404,7 +420,7 @@ Calibration calibrate(const std::vector<Measurement>& pts, const CalibrationOpti
       best_problem = p;
     }
   }
-  if (c.tried.empty()) throw ConfigError("calibrate: " + first_error, "--fix");
+  if (c.tried.empty()) throw ConfigError("calibrate" + sources_of(pts) + ": " + first_error, "--fix");
   c.values = best.values;
   c.allreduce = best_problem.allreduce;
   for (int i = 0; i < kParamCount; ++i) {
