@@ -627,7 +627,7 @@ TEST_SUITE("mpi") {
     // 1-bit Adam's twin is 1-bit Adam uncompressed, run first over the same
     // 2 ranks into twin/; the summary's "baseline" (gaps, bytes ratio,
     // speed-up) follows from the two runs' files alone, so it must match too.
-    TempDir dir("bitlab_mpi_twin");
+    TempDir dir;
     const std::string text = experiment(R"({"name": "onebit_adam", "lr": 0.01, "freeze_step": 8})");
     bitlab::Json j = bitlab::Json::parse(text);
     j["baseline"] = "twin";
