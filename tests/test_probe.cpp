@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -61,7 +62,7 @@ void check_probe_file(const nlohmann::json& j, const std::string& level, int nod
     CHECK(r.at("bytes").get<int64_t>() > 0);
     CHECK(r.at("nodes") == nodes);
     CHECK(r.at("ranks_per_node") == ranks_per_node);
-    CHECK(r.at("busbw_gbs").get<double>() > 0);
+    CHECK(r.at("busbw_gbytes_per_s").get<double>() > 0);
   }
   CHECK(seen == std::set<std::string>(std::begin(kAllCollectives), std::end(kAllCollectives)));
 }
@@ -122,10 +123,15 @@ TEST_SUITE("probe") {
     CHECK(r.out.find("size        count     type  redop       time    algbw    busbw  #wrong") != std::string::npos);
     const auto rows = table_rows(r.out);
     CHECK(rows.size() > 7 * 10);
+    std::map<std::string, int> redops;  // nccl-tests' words: sum, none (data movers), mean (ours)
     for (const auto& row : rows) {
       REQUIRE(row.size() == 8);
       CHECK(row.back() == "0");
+      ++redops[row[3]];
     }
+    CHECK(redops.size() == 3);
+    CHECK(redops["none"] == redops["sum"]);  // allgather, alltoall | allreduce, reduce-scatter
+    CHECK(redops["mean"] > 0);
     const auto j = nlohmann::json::parse(slurp(out));
     CHECK(j.at("ranks") == 2);
     CHECK(j.at("nodes") == 1);

@@ -117,12 +117,12 @@ struct ProbeRow {
   double wire_bytes_per_rank = 0;  // what one rank puts on the wire per call
   ProbeTiming timing;
   int64_t wrong = 0;
-  double algbw_gbs() const { return bytes / timing.mean_s / 1e9; }
+  double algbw_gbytes_per_s() const { return bytes / timing.mean_s / 1e9; }
   // nccl-tests' bus bandwidth: algbw times 2(n−1)/n (allreduce) or (n−1)/n
   // (the others), i.e. the bytes one rank sends over the ring or pairwise
   // exchange per second; for a compressed collective, its real wire bytes
   // per rank per second (docs/calibrate.md).
-  double busbw_gbs() const { return wire_bytes_per_rank / timing.mean_s / 1e9; }
+  double busbw_gbytes_per_s() const { return wire_bytes_per_rank / timing.mean_s / 1e9; }
 };
 
 // ±1, a pattern with no short period, so a chunk sent to the wrong place
@@ -226,10 +226,18 @@ void print_table_head(const ProbeRow& r) {
               "(GB/s)", "(GB/s)", "");
 }
 
+// nccl-tests' redop column: the reduction, "none" for the collectives that
+// only move data; bitlab's compressed collectives average.
+const char* redop_of(const ProbeRow& r) {
+  if (r.compressed) return "mean";
+  return r.collective == "allgather" || r.collective == "alltoall" ? "none" : "sum";
+}
+
 void print_row(const ProbeRow& r) {
   std::printf("  %10lld %12lld %8s %6s %10.2f %8.3f %8.3f %7lld\n", static_cast<long long>(r.bytes),
-              static_cast<long long>(r.count), "float", r.compressed ? "mean" : "sum",
-              1e6 * r.timing.mean_s, r.algbw_gbs(), r.busbw_gbs(), static_cast<long long>(r.wrong));
+              static_cast<long long>(r.count), "float", redop_of(r),
+              1e6 * r.timing.mean_s, r.algbw_gbytes_per_s(), r.busbw_gbytes_per_s(),
+              static_cast<long long>(r.wrong));
 }
 
 Json row_json(const ProbeRow& r) {
@@ -246,8 +254,8 @@ Json row_json(const ProbeRow& r) {
           {"time_us", 1e6 * r.timing.mean_s},
           {"time_us_min_rank", 1e6 * r.timing.min_s},
           {"time_us_max_rank", 1e6 * r.timing.max_s},
-          {"algbw_gbs", r.algbw_gbs()},
-          {"busbw_gbs", r.busbw_gbs()},
+          {"algbw_gbytes_per_s", r.algbw_gbytes_per_s()},
+          {"busbw_gbytes_per_s", r.busbw_gbytes_per_s()},
           {"wrong", r.wrong}};
 }
 
