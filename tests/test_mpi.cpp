@@ -649,6 +649,35 @@ TEST_SUITE("mpi") {
     CHECK(b["status"] == "completed");
   }
 
+  TEST_CASE("checkpoint and --resume under mpirun: every rank's state, the same files as without a stop") {
+    // A 2-rank run checkpoints every 8 of 24 steps (the last at step 16). With
+    // its summary removed it looks like a run killed after step 16; resumed
+    // over 2 ranks its files must be those of the run that never stopped, and
+    // those are the simulator's. LoCo holds per-worker error rows: each rank
+    // must get back its own block.
+    TempDir dir;
+    const std::string file = dir.file(
+        "e.json", experiment(R"({"name": "loco", "lr": 0.05, "exchange": "flat"})"));
+    const Reference ref = simulate(dir, file);
+    const fs::path out = dir.path / "ckpt";
+    const std::string run = mpirun(2) + BITLAB_BINARY + " run --quiet --backend mpi ";
+    Result r = run_shell(dir, run + file + " --checkpoint-every 8 --out " + out.string());
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    REQUIRE(fs::exists(out / "checkpoint.bin"));
+    fs::remove(out / "summary.json");
+    r = run_shell(dir, run + "--resume " + out.string());
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    CHECK(without_wall_column(slurp(out / "metrics.csv")) == ref.metrics);
+    CHECK(slurp(out / "comm_log.csv") == ref.comm_log);
+    CHECK(bitlab::Json::parse(slurp(out / "summary.json"))["resumed_from_step"] == 16);
+    // Another rank count cannot take the blocks over: exit 2, naming both.
+    fs::remove(out / "summary.json");
+    r = run_shell(dir, mpirun(4) + BITLAB_BINARY + " run --quiet --backend mpi --resume " +
+                           out.string());
+    CHECK(r.status == 2);
+    CHECK_MESSAGE(r.err.find("written by 2 MPI ranks, this run has 4") != std::string::npos, r.err);
+  }
+
   TEST_CASE("hierarchical fallback (12 workers, 4 ranks, node_size 2): bit-identical") {
     const std::vector<std::pair<std::string, int64_t> > cases = {
         // m, b, z and C(z_i): 4 rows of the 3 workers.

@@ -16,13 +16,6 @@ using namespace run_parts;
 
 int run_experiment(const Experiment& e, const RunCliOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  if (o.transport != nullptr && (o.checkpoint_every > 0 || o.resume)) {
-    // Each rank holds only its block of workers' state: a checkpoint would
-    // need every rank's part gathered (not built yet).
-    throw ConfigError(
-        "--checkpoint-every and --resume: not available with --backend mpi yet; use the "
-        "simulator backend (results are bit-identical)");
-  }
   // Everything that can fail on bad input (problem data, shards) is built
   // before the results folder exists.
   Simulation sim(e, o.transport);

@@ -5,6 +5,13 @@
 // before it). A checkpoint is refused (ConfigError, nothing changed) unless
 // all of it checks: the seal, the version, the experiment, every length
 // against the file's size, and what it says against the run's own files.
+//
+// Under MPI each rank holds its block of the workers' state. The file is then
+// the run's part, the rank count ("mpi.ranks") and every rank's simulation
+// state as a sealed archive of its own, gathered onto rank 0, which writes
+// it. On resume every rank reads the file and loads its own archive: the
+// results folder must be on a filesystem every rank sees, as --resume's
+// config.json already needs (a cluster's shared home or scratch).
 
 #include "sim/engine/run_parts.hpp"
 
@@ -191,6 +198,7 @@ void check_loaded_checkpoint(const RunContext& run, const RunFiles& files, const
     throw ConfigError(source + ": the phases' step counts do not add up to step " +
                       std::to_string(step) + " (the file is damaged); cannot resume");
   }
+  if (!run.writer) return;  // rank 0 alone owns the csvs (and its comm log counts them)
   const fs::path dir(run.dir);
   check_csv_at_checkpoint(dir / "metrics.csv", "files.metrics_bytes", files.good_bytes[0],
                           static_cast<uint64_t>(step), step, source);
@@ -198,22 +206,102 @@ void check_loaded_checkpoint(const RunContext& run, const RunFiles& files, const
                           run.sim.collectives(), 0, source);
 }
 
-}  // namespace
+// Every rank's `mine`, gathered onto rank 0 in rank order (rank 0's own
+// included); empty on the other ranks. The sizes go to every rank first
+// (allgatherv), then each rank sends its bytes to rank 0 (alltoallv).
+std::vector<std::string> gather_on_rank0(Transport& t, const std::string& mine) {
+  const auto n = static_cast<size_t>(t.ranks()), me = static_cast<size_t>(t.rank());
+  std::vector<int64_t> sizes(n, 0), counts(n, 8), displs(n);
+  sizes[me] = static_cast<int64_t>(mine.size());
+  for (size_t p = 0; p < n; ++p) displs[p] = static_cast<int64_t>(8 * p);
+  t.allgatherv(reinterpret_cast<uint8_t*>(sizes.data()), counts, displs);
+  std::vector<int64_t> send_counts(n, 0), send_displs(n, 0), recv_counts(n, 0), recv_displs(n, 0);
+  if (me != 0) send_counts[0] = sizes[me];
+  int64_t total = 0;
+  for (size_t p = 1; me == 0 && p < n; ++p) {
+    recv_counts[p] = sizes[p];
+    recv_displs[p] = total;
+    total += sizes[p];
+  }
+  std::string others(static_cast<size_t>(total), '\0');
+  t.alltoallv(reinterpret_cast<const uint8_t*>(mine.data()), send_counts, send_displs,
+              reinterpret_cast<uint8_t*>(others.data()), recv_counts, recv_displs);
+  if (me != 0) return {};
+  std::vector<std::string> all{mine};
+  for (size_t p = 1; p < n; ++p) {
+    all.push_back(others.substr(static_cast<size_t>(recv_displs[p]), static_cast<size_t>(sizes[p])));
+  }
+  return all;
+}
 
-// Writes checkpoint.bin atomically; returns "" or why it could not.
-std::string save_checkpoint(const RunContext& run, RunFiles& files, RunTally& tally) {
+// Under MPI: the rank count, then every rank's sealed simulation state (a
+// byte list). Saving (rank 0) lists `archives`; loading loads this rank's own
+// into the simulation, refusing a file written by another number of ranks.
+void ranks_state(StateArchive& io, const RunContext& run, std::vector<std::string>& archives,
+                 const std::string& source) {
+  uint64_t ranks = archives.size();
+  io.count("mpi.ranks", ranks);
+  if (io.loading() && ranks != static_cast<uint64_t>(run.transport.ranks())) {
+    throw ConfigError(source + ": written by " + std::to_string(ranks) +
+                      " MPI ranks, this run has " + std::to_string(run.transport.ranks()) +
+                      " (each rank holds its block of the workers); resume it with " +
+                      std::to_string(ranks) + " ranks");
+  }
+  archives.resize(static_cast<size_t>(ranks));
+  for (auto& a : archives) {
+    std::vector<uint8_t> bytes(a.begin(), a.end());  // binary: a byte list, not text
+    io.growing("mpi.rank_state", bytes);
+    a.assign(bytes.begin(), bytes.end());
+  }
+  if (!io.loading()) return;
+  const int me = run.transport.rank();
+  StateArchive mine(archives[static_cast<size_t>(me)],
+                    source + " (rank " + std::to_string(me) + ")");
+  if (!mine.verify_seal()) {
+    throw ConfigError(source + ": rank " + std::to_string(me) +
+                      "'s state: checksum mismatch (the file is damaged); cannot resume");
+  }
+  run.sim.serialize(mine);
+  mine.expect_end();
+}
+
+// This rank's simulation state as a sealed archive.
+std::string sealed_simulation_state(const RunContext& run) {
   StateArchive io;
-  tally.wall_before_s += seconds_since(tally.t0);  // the wall time so far, saved
-  tally.t0 = Clock::now();
-  run_state(io, run, files, tally);
   run.sim.serialize(io);
   io.seal();
-  try {
-    write_text_atomic(checkpoint_path(run).string(), io.bytes());
-  } catch (const std::exception& e) {
-    return e.what();
+  return io.bytes();
+}
+
+}  // namespace
+
+// Writes checkpoint.bin atomically; returns "" or why it could not. Under MPI
+// every rank takes part and every rank gets rank 0's answer.
+std::string save_checkpoint(const RunContext& run, RunFiles& files, RunTally& tally) {
+  tally.wall_before_s += seconds_since(tally.t0);  // the wall time so far, saved
+  tally.t0 = Clock::now();
+  std::vector<std::string> archives;
+  if (run.measured) archives = gather_on_rank0(run.transport, sealed_simulation_state(run));
+  std::string failure;
+  if (run.writer) {
+    StateArchive io;
+    run_state(io, run, files, tally);
+    if (run.measured) {
+      ranks_state(io, run, archives, "");
+    } else {
+      run.sim.serialize(io);
+    }
+    io.seal();
+    try {
+      write_text_atomic(checkpoint_path(run).string(), io.bytes());
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
   }
-  return "";
+  if (run.measured && run.transport.max(failure.empty() ? 0.0 : 1.0) > 0.0 && failure.empty()) {
+    failure = "rank 0 could not write " + checkpoint_path(run).string();
+  }
+  return failure;
 }
 
 // Restores the state of checkpoint.bin, then cuts each csv back to where it
@@ -221,11 +309,36 @@ std::string save_checkpoint(const RunContext& run, RunFiles& files, RunTally& ta
 // for appending. Throws ConfigError before changing any file.
 void resume_from_checkpoint(const RunContext& run, RunFiles& files, RunTally& tally) {
   const fs::path path = checkpoint_path(run);
-  StateArchive io(read_checkpoint(path), path.string());
-  run_state(io, run, files, tally);
-  run.sim.serialize(io);
-  io.expect_end();
-  check_loaded_checkpoint(run, files, tally);
+  std::string refused;
+  try {
+    StateArchive io(read_checkpoint(path), path.string());
+    run_state(io, run, files, tally);
+    if (run.measured) {
+      std::vector<std::string> archives;
+      ranks_state(io, run, archives, path.string());
+    } else {
+      run.sim.serialize(io);
+    }
+    io.expect_end();
+    check_loaded_checkpoint(run, files, tally);
+  } catch (const ConfigError& e) {
+    if (!run.measured) throw;
+    refused = e.what();
+    // Rank 0 prints the error it ends with; another rank says its own here.
+    if (!run.writer) {
+      std::fprintf(stderr, "bitlab: error: rank %d: %s\n", run.transport.rank(), refused.c_str());
+    }
+  }
+  // Under MPI a rank that refused (its own block damaged; rank 0's csvs) stops
+  // every rank, before any file changes.
+  if (run.measured && run.transport.max(refused.empty() ? 0.0 : 1.0) > 0.0) {
+    throw ConfigError(refused.empty() ? path.string() + ": refused by another rank" : refused);
+  }
+  if (!run.writer) {
+    // Rank 0 alone writes the csvs: the others only needed the state.
+    tally.resumed_from_step = run.sim.steps_done();
+    return;
+  }
   // Checkpoints a kill interrupted mid-write: the folder is locked, so none
   // is a live writer's.
   remove_atomic_leftovers(path.string());

@@ -57,7 +57,17 @@ std::string agree_on_run_dir(const RunContext& run) {
   }
   run.transport.broadcast(&ok, 1, 0);
   if (!ok) throw ConfigError(run.writer ? error : "(reported by rank 0)");
-  return dir;
+  // Every rank knows the folder (a resume reads checkpoint.bin from it, a
+  // twin runs into its twin/); rank 0 alone writes it.
+  return text_from_rank0(run.transport, dir);
+}
+
+std::string text_from_rank0(Transport& transport, std::string text) {
+  int64_t bytes = static_cast<int64_t>(text.size());
+  transport.broadcast(reinterpret_cast<uint8_t*>(&bytes), sizeof bytes, 0);
+  text.resize(static_cast<size_t>(bytes));
+  transport.broadcast(reinterpret_cast<uint8_t*>(text.data()), bytes, 0);
+  return text;
 }
 
 

@@ -250,6 +250,8 @@ struct RunTally {
 // run_folder.cpp: the folder (every rank agrees on it; rank 0 makes it), then
 // config.json and manifest.json, then the csvs with their header lines.
 std::string agree_on_run_dir(const RunContext& run);
+// Under MPI: rank 0's `text` on every rank (what the others pass is ignored).
+std::string text_from_rank0(Transport& transport, std::string text);
 void write_config_and_manifest(const RunContext& run);
 void open_run_files(const RunContext& run, RunFiles& files);
 

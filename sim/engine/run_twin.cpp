@@ -20,12 +20,7 @@ double ratio_or_nan(const Json& a, const Json& b) {
 // its files): it hands the summary's text to every rank. The simulator: as is.
 Json summary_on_every_rank(const RunContext& run, const Json& on_rank0) {
   if (!run.measured) return on_rank0;
-  std::string text = run.writer ? on_rank0.dump() : std::string();
-  int64_t bytes = static_cast<int64_t>(text.size());
-  run.transport.broadcast(reinterpret_cast<uint8_t*>(&bytes), sizeof bytes, 0);
-  text.resize(static_cast<size_t>(bytes));
-  run.transport.broadcast(reinterpret_cast<uint8_t*>(text.data()), bytes, 0);
-  return Json::parse(text);
+  return Json::parse(text_from_rank0(run.transport, run.writer ? on_rank0.dump() : std::string()));
 }
 
 // A completed twin of an earlier start of this run (rank 0 reads it), or null.
