@@ -117,7 +117,7 @@ CommPlan OneBitLamb::comm_plan(const PlanShape& shape) const {
 }
 
 // What setup() allocates: m, m_prev, v, v_fresh, u_prelim, u, k_elem (d
-// floats each), the warm-up's Lamb (Lamb::state_bytes), one momentum row per
+// floats each), the warm-up's Lamb (Lamb::planned_state_bytes), one momentum row per
 // thread (fold) and the compressed allreduce's buffers; per-tensor
 // scalars left out.
 uint64_t OneBitLamb::planned_state_bytes(const StateShape& s) const {

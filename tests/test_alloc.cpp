@@ -103,7 +103,7 @@ TEST_SUITE("alloc") {
     }
   }
 
-  TEST_CASE("an optimizer's state_bytes is what its setup() allocates, for every optimizer") {
+  TEST_CASE("an optimizer's planned_state_bytes is what its setup() allocates, for every optimizer") {
     // The memory check adds Optimizer::planned_state_bytes to the cluster's buffers
     // before anything is allocated; here it is compared with the bytes
     // setup() asks operator new for. d = 2^16 in 4 tensors (no padding: d is
