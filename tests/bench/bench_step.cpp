@@ -44,6 +44,7 @@
 
 #include "sim/core/rng.hpp"
 #include "sim/engine/simulation.hpp"
+#include "tests/bench/bench_sim.hpp"
 #include "tests/bench/bench_util.hpp"
 
 using namespace bitlab;
@@ -68,17 +69,6 @@ std::string experiment_text(int workers, int log2_dim, int64_t grad_norm_every,
       std::to_string(workers) + R"(}, "optimizer": )" + optimizer + "}";
 }
 
-// The parameters after `steps` steps of the experiment on one thread: the
-// reference the timed run's parameters are checked against.
-std::vector<float> params_on_one_thread(const std::string& text, int steps) {
-  return on_one_thread([&] {
-    Simulation sim(resolve_experiment(Json::parse(text), "bench"));
-    for (int s = 0; s < steps; ++s) sim.step();
-    const std::span<const float> x = sim.cluster().params();
-    return std::vector<float>(x.begin(), x.end());
-  });
-}
-
 // Times `repeats` steps after two warm-up steps, then checks the parameters
 // they reached against the same steps on one thread.
 StepTiming time_steps(int workers, int log2_dim, int64_t grad_norm_every, int repeats,
@@ -93,7 +83,7 @@ StepTiming time_steps(int workers, int log2_dim, int64_t grad_norm_every, int re
     t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   Check check;
-  check.compare(sim.cluster().params(), params_on_one_thread(text, 2 + repeats));
+  check.compare(sim.cluster().params(), params_after_steps(text, 2 + repeats, 1));
   return {median(t), *std::min_element(t.begin(), t.end()), *std::max_element(t.begin(), t.end()),
           check};
 }

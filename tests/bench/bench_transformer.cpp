@@ -38,6 +38,7 @@
 #include "sim/core/isa.hpp"
 #include "sim/kernels/matmul.hpp"
 #include "sim/engine/simulation.hpp"
+#include "tests/bench/bench_sim.hpp"
 #include "tests/bench/bench_util.hpp"
 
 using namespace bitlab;
@@ -115,12 +116,7 @@ int main(int argc, char** argv) {
   }
   const Row whole{"whole step", median(t), step_flops};
   Check whole_check;  // the parameters reached, against the same steps on one thread
-  whole_check.compare(sim.cluster().params(), on_one_thread([&] {
-                        Simulation ref(resolve_experiment(Json::parse(text), "bench"));
-                        for (int s = 0; s < 2 + repeats; ++s) ref.step();
-                        const auto x = ref.cluster().params();
-                        return std::vector<float>(x.begin(), x.end());
-                      }));
+  whole_check.compare(sim.cluster().params(), params_after_steps(text, 2 + repeats, 1));
 
   // Gradients only, the cluster's way: OpenMP over workers, one workspace each.
   const Problem& problem = sim.problem();

@@ -49,6 +49,7 @@
 
 #include "sim/core/memory.hpp"
 #include "sim/engine/simulation.hpp"
+#include "tests/bench/bench_sim.hpp"
 #include "tests/bench/bench_util.hpp"
 
 using namespace bitlab;
@@ -140,12 +141,7 @@ void check_parameters(const Args& a, const std::vector<float>& timed) {
     return;
   }
   Check check;
-  check.compare(timed, with_threads(threads, [&] {
-                  Simulation ref(resolve_experiment(Json::parse(experiment_text(a)), "bench"));
-                  for (int s = 0; s < 2 + a.repeats; ++s) ref.step();
-                  const auto x = ref.cluster().params();
-                  return std::vector<float>(x.begin(), x.end());
-                }));
+  check.compare(timed, params_after_steps(experiment_text(a), 2 + a.repeats, threads));
   print_check("parameters", check, against);
 }
 
