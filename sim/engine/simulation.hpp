@@ -36,8 +36,9 @@ struct StepMetrics {
   double compute_s = 0.0, comm_s = 0.0, step_s = 0.0, sim_time_s = 0.0;
   double wall_s = 0.0;  // wall time since the run started (not deterministic)
   // MPI backend: seconds this rank spent in the transport's moving calls
-  // during the optimizer's exchanges (the measured counterpart of comm_s;
-  // not deterministic, never in metrics.csv).
+  // during the optimizer's exchanges, the streamed mean's exchange across
+  // ranks included (the measured counterpart of comm_s; not deterministic,
+  // never in metrics.csv).
   double transport_s = 0.0;
 };
 
@@ -96,6 +97,9 @@ class Simulation {
   Communicator comm_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<float> mean_grad_;
+  // Seconds in the transport while the streamed mean was folded this step
+  // (its exchange across ranks), added to StepMetrics::transport_s.
+  double streamed_transport_s_ = 0.0;
   bool timed_ = false;
   bool evaluates_ = true;
   Topology topology_;
