@@ -18,9 +18,12 @@ cut -d' ' -f1-3 /proc/loadavg > "$out/loadavg.txt"
 mpirun_cmd=(mpirun -np 2)
 [ "$(id -u)" = 0 ] && mpirun_cmd+=(--allow-run-as-root)
 export OMP_NUM_THREADS=1
-echo "probe (2 ranks, standard collectives, 8 B - 16 MB):" >&2
-"${mpirun_cmd[@]}" "$bitlab" probe --min-bytes 8 --max-bytes 16M \
-  --collectives allreduce,allgather,reduce_scatter,alltoall --out "$out/probe.json" > "$out/probe.txt"
+# The calls bitlab's MPI transport makes (all-to-all and allgather: its
+# allreduce is an all-to-all of ranges and an allgather), up to the runs'
+# largest message, each call cold, as training makes them (README).
+echo "probe (2 ranks, all-to-all and allgather, 8 B - 4 MB, cold calls):" >&2
+"${mpirun_cmd[@]}" "$bitlab" probe --min-bytes 8 --max-bytes 4M --cold-bytes "${COLD_BYTES:-4M}" \
+  --collectives allgather,alltoall --out "$out/probe.json" > "$out/probe.txt"
 # One node: nothing spans nodes, so the inter-node link is held at a value
 # (the runs below are one node of 2 and never use it).
 "$bitlab" calibrate "$out/probe.json" --fix inter_latency_us=10 --fix inter_bandwidth_gbps=100 \
@@ -30,7 +33,7 @@ run() {  # name, then --set assignments
   local sets=()
   for s in "$@"; do sets+=(--set "$s"); done
   echo "  $name" >&2
-  "${mpirun_cmd[@]}" "$bitlab" run "$here/base.json" --quiet --backend mpi \
+  "${mpirun_cmd[@]}" "$bitlab" run "$here/base.json" --quiet --backend mpi --barrier-before-exchanges \
     --out "$out/$name" "${sets[@]}" >/dev/null
 }
 echo "runs on 2 ranks:" >&2

@@ -78,6 +78,14 @@ void print_fit(const Calibration& c, size_t files) {
   for (const char* name : kEfficiencyParameters)
     if (c.how.at(name) != "default")
       std::printf("  %-22s %12.4g  (%s)\n", name, c.values.at(name), c.how.at(name).c_str());
+  for (size_t k = 0; k < std::size(kSwitchParameters); k += 2) {
+    const char* bytes = kSwitchParameters[k];
+    const char* latency = kSwitchParameters[k + 1];
+    if (!(c.values.at(bytes) > 0)) continue;
+    std::printf("  %-22s %12.4g  (%s: messages above it pay the next latency)\n", bytes,
+                c.values.at(bytes), c.how.at(bytes).c_str());
+    std::printf("  %-22s %12.4g  (%s)\n", latency, c.values.at(latency), c.how.at(latency).c_str());
+  }
   std::printf("\n  %-14s %5s %4s %14s %12s %12s %9s %14s\n", "collective", "nodes", "gpus",
               "bytes", "measured_ms", "model_ms", "residual", "leave-one-out");
   for (const auto& p : c.points) {
@@ -133,6 +141,14 @@ NetworkFile network_of(const Calibration& c, const std::string& name, const std:
   f.links.intra_bandwidth_gbps = c.values.at("intra_bandwidth_gbps");
   f.links.inter_latency_us = c.values.at("inter_latency_us");
   f.links.inter_bandwidth_gbps = c.values.at("inter_bandwidth_gbps");
+  if (c.values.at("intra_rendezvous_bytes") > 0) {
+    f.links.intra_rendezvous_bytes = c.values.at("intra_rendezvous_bytes");
+    f.links.intra_rendezvous_latency_us = c.values.at("intra_rendezvous_latency_us");
+  }
+  if (c.values.at("inter_rendezvous_bytes") > 0) {
+    f.links.inter_rendezvous_bytes = c.values.at("inter_rendezvous_bytes");
+    f.links.inter_rendezvous_latency_us = c.values.at("inter_rendezvous_latency_us");
+  }
   f.allreduce = c.allreduce;
   f.efficiency = {c.values.at("allreduce_efficiency"), c.values.at("allgather_efficiency"),
                   c.values.at("reduce_scatter_efficiency"), c.values.at("alltoall_efficiency")};
@@ -175,7 +191,7 @@ Subcommand add_calibrate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "calibrate",
       "fit the network model (per-level latency and bandwidth, the allreduce algorithm, "
-      "per-collective efficiencies) to measured collective times and write a network file");
+      "per-collective efficiencies, a protocol switch where the data show one) to measured collective times and write a network file");
   cmd->footer(
       "Input: nccl-tests output (all_reduce_perf, all_gather_perf, reduce_scatter_perf, "
       "alltoall_perf), a CSV with columns collective,nodes,gpus_per_node,bytes,time_ms, or "
@@ -191,7 +207,8 @@ Subcommand add_calibrate_command(CLI::App& app) {
   cmd->add_option("--fix", f->fixes,
                   "hold a parameter at a value instead of fitting it: FIELD=VALUE with FIELD one "
                   "of intra_latency_us, intra_bandwidth_gbps, inter_latency_us, "
-                  "inter_bandwidth_gbps, *_efficiency (repeatable)")
+                  "inter_bandwidth_gbps, *_efficiency, intra_/inter_rendezvous_bytes (0: no "
+                  "protocol switch), intra_/inter_rendezvous_latency_us (repeatable)")
       ->expected(1)
       ->allow_extra_args(false)
       ->take_all();

@@ -53,6 +53,7 @@ struct RunFlags {
   std::string resume_dir;
   bool twin = false;
   bool print_resolved = false;
+  bool barrier_before_exchanges = false;
 };
 
 void add_set_option(CLI::App* sub, std::vector<std::string>& sets, const char* doc) {
@@ -101,6 +102,11 @@ void add_run_commands(CLI::App& app, RunFlags& f) {
                    "messages over MPI (results bit-identical to sim; rank 0 writes them, with "
                    "transport.csv: measured vs modelled)")
       ->check(CLI::IsMember({"sim", "mpi"}));
+  f.run->add_flag("--barrier-before-exchanges", f.barrier_before_exchanges,
+                  "--backend mpi: every rank meets at a barrier before each exchange, so "
+                  "transport.csv's mpi_comm_s counts the transfer alone (what the network model "
+                  "prices) and mpi_wait_s_rank0 the waiting for the slowest rank; one barrier an "
+                  "exchange (results unchanged)");
 
   f.validate = app.add_subcommand("validate", "check an experiment file without running it");
   f.validate->add_option("file", f.file, "experiment JSON file")->required();
@@ -157,7 +163,14 @@ Experiment experiment_to_run(RunFlags& f) {
 // launcher without it (every process would run the whole simulation).
 std::unique_ptr<Transport> make_transport(const RunFlags& f,
                                           const std::optional<LauncherRank>& launcher) {
-  if (*f.run && f.backend == "mpi") return make_mpi_transport();
+  if (*f.run && f.backend == "mpi") {
+    auto t = make_mpi_transport();
+    t->set_barrier_before_moves(f.barrier_before_exchanges);
+    return t;
+  }
+  if (*f.run && f.barrier_before_exchanges)
+    throw ConfigError("--barrier-before-exchanges: only with --backend mpi (the simulator's "
+                      "exchanges move nothing)", "--barrier-before-exchanges");
   if (*f.run && launcher) {
     throw ConfigError("--backend sim under an MPI launcher (" + std::to_string(launcher->size) +
                       " processes, " + launcher->source +

@@ -44,7 +44,7 @@ constexpr const char* kCompressedCollectives[] = {"onebit_allreduce", "quantized
                                                   "compressed_allgather"};
 
 struct ProbeFlags {
-  std::string min_bytes = "8", max_bytes = "256M";
+  std::string min_bytes = "8", max_bytes = "256M", cold_bytes = "0";
   ProbeLoop loop;
   int ranks_per_node = 0;
   std::vector<std::string> collectives;
@@ -86,6 +86,7 @@ void check_flags(ProbeFlags& f, int64_t& min_bytes, int64_t& max_bytes) {
   if (max_bytes < min_bytes)
     throw ConfigError("--max-bytes " + f.max_bytes + ": must be >= --min-bytes " + f.min_bytes,
                       "--max-bytes");
+  f.loop.cold_bytes = f.cold_bytes == "0" ? 0 : parse_size(f.cold_bytes, "--cold-bytes");
   if (!(f.loop.max_seconds > 0) || !std::isfinite(f.loop.max_seconds))
     throw ConfigError("--max-seconds " + std::to_string(f.loop.max_seconds) + ": must be > 0",
                       "--max-seconds");
@@ -117,12 +118,12 @@ struct ProbeRow {
   double wire_bytes_per_rank = 0;  // what one rank puts on the wire per call
   ProbeTiming timing;
   int64_t wrong = 0;
-  double algbw_gbytes_per_s() const { return bytes / timing.mean_s / 1e9; }
+  double algbw_gbytes_per_s() const { return bytes / timing.time_s / 1e9; }
   // nccl-tests' bus bandwidth: algbw times 2(n−1)/n (allreduce) or (n−1)/n
   // (the others), i.e. the bytes one rank sends over the ring or pairwise
   // exchange per second; for a compressed collective, its real wire bytes
   // per rank per second (docs/calibrate.md).
-  double busbw_gbytes_per_s() const { return wire_bytes_per_rank / timing.mean_s / 1e9; }
+  double busbw_gbytes_per_s() const { return wire_bytes_per_rank / timing.time_s / 1e9; }
 };
 
 // ±1, a pattern with no short period, so a chunk sent to the wrong place
@@ -236,7 +237,7 @@ const char* redop_of(const ProbeRow& r) {
 void print_row(const ProbeRow& r) {
   std::printf("  %10lld %12lld %8s %6s %10.2f %8.3f %8.3f %7lld\n", static_cast<long long>(r.bytes),
               static_cast<long long>(r.count), "float", redop_of(r),
-              1e6 * r.timing.mean_s, r.algbw_gbytes_per_s(), r.busbw_gbytes_per_s(),
+              1e6 * r.timing.time_s, r.algbw_gbytes_per_s(), r.busbw_gbytes_per_s(),
               static_cast<long long>(r.wrong));
 }
 
@@ -251,7 +252,7 @@ Json row_json(const ProbeRow& r) {
           {"type", "float"},
           {"wire_bytes_per_rank", r.wire_bytes_per_rank},
           {"iterations", r.timing.iterations},
-          {"time_us", 1e6 * r.timing.mean_s},
+          {"time_us", 1e6 * r.timing.time_s},
           {"time_us_min_rank", 1e6 * r.timing.min_s},
           {"time_us_max_rank", 1e6 * r.timing.max_s},
           {"algbw_gbytes_per_s", r.algbw_gbytes_per_s()},
@@ -313,8 +314,12 @@ Json probe_json(const MpiProbe& probe, const ProbeFlags& f, const std::vector<Pr
   j["hosts"] = n.hosts;
   j["loop"] = {{"iterations", f.loop.iterations},
                {"warmup", f.loop.warmup},
-               {"max_seconds", f.loop.max_seconds}};
-  j["time"] = "per call: the mean over ranks of each rank's mean over the timed calls";
+               {"max_seconds", f.loop.max_seconds},
+               {"cold_bytes", f.loop.cold_bytes}};
+  j["time"] = f.loop.cold_bytes > 0
+                  ? "per call: the median over the timed calls of the mean over ranks; each call "
+                    "cold (every rank wrote cold_bytes of its memory, then a barrier)"
+                  : "per call: the mean over ranks of each rank's mean over the timed calls";
   Json results = Json::array();
   for (const auto& r : rows) results.push_back(row_json(r));
   j["results"] = results;
@@ -337,9 +342,14 @@ int run_probe(ProbeFlags& f) {
     std::printf("# bitlab probe: %d ranks, %d node(s) x %d ranks (%s), %s\n", probe->ranks(),
                 nodes.nodes, nodes.ranks_per_node, nodes.grouping.c_str(), probe->library().c_str());
     std::printf("# %s to %s doubling; %d timed calls a size (fewer past %g s), %d warm-up; time = "
-                "mean over ranks per call\n",
+                "%s\n",
                 human_size(min_bytes).c_str(), human_size(max_bytes).c_str(), f.loop.iterations,
-                f.loop.max_seconds, f.loop.warmup);
+                f.loop.max_seconds, f.loop.warmup,
+                f.loop.cold_bytes > 0
+                    ? ("median over calls of the mean over ranks, each call cold (" +
+                       human_size(f.loop.cold_bytes) + " written by every rank, then a barrier)")
+                          .c_str()
+                    : "mean over ranks per call");
     if (nodes.ranks_per_node == 1 && !f.quiet)
       std::fprintf(stderr, "bitlab probe: one rank a node: no node level to time\n");
   }
@@ -392,6 +402,11 @@ Subcommand add_probe_command(CLI::App& app) {
   cmd->add_option("--max-seconds", f->loop.max_seconds,
                   "time a size for about this long at most: fewer timed calls past it, at least "
                   "one (default 0.5)");
+  cmd->add_option("--cold-bytes", f->cold_bytes,
+                  "time each call cold: every rank first writes this many bytes of its own "
+                  "memory (more than its caches hold), then a barrier; time = the median over "
+                  "calls. As training calls its exchanges, after a step's compute (default 0: "
+                  "back to back, as nccl-tests; K, M, G suffixes)");
   cmd->add_option("--ranks-per-node", f->ranks_per_node,
                   "emulate nodes of this many consecutive ranks (default 0: the ranks that "
                   "share memory form a node)")

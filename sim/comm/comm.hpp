@@ -98,6 +98,9 @@ class Communicator {
   WorkerRange local_workers() const { return {rank_ * block_, (rank_ + 1) * block_}; }
   int owner(int worker) const { return worker / block_; }
   Transport& transport() { return transport_ ? *transport_ : local_; }
+  const Transport& transport() const {
+    return transport_ ? *transport_ : static_cast<const Transport&>(local_);
+  }
   void begin_step(int64_t step) { step_ = step; }
   int64_t step() const { return step_; }
   CommLog& log() { return log_; }

@@ -100,6 +100,11 @@ class MpiProbeImpl final : public MpiProbe {
     check(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
     return out;
   }
+  // The warm-up calls; returns how many calls to time (fewer past
+  // loop.max_seconds, the same on every rank).
+  int warm_up(const std::function<void()>& call, const ProbeLoop& loop);
+  ProbeTiming time_cold(const std::function<void()>& call, const ProbeLoop& loop, int iterations);
+  std::vector<unsigned char> cold_;  // what a cold call's rank writes first
   void group(int ranks_per_node);
   std::vector<std::string> host_names();
 
@@ -179,6 +184,22 @@ void MpiProbeImpl::group(int ranks_per_node) {
 
 ProbeTiming MpiProbeImpl::time(const std::function<void()>& call, const ProbeLoop& loop) {
   check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  const int iterations = warm_up(call, loop);
+  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  if (loop.cold_bytes > 0) return time_cold(call, loop, iterations);
+  const double t0 = MPI_Wtime();
+  for (int i = 0; i < iterations; ++i) call();
+  double mine = (MPI_Wtime() - t0) / iterations;
+  ProbeTiming t;
+  t.iterations = iterations;
+  check(MPI_Allreduce(&mine, &t.time_s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  t.time_s /= ranks_;
+  check(MPI_Allreduce(&mine, &t.min_s, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
+  check(MPI_Allreduce(&mine, &t.max_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+  return t;
+}
+
+int MpiProbeImpl::warm_up(const std::function<void()>& call, const ProbeLoop& loop) {
   // Warm-up, cut short once a quarter of the time allowed is spent (agreed:
   // every rank takes the same decision from the slowest rank's time).
   double warm_s = 0;
@@ -198,16 +219,43 @@ ProbeTiming MpiProbeImpl::time(const std::function<void()>& call, const ProbeLoo
       iterations = static_cast<int>(std::clamp(fits, 1.0, static_cast<double>(loop.iterations)));
     }
   }
-  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
-  const double t0 = MPI_Wtime();
-  for (int i = 0; i < iterations; ++i) call();
-  double mine = (MPI_Wtime() - t0) / iterations;
+  return iterations;
+}
+
+namespace {
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+}  // namespace
+
+ProbeTiming MpiProbeImpl::time_cold(const std::function<void()>& call, const ProbeLoop& loop,
+                                    int iterations) {
+  // Each call after this rank has written loop.cold_bytes of its own (the
+  // values change every call, so no write can be skipped) and every rank
+  // has met at a barrier; timed alone.
+  cold_.resize(static_cast<size_t>(loop.cold_bytes));
+  std::vector<double> mine(static_cast<size_t>(iterations));
+  for (int i = 0; i < iterations; ++i) {
+    std::memset(cold_.data(), i & 0xff, cold_.size());
+    check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    const double t0 = MPI_Wtime();
+    call();
+    mine[static_cast<size_t>(i)] = MPI_Wtime() - t0;
+  }
+  std::vector<double> over_ranks(mine.size());
+  check(MPI_Allreduce(mine.data(), over_ranks.data(), iterations, MPI_DOUBLE, MPI_SUM,
+                      MPI_COMM_WORLD),
+        "MPI_Allreduce");
+  for (double& v : over_ranks) v /= ranks_;
   ProbeTiming t;
   t.iterations = iterations;
-  check(MPI_Allreduce(&mine, &t.mean_s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
-  t.mean_s /= ranks_;
-  check(MPI_Allreduce(&mine, &t.min_s, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
-  check(MPI_Allreduce(&mine, &t.max_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+  t.time_s = median_of(over_ranks);
+  const double my_median = median_of(mine);
+  t.min_s = my_median, t.max_s = my_median;
+  check(MPI_Allreduce(&my_median, &t.min_s, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
+  check(MPI_Allreduce(&my_median, &t.max_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
   return t;
 }
 

@@ -30,17 +30,31 @@ enum class ProbeLevel { kNode, kWorld };
 // `iterations` timed calls — fewer once `max_seconds` would pass (at least
 // one), so that 256 MB on a slow link ends in reasonable time. Every rank
 // uses the same count (agreed over all ranks).
+//
+// Cold calls (`cold_bytes` > 0): before each timed call every rank writes
+// that many bytes of its own memory, then all meet at a barrier, and the
+// call is timed alone. Training calls its exchanges so: after a step's
+// compute has filled the caches with other data, the ranks arriving
+// together once waiting is taken apart (run --barrier-before-exchanges).
+// Back-to-back calls (the default, nccl-tests' way) find their buffers and
+// MPI's shared-memory segments in cache: on a 2-rank Open MPI probe of this
+// project's 2-core machine a 17 KB all-to-all took 6.2 µs back to back and
+// 9.4 µs after 1 MB was written (docs/calibrate.md).
 struct ProbeLoop {
   int iterations = 20;
   int warmup = 5;
   double max_seconds = 0.5;
+  int64_t cold_bytes = 0;
 };
 
-// One timed collective: per call, the mean over the ranks of each rank's
+// One timed collective, per call: the mean over the ranks of each rank's
 // mean time over the timed calls (nccl-tests' default report, -a 1), and
-// the fastest and slowest rank's.
+// the fastest and slowest rank's. Cold calls: the median over the calls of
+// the mean over the ranks (a descheduled rank or a page fault makes a few
+// calls slow; training's check compares medians of steps), and the fastest
+// and slowest rank's median.
 struct ProbeTiming {
-  double mean_s = 0, min_s = 0, max_s = 0;
+  double time_s = 0, min_s = 0, max_s = 0;
   int iterations = 0;
 };
 

@@ -44,8 +44,10 @@ class MpiTransport final : public Transport {
     MPI_Comm_size(MPI_COMM_WORLD, &ranks_);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   }
-  // A sub-communicator (split): counts into the parent's stats.
-  MpiTransport(MPI_Comm comm, TransportStats* counts) : comm_(comm), counts_(counts) {
+  // A sub-communicator (split): counts into the parent's stats, and follows
+  // its barrier setting.
+  MpiTransport(MPI_Comm comm, TransportStats* counts, const bool* barrier)
+      : comm_(comm), counts_(counts), barrier_(barrier) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &ranks_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -78,11 +80,11 @@ class MpiTransport final : public Transport {
       if (q != rank_) counts_->bytes_sent += send_counts[q];
     }
     ++counts_->calls;
-    const double t0 = MPI_Wtime();
-    check(MPI_Alltoallv(send, sc_.data(), sd_.data(), MPI_BYTE, recv, rc_.data(), rd_.data(),
-                        MPI_BYTE, comm_),
-          "MPI_Alltoallv");
-    counts_->seconds += MPI_Wtime() - t0;
+    timed([&] {
+      check(MPI_Alltoallv(send, sc_.data(), sd_.data(), MPI_BYTE, recv, rc_.data(), rd_.data(),
+                          MPI_BYTE, comm_),
+            "MPI_Alltoallv");
+    });
   }
 
   void allgatherv(uint8_t* buf, std::span<const int64_t> counts,
@@ -91,19 +93,22 @@ class MpiTransport final : public Transport {
     convert(displs, rd_, "allgatherv displacement");
     counts_->bytes_sent += counts[rank_] * (ranks_ - 1);
     ++counts_->calls;
-    const double t0 = MPI_Wtime();
-    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, buf, rc_.data(), rd_.data(), MPI_BYTE, comm_),
-          "MPI_Allgatherv");
-    counts_->seconds += MPI_Wtime() - t0;
+    timed([&] {
+      check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, buf, rc_.data(), rd_.data(), MPI_BYTE,
+                           comm_),
+            "MPI_Allgatherv");
+    });
   }
 
   void broadcast(uint8_t* buf, int64_t bytes, int root) override {
     if (rank_ == root) counts_->bytes_sent += bytes * (ranks_ - 1);
     ++counts_->calls;
-    const double t0 = MPI_Wtime();
-    check(MPI_Bcast(buf, to_int(bytes, "broadcast"), MPI_BYTE, root, comm_), "MPI_Bcast");
-    counts_->seconds += MPI_Wtime() - t0;
+    timed([&] {
+      check(MPI_Bcast(buf, to_int(bytes, "broadcast"), MPI_BYTE, root, comm_), "MPI_Bcast");
+    });
   }
+
+  void set_barrier_before_moves(bool on) override { barrier_flag_ = on; }
 
   void abort(int exit_status) override { MPI_Abort(MPI_COMM_WORLD, exit_status); }
 
@@ -118,7 +123,7 @@ class MpiTransport final : public Transport {
     MPI_Comm sub = MPI_COMM_NULL;
     check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split");
     if (sub == MPI_COMM_NULL) return nullptr;
-    return std::make_unique<MpiTransport>(sub, counts_);
+    return std::make_unique<MpiTransport>(sub, counts_, barrier_);
   }
 
   double max(double v) override {
@@ -133,12 +138,26 @@ class MpiTransport final : public Transport {
   }
 
  private:
+  // One moving call, timed; after the barrier when it is on.
+  template <class Call>
+  void timed(const Call& call) {
+    if (*barrier_) {
+      const double w0 = MPI_Wtime();
+      check(MPI_Barrier(comm_), "MPI_Barrier");
+      counts_->wait_seconds += MPI_Wtime() - w0;
+    }
+    const double t0 = MPI_Wtime();
+    call();
+    counts_->seconds += MPI_Wtime() - t0;
+  }
   static void convert(std::span<const int64_t> in, std::vector<int>& out, const char* what) {
     out.resize(in.size());
     for (size_t q = 0; q < in.size(); ++q) out[q] = to_int(in[q], what);
   }
   MPI_Comm comm_ = MPI_COMM_WORLD;
   TransportStats* counts_ = &stats_;  // the world transport's stats
+  bool barrier_flag_ = false;         // the world transport's setting
+  const bool* barrier_ = &barrier_flag_;
   int rank_ = 0, ranks_ = 1;
   bool owns_init_ = false;
   std::vector<int> sc_, sd_, rc_, rd_;

@@ -28,8 +28,11 @@ struct TransportStats {
   int64_t bytes_sent = 0;
   int64_t calls = 0;
   // Wall seconds spent inside the moving calls (alltoallv, allgatherv,
-  // broadcast; MPI_Wtime), waiting for slower ranks included.
+  // broadcast; MPI_Wtime): waiting for slower ranks included, unless a
+  // barrier before each call takes the waiting (set_barrier_before_moves).
   double seconds = 0.0;
+  // With that barrier: the seconds spent in it, waiting for the slowest rank.
+  double wait_seconds = 0.0;
 };
 
 class Transport {
@@ -74,6 +77,13 @@ class Transport {
   virtual void exit_after_interrupt(int /*exit_status*/) {}
 
   const TransportStats& stats() const { return stats_; }
+
+  // MPI: every rank meets at a barrier (its time counted apart, in
+  // wait_seconds) before each moving call, so `seconds` counts the transfer
+  // alone, the quantity a network model prices, and a probe measures. Costs
+  // a barrier per call; off by default. Applies to transports split later
+  // too. One rank: nothing to wait for (a no-op).
+  virtual void set_barrier_before_moves(bool /*on*/) {}
 
  protected:
   TransportStats stats_;

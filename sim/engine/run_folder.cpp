@@ -113,10 +113,12 @@ void open_run_files(const RunContext& run, RunFiles& files) {
   // beside them; logged bytes count every worker, MPI bytes only what crosses
   // between ranks (workers of one rank share memory). Last, the seconds spent
   // inside MPI during the optimizer's exchanges (rank 0, and the max over
-  // ranks): what model_comm_s predicts (waiting for slower ranks included).
+  // ranks): what model_comm_s predicts (waiting for slower ranks included,
+  // unless --barrier-before-exchanges takes the waiting into
+  // mpi_wait_s_rank0, the seconds rank 0 spent in those barriers; 0 without).
   files.transport_csv << "step,wall_step_s,mpi_bytes_rank0,mpi_bytes_all_ranks,mpi_calls_rank0,"
                          "model_bytes_per_worker,model_comm_s,model_step_s,mpi_comm_s_rank0,"
-                         "mpi_comm_s_max\n";
+                         "mpi_comm_s_max,mpi_wait_s_rank0\n";
   // Each header that was written is the first whole content its file is cut
   // back to after a failed write.
   files.header_failure = files.flush(files.good_bytes);

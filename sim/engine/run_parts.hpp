@@ -218,6 +218,7 @@ struct PhaseTotals {
 
 struct MeasuredTotals {
   double wall_s = 0, bytes_rank0 = 0, bytes_all = 0, calls_rank0 = 0, comm_s_rank0 = 0;
+  double wait_s_rank0 = 0;  // in the barriers of --barrier-before-exchanges
 };
 
 // What the step loop leaves for the summary.

@@ -23,9 +23,11 @@ void measure_step(const RunContext& run, const StepMetrics& m, Clock::time_point
   totals.calls_rank0 += calls;
   const double comm_max = transport.max(m.transport_s);
   totals.comm_s_rank0 += m.transport_s;
+  totals.wait_s_rank0 += m.transport_wait_s;
   csv << m.step << ',' << fmt(wall) << ',' << fmt(bytes) << ',' << fmt(bytes_all) << ','
       << fmt(calls) << ',' << fmt(m.bytes_sent) << ',' << fmt(m.comm_s) << ',' << fmt(m.step_s)
-      << ',' << fmt(m.transport_s) << ',' << fmt(comm_max) << '\n';
+      << ',' << fmt(m.transport_s) << ',' << fmt(comm_max) << ',' << fmt(m.transport_wait_s)
+      << '\n';
 }
 
 StepMetrics take_step(const RunContext& run, RunFiles& files, RunTally& tally) {

@@ -69,6 +69,7 @@ Json measured_totals(const RunContext& run, const MeasuredTotals& totals) {
           {"mpi_bytes_all_ranks", totals.bytes_all},
           {"mpi_calls_rank0", totals.calls_rank0},
           {"mpi_comm_s_rank0", totals.comm_s_rank0},
+          {"mpi_wait_s_rank0", totals.wait_s_rank0},
           // Per-worker gradient / local-parameter buffers
           // rank 0 holds: its block of workers only.
           {"cluster_worker_buffer_bytes_rank0", run.sim.cluster().worker_buffer_bytes()},

@@ -99,9 +99,9 @@ void Simulation::compute_gradients() {
     // Under MPI the streamed mean's exchange across ranks (the optimizer's
     // allreduce, folded into the gradients' computation) happens here: its
     // seconds count with the optimizer's exchanges.
-    const double transport_before_s = comm_.transport().stats().seconds;
+    const TransportStats before = comm_.transport().stats();
     cluster_->compute_gradient_mean(step_, norm_due);
-    streamed_transport_s_ = comm_.transport().stats().seconds - transport_before_s;
+    streamed_transport_ = since(before);
   } else {
     cluster_->compute_gradients(step_);
   }
@@ -124,15 +124,26 @@ void Simulation::compute_gradients() {
   }
 }
 
+TransportStats Simulation::since(const TransportStats& before) const {
+  const TransportStats& now = comm_.transport().stats();
+  TransportStats d;
+  d.bytes_sent = now.bytes_sent - before.bytes_sent;
+  d.calls = now.calls - before.calls;
+  d.seconds = now.seconds - before.seconds;
+  d.wait_seconds = now.wait_seconds - before.wait_seconds;
+  return d;
+}
+
 void Simulation::step_optimizer() {
   // Every byte the optimizer moves is logged by the communicator.
   comm_.begin_step(step_);
   StepContext ctx{step_, *cluster_, comm_};
-  const double transport_before_s = comm_.transport().stats().seconds;
+  const TransportStats before = comm_.transport().stats();
   optimizer_->step(ctx);
-  last_.transport_s =
-      streamed_transport_s_ + (comm_.transport().stats().seconds - transport_before_s);
-  streamed_transport_s_ = 0.0;
+  const TransportStats own = since(before);
+  last_.transport_s = streamed_transport_.seconds + own.seconds;
+  last_.transport_wait_s = streamed_transport_.wait_seconds + own.wait_seconds;
+  streamed_transport_ = {};
   last_.phase = optimizer_->phase();
 }
 

@@ -40,6 +40,9 @@ struct StepMetrics {
   // ranks included (the measured counterpart of comm_s; not deterministic,
   // never in metrics.csv).
   double transport_s = 0.0;
+  // With a barrier before each exchange (--barrier-before-exchanges): the
+  // seconds spent in those barriers, waiting for the slowest rank.
+  double transport_wait_s = 0.0;
 };
 
 class Simulation {
@@ -86,6 +89,8 @@ class Simulation {
   // The parts of step(), in order; each fills its fields of last_.
   void compute_gradients();
   void step_optimizer();
+  // The transport's counts since `before` (this step's share).
+  TransportStats since(const TransportStats& before) const;
   void count_traffic(size_t log_before);
   void price_step_time(size_t log_before);
   void evaluate_if_due();
@@ -97,9 +102,9 @@ class Simulation {
   Communicator comm_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<float> mean_grad_;
-  // Seconds in the transport while the streamed mean was folded this step
-  // (its exchange across ranks), added to StepMetrics::transport_s.
-  double streamed_transport_s_ = 0.0;
+  // The transport's counts while the streamed mean was folded this step (its
+  // exchange across ranks), added to StepMetrics::transport_s and _wait_s.
+  TransportStats streamed_transport_;
   bool timed_ = false;
   bool evaluates_ = true;
   Topology topology_;

@@ -24,12 +24,21 @@ constexpr ParamSpec kSpecs[] = {
     {"inter_latency_us", 1e-3, 1e6},     {"inter_bandwidth_gbps", 1e-3, 1e7},
     {"allreduce_efficiency", 1e-2, 1e2}, {"allgather_efficiency", 1e-2, 1e2},
     {"reduce_scatter_efficiency", 1e-2, 1e2}, {"alltoall_efficiency", 1e-2, 1e2},
+    {"intra_rendezvous_latency_us", 1e-3, 1e6}, {"inter_rendezvous_latency_us", 1e-3, 1e6},
 };
+// Indices into kSpecs: the four link values, the four efficiencies, then the
+// two rendezvous latencies (free only where a protocol switch is fitted).
+constexpr int kFirstEfficiency = 4, kFirstRendezvous = 8;
+bool is_latency(int spec) { return spec == 0 || spec == 2 || spec >= kFirstRendezvous; }
+// A switch's size is not fitted by Levenberg–Marquardt (the residuals are
+// steps in it): it is chosen among the measured message sizes.
+constexpr const char* kSwitchBytes[] = {"intra_rendezvous_bytes", "inter_rendezvous_bytes"};
+constexpr double kSwitchBytesMax = 1e15;
 constexpr int kParamCount = static_cast<int>(std::size(kSpecs));
 // Where the determinability check looks at the model: a typical cluster, the
 // node's NIC slower than the links inside it (so a flat ring across nodes runs
 // on the NIC, as it does on every preset).
-constexpr double kReference[kParamCount] = {3, 1000, 30, 10, 1, 1, 1, 1};
+constexpr double kReference[kParamCount] = {3, 1000, 30, 10, 1, 1, 1, 1, 10, 100};
 
 int param_index(const std::string& name) {
   for (int i = 0; i < kParamCount; ++i)
@@ -49,6 +58,10 @@ Topology topology_for(const Measurement& m, const std::map<std::string, double>&
   t.intra_bytes_per_s = v.at("intra_bandwidth_gbps") * kBytesPerSPerGbps;
   t.inter_latency_s = v.at("inter_latency_us") * 1e-6;
   t.inter_bytes_per_s = v.at("inter_bandwidth_gbps") * kBytesPerSPerGbps;
+  t.intra_rendezvous_bytes = v.at("intra_rendezvous_bytes");
+  t.intra_rendezvous_latency_s = v.at("intra_rendezvous_latency_us") * 1e-6;
+  t.inter_rendezvous_bytes = v.at("inter_rendezvous_bytes");
+  t.inter_rendezvous_latency_s = v.at("inter_rendezvous_latency_us") * 1e-6;
   t.allreduce = allreduce;
   t.efficiency.allreduce = v.at("allreduce_efficiency");
   t.efficiency.allgather = v.at("allgather_efficiency");
@@ -141,7 +154,8 @@ Eigen::VectorXd fit_from_starts(const FitProblem& p) {
   const size_t n = p.free.size();
   std::vector<int> two_way;
   for (size_t k = 0; k < n; ++k)
-    if (p.free[k] < 4) two_way.push_back(static_cast<int>(k));
+    if (p.free[k] < kFirstEfficiency || p.free[k] >= kFirstRendezvous)
+      two_way.push_back(static_cast<int>(k));
   Eigen::VectorXd best;
   double best_cost = std::numeric_limits<double>::infinity();
   for (int mask = 0; mask < (1 << two_way.size()); ++mask) {
@@ -149,7 +163,7 @@ Eigen::VectorXd fit_from_starts(const FitProblem& p) {
     for (size_t k = 0; k < n; ++k) start[k] = 0.0;  // efficiencies: log 1
     for (size_t b = 0; b < two_way.size(); ++b) {
       const int k = two_way[b];
-      const bool latency = p.free[k] == 0 || p.free[k] == 2;
+      const bool latency = is_latency(p.free[k]);
       const bool high = (mask >> b) & 1;
       start[k] = std::log(latency ? (high ? 30.0 : 1.0) : (high ? 1000.0 : 10.0));
     }
@@ -293,29 +307,51 @@ double predicted_time_s(const Measurement& m, const std::map<std::string, double
 namespace {
 
 // The problem for one algorithm: free = link parameters not fixed, plus the
-// efficiencies in `efficiencies`.
+// efficiencies in `efficiencies`, plus the rendezvous latency of each level
+// whose switch size (fixed, or `switches`: level index -> bytes) is > 0.
 FitProblem make_problem(const std::vector<Measurement>& pts, const CalibrationOptions& o,
-                        const std::string& algo, const std::set<std::string>& efficiencies) {
+                        const std::string& algo, const std::set<std::string>& efficiencies,
+                        const std::map<int, double>& switches = {}) {
   FitProblem p;
   p.points = &pts;
   for (size_t i = 0; i < pts.size(); ++i) p.use.push_back(i);
   p.allreduce = algo;
   for (int i = 0; i < kParamCount; ++i) p.base[kSpecs[i].name] = kReference[i];
-  for (int i = 4; i < kParamCount; ++i) p.base[kSpecs[i].name] = 1.0;
+  for (int i = kFirstEfficiency; i < kFirstRendezvous; ++i) p.base[kSpecs[i].name] = 1.0;
+  for (int level = 0; level < 2; ++level) {
+    const auto chosen = switches.find(level);
+    p.base[kSwitchBytes[level]] = chosen == switches.end() ? 0.0 : chosen->second;
+  }
   for (const auto& [name, value] : o.fixed) p.base[name] = value;
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < kFirstEfficiency; ++i)
     if (!o.fixed.count(kSpecs[i].name)) p.free.push_back(i);
   for (const auto& e : efficiencies)
     if (!o.fixed.count(e)) p.free.push_back(param_index(e));
+  for (int level = 0; level < 2; ++level) {
+    const int latency = kFirstRendezvous + level;
+    if (p.base[kSwitchBytes[level]] > 0 && !o.fixed.count(kSpecs[latency].name))
+      p.free.push_back(latency);
+  }
   return p;
+}
+
+bool is_switch_bytes(const std::string& name) {
+  return name == kSwitchBytes[0] || name == kSwitchBytes[1];
 }
 
 void check_options(const CalibrationOptions& o) {
   for (const auto& [name, value] : o.fixed) {
+    if (is_switch_bytes(name)) {
+      if (!(value >= 0 && value <= kSwitchBytesMax))
+        config_fail("--fix " + name, Json(value),
+                    "must lie in [0, 1e15] (0: no protocol switch at that level)");
+      continue;
+    }
     const int i = param_index(name);
     if (i < 0) {
       std::vector<std::string> names;
       for (const auto& s : kSpecs) names.push_back(s.name);
+      for (const char* b : kSwitchBytes) names.push_back(b);
       config_fail("--fix " + name, Json(value), one_of_message(name, names));
     }
     if (!(value >= kSpecs[i].lo && value <= kSpecs[i].hi))
@@ -376,6 +412,48 @@ void leave_one_out(const std::vector<Measurement>& pts, const FitProblem& full, 
   }
 }
 
+// The protocol switch of each level, where the data call for one: each
+// message size measured at that level (a collective's bytes per rank, the
+// largest excepted) is tried as the switch's size, the rendezvous latency
+// fitted with everything else; the best is kept when it lowers the rms error
+// by o.efficiency_gain, as an efficiency is. A size given with --fix is used
+// as given (0: none).
+void choose_switches(const std::vector<Measurement>& pts, const CalibrationOptions& o,
+                     FitProblem& best_problem, FitOutcome& best) {
+  std::set<std::string> effs;
+  for (int i : best_problem.free)
+    if (i >= kFirstEfficiency && i < kFirstRendezvous) effs.insert(kSpecs[i].name);
+  std::map<int, double> chosen;
+  for (int level = 0; level < 2; ++level) {
+    if (o.fixed.count(kSwitchBytes[level])) continue;
+    std::set<double> sizes;
+    for (const auto& m : pts)
+      if ((level == 0) == (m.nodes == 1)) sizes.insert(m.bytes / (m.nodes * m.gpus_per_node));
+    if (sizes.size() < 3) continue;  // a step needs sizes on both sides and a slope
+    sizes.erase(std::prev(sizes.end()));
+    FitOutcome level_best = best;
+    FitProblem level_problem = best_problem;
+    double size = 0;
+    for (double candidate : sizes) {
+      auto with = chosen;
+      with[level] = candidate;
+      const FitProblem p = make_problem(pts, o, best_problem.allreduce, effs, with);
+      if (!undetermined(p).empty()) continue;
+      const FitOutcome f = solve(p);
+      if (f.rms < level_best.rms) {
+        level_best = f;
+        level_problem = p;
+        size = candidate;
+      }
+    }
+    if (size > 0 && best.rms - level_best.rms >= o.efficiency_gain) {
+      chosen[level] = size;
+      best = level_best;
+      best_problem = level_problem;
+    }
+  }
+}
+
 }  // namespace
 
 Calibration calibrate(const std::vector<Measurement>& pts, const CalibrationOptions& o) {
@@ -421,7 +499,10 @@ Calibration calibrate(const std::vector<Measurement>& pts, const CalibrationOpti
     }
   }
   if (c.tried.empty()) throw ConfigError("calibrate" + sources_of(pts) + ": " + first_error, "--fix");
+  choose_switches(pts, o, best_problem, best);
   c.values = best.values;
+  for (const char* b : kSwitchBytes)
+    c.how[b] = o.fixed.count(b) ? "fixed" : c.values.at(b) > 0 ? "fitted" : "none";
   c.allreduce = best_problem.allreduce;
   for (int i = 0; i < kParamCount; ++i) {
     const std::string name = kSpecs[i].name;

@@ -11,7 +11,10 @@
 // that was fitted is exactly the one that prices runs. It minimises the sum of
 // squared relative errors (model / measured − 1): a 10 µs message and a 1 s
 // one count alike. Parameters are fitted in log space (they stay positive),
-// by Levenberg–Marquardt from several starting points.
+// by Levenberg–Marquardt from several starting points. A protocol switch's
+// size (a step in latency, network.hpp) is chosen among the measured message
+// sizes, the one that fits best, kept only where it lowers the error as an
+// efficiency must.
 #pragma once
 
 #include <map>
@@ -41,6 +44,12 @@ inline constexpr const char* kLinkParameters[] = {"intra_latency_us", "intra_ban
 inline constexpr const char* kEfficiencyParameters[] = {
     "allreduce_efficiency", "allgather_efficiency", "reduce_scatter_efficiency",
     "alltoall_efficiency"};
+// The protocol switch of each level (network.hpp): its size, chosen among the
+// measured message sizes where a step in the data calls for one (or given
+// with --fix; 0: none), and the latency above it, fitted.
+inline constexpr const char* kSwitchParameters[] = {
+    "intra_rendezvous_bytes", "intra_rendezvous_latency_us", "inter_rendezvous_bytes",
+    "inter_rendezvous_latency_us"};
 
 struct CalibrationOptions {
   // Parameters held at a given value instead of fitted (network field name ->
@@ -68,8 +77,11 @@ struct AlgorithmScore {
 };
 
 struct Calibration {
-  std::map<std::string, double> values;  // every kLinkParameters and kEfficiencyParameters entry
-  std::map<std::string, std::string> how;  // per value: "fitted", "fixed" or "bound" (at a limit)
+  // every kLinkParameters, kEfficiencyParameters and kSwitchParameters entry
+  std::map<std::string, double> values;
+  // per value: "fitted", "fixed", "bound" (at a limit), "default" (not used),
+  // or for a switch size "none"
+  std::map<std::string, std::string> how;
   std::string allreduce = "ring";
   int gpus_per_node = 1;
   std::vector<PointFit> points;

@@ -68,6 +68,21 @@ Schema<NetworkOptions> NetworkOptions::schema() {
           "bandwidth of a node's network interface, shared by its devices (Gbit/s); 0: the "
           "preset's",
           {rules::at_least(0.0)});
+  for (const char* level : {"intra", "inter"}) {
+    const bool intra = std::string_view(level) == "intra";
+    s.field(std::string(level) + "_rendezvous_bytes",
+            intra ? &O::intra_rendezvous_bytes : &O::inter_rendezvous_bytes,
+            std::string("protocol switch ") + (intra ? "inside a node" : "between nodes") +
+                ": a message of more bytes than this pays " + level +
+                "_rendezvous_latency_us instead of " + level +
+                "_latency_us (MPI's eager/rendezvous step); 0: the network file's, else none",
+            {rules::at_least(0.0)});
+    s.field(std::string(level) + "_rendezvous_latency_us",
+            intra ? &O::intra_rendezvous_latency_us : &O::inter_rendezvous_latency_us,
+            std::string("latency of a message above ") + level +
+                "_rendezvous_bytes (us); 0: the network file's",
+            {rules::at_least(0.0)});
+  }
   s.field("allreduce", &O::allreduce,
           "how allreduces are priced: as_logged (the algorithm the communicator recorded), "
           "ring, tree (halving-doubling) or hierarchical (reduce-scatter in the node, allreduce "
@@ -134,6 +149,42 @@ Schema<ComputeOptions> ComputeOptions::schema() {
   return s;
 }
 
+namespace {
+
+// The protocol switch of each level: the options' values, else the preset's
+// (a network file's); a switch needs both its size and its latency.
+void resolve_switches(const NetworkOptions& o, const NetworkPreset* preset, Topology& t) {
+  struct Level {
+    const char* name;
+    double given_bytes, given_latency_us, preset_bytes, preset_latency_us;
+    double &bytes, &latency_s;
+  };
+  Level levels[] = {
+      {"intra", o.intra_rendezvous_bytes, o.intra_rendezvous_latency_us,
+       preset ? preset->intra_rendezvous_bytes : 0, preset ? preset->intra_rendezvous_latency_us : 0,
+       t.intra_rendezvous_bytes, t.intra_rendezvous_latency_s},
+      {"inter", o.inter_rendezvous_bytes, o.inter_rendezvous_latency_us,
+       preset ? preset->inter_rendezvous_bytes : 0, preset ? preset->inter_rendezvous_latency_us : 0,
+       t.inter_rendezvous_bytes, t.inter_rendezvous_latency_s},
+  };
+  for (Level& l : levels) {
+    const double bytes = l.given_bytes > 0 ? l.given_bytes : l.preset_bytes;
+    const double latency_us = l.given_latency_us > 0 ? l.given_latency_us : l.preset_latency_us;
+    const std::string b = std::string("network.") + l.name + "_rendezvous_bytes";
+    const std::string a = std::string("network.") + l.name + "_rendezvous_latency_us";
+    if (bytes > 0 && !(latency_us > 0))
+      config_fail(a, Json(l.given_latency_us), "must be > 0 when " + b + " is given (a protocol "
+                  "switch needs the size and the latency above it)");
+    if (latency_us > 0 && !(bytes > 0))
+      config_fail(b, Json(l.given_bytes), "must be > 0 when " + a + " is given (a protocol "
+                  "switch needs the size and the latency above it)");
+    l.bytes = bytes;
+    l.latency_s = latency_us * 1e-6;
+  }
+}
+
+}  // namespace
+
 Topology make_topology(const NetworkOptions& o, int64_t workers) {
   Topology t;
   t.name = o.preset;
@@ -186,6 +237,7 @@ Topology make_topology(const NetworkOptions& o, int64_t workers) {
   t.inter_bytes_per_s = pick(o.inter_bandwidth_gbps, preset ? preset->inter_bandwidth_gbps : 0,
                              "inter_bandwidth_gbps") *
                         kGbpsToBytesPerS;
+  resolve_switches(o, preset, t);
   t.source = preset ? preset->source : "custom values";
   if (workers <= g) {
     t.nodes = 1;
@@ -205,25 +257,45 @@ namespace {
 
 struct Link {
   double alpha_s, bytes_per_s;
+  // The protocol switch: 0 = none.
+  double rendezvous_bytes = 0, rendezvous_alpha_s = 0;
+  // The latency of one message of `message_bytes`.
+  double alpha(double message_bytes) const {
+    return rendezvous_bytes > 0 && message_bytes > rendezvous_bytes ? rendezvous_alpha_s : alpha_s;
+  }
 };
 
+Link intra_link(const Topology& t) {
+  return {t.intra_latency_s, t.intra_bytes_per_s, t.intra_rendezvous_bytes,
+          t.intra_rendezvous_latency_s};
+}
+Link inter_link(const Topology& t) {
+  return {t.inter_latency_s, t.inter_bytes_per_s, t.inter_rendezvous_bytes,
+          t.inter_rendezvous_latency_s};
+}
+
+// `rounds` messages of factor·s / rounds bytes each.
 double ring_like(int p, double s, Link l, double rounds, double factor) {
   if (p <= 1) return 0.0;
-  return rounds * l.alpha_s + factor * s / l.bytes_per_s;
+  return rounds * l.alpha(factor * s / rounds) + factor * s / l.bytes_per_s;
 }
 
 // The link a collective over `ranks` ranks of scope `scope` runs on.
 Link link_for(const CommRecord& r, const Topology& t) {
-  const Link intra{t.intra_latency_s, t.intra_bytes_per_s};
-  const Link inter{t.inter_latency_s, t.inter_bytes_per_s};
+  const Link intra = intra_link(t);
+  Link inter = inter_link(t);
   const std::string_view scope(r.scope);
   if (scope == "intra") return intra;
   // The `groups` inter-node groups of a record (one per local rank, as in
   // LoCo's second stage) share each node's NIC: each gets 1/groups of it.
-  if (scope == "inter") return {inter.alpha_s, inter.bytes_per_s / std::max(1, r.groups)};
+  if (scope == "inter") {
+    inter.bytes_per_s /= std::max(1, r.groups);
+    return inter;
+  }
   // "all": the ranks span every node when there is more than one.
   if (t.nodes <= 1) return intra;
-  return {inter.alpha_s, std::min(intra.bytes_per_s, inter.bytes_per_s)};
+  inter.bytes_per_s = std::min(intra.bytes_per_s, inter.bytes_per_s);
+  return inter;
 }
 
 double allreduce_time(const CommRecord& r, const Topology& t, std::string_view algo) {
@@ -232,13 +304,12 @@ double allreduce_time(const CommRecord& r, const Topology& t, std::string_view a
   if (p <= 1) return 0.0;
   if (algo == "hierarchical" && std::string_view(r.scope) == "all" && t.nodes > 1) {
     const int g = t.gpus_per_node, nodes = t.nodes;
-    const Link intra{t.intra_latency_s, t.intra_bytes_per_s};
     // reduce-scatter and allgather inside the node on S
-    const double rs = ring_like(g, s, intra, g - 1, static_cast<double>(g - 1) / g);
-    // allreduce across nodes on S/g per GPU; the g GPUs share the NIC, so
-    // each gets inter/g: 2(N−1)/N · (S/g)/(B/g) = 2(N−1)/N · S/B
-    const double ar =
-        2.0 * (nodes - 1) * t.inter_latency_s + 2.0 * (nodes - 1) / nodes * s / t.inter_bytes_per_s;
+    const double rs = ring_like(g, s, intra_link(t), g - 1, static_cast<double>(g - 1) / g);
+    // allreduce across nodes on S/g per GPU, messages of S/(g·N); the g GPUs
+    // share the NIC, so each gets inter/g: 2(N−1)/N · (S/g)/(B/g) = 2(N−1)/N · S/B
+    const double ar = 2.0 * (nodes - 1) * inter_link(t).alpha(s / g / nodes) +
+                      2.0 * (nodes - 1) / nodes * s / t.inter_bytes_per_s;
     return rs + ar + rs;
   }
   const Link l = link_for(r, t);
@@ -268,9 +339,9 @@ double alpha_beta_time_s(const CommRecord& r, const Topology& t) {
     // Across nodes the NIC carries the off-node part of all g ranks' traffic.
     const int g = t.gpus_per_node;
     const double off_node = g * s * static_cast<double>(p - g) / p;
-    return std::max(base, (p - 1) * t.inter_latency_s + off_node / t.inter_bytes_per_s);
+    return std::max(base, (p - 1) * inter_link(t).alpha(s / p) + off_node / t.inter_bytes_per_s);
   }
-  if (op == "broadcast") return ceil_log2(p) * (l.alpha_s + s / l.bytes_per_s);
+  if (op == "broadcast") return ceil_log2(p) * (l.alpha(s) + s / l.bytes_per_s);
   return 0.0;
 }
 

@@ -23,6 +23,16 @@
 // A collective whose ranks span nodes uses the slowest link on its path: a flat
 // ring across nodes runs at min(intra, inter) bandwidth with the inter-node
 // latency, since every inter-node hop carries the full ring traffic.
+//
+// The protocol switch (optional, per level; off in every preset): MPI and
+// NCCL send small messages eagerly and larger ones after a handshake
+// (rendezvous), so above `rendezvous_bytes` a message pays the rendezvous
+// latency instead of α. The message size is the collective's bytes per
+// round, factor·S / rounds (a ring's S/p; halving-doubling's mean message).
+// Without a switch every α is the level's one latency, so a model without
+// one prices to the same bits as before the switch existed. `bitlab
+// calibrate` fits a switch where the measurements show a step (a 2-rank
+// probe of Open MPI's shared memory: about 0.5 µs up to 4 KB, 6 µs above).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +51,12 @@ struct NetworkOptions {
   double intra_bandwidth_gbps = 0;
   double inter_latency_us = 0;
   double inter_bandwidth_gbps = 0;      // per node (the NIC shared by its GPUs)
+  // The protocol switch (above): a message of more than *_rendezvous_bytes
+  // pays *_rendezvous_latency_us; 0 and 0: the preset's or file's (none).
+  double intra_rendezvous_bytes = 0;
+  double intra_rendezvous_latency_us = 0;
+  double inter_rendezvous_bytes = 0;
+  double inter_rendezvous_latency_us = 0;
   std::string allreduce = "as_logged";  // as_logged | ring | tree | hierarchical
   // Each collective's time is the α-β time / its efficiency (a fitted
   // correction, `bitlab calibrate`); 0: the preset's or file's (1 for presets).
@@ -87,6 +103,9 @@ struct Topology {
   double intra_bytes_per_s = 0;
   double inter_latency_s = 0;
   double inter_bytes_per_s = 0;  // the node's NIC
+  // The protocol switch: 0 bytes = none (every message pays *_latency_s).
+  double intra_rendezvous_bytes = 0, intra_rendezvous_latency_s = 0;
+  double inter_rendezvous_bytes = 0, inter_rendezvous_latency_s = 0;
   std::string allreduce = "as_logged";
   CollectiveEfficiency efficiency;
   std::string source;  // where the preset's (or network file's) numbers come from
@@ -98,6 +117,9 @@ struct NetworkPreset {
   double intra_latency_us, intra_bandwidth_gbps;
   double inter_latency_us, inter_bandwidth_gbps;
   std::string source;
+  // The protocol switch (network files only; the presets have none).
+  double intra_rendezvous_bytes = 0, intra_rendezvous_latency_us = 0;
+  double inter_rendezvous_bytes = 0, inter_rendezvous_latency_us = 0;
 };
 const std::vector<NetworkPreset>& network_presets();
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 namespace bitlab {
 
@@ -47,7 +48,8 @@ NetworkFile read_network_file(const std::string& path) {
   static const std::vector<std::string> kKeys = {
       "gpus_per_node", "intra_latency_us", "intra_bandwidth_gbps", "inter_latency_us",
       "inter_bandwidth_gbps", "allreduce", "allreduce_efficiency", "allgather_efficiency",
-      "reduce_scatter_efficiency", "alltoall_efficiency"};
+      "reduce_scatter_efficiency", "alltoall_efficiency", "intra_rendezvous_bytes",
+      "intra_rendezvous_latency_us", "inter_rendezvous_bytes", "inter_rendezvous_latency_us"};
   for (const auto& [key, value] : net.items()) {
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end())
       file_fail(path, "network." + key + ": unknown key; " + one_of_message(key, kKeys));
@@ -66,6 +68,20 @@ NetworkFile read_network_file(const std::string& path) {
   f.links.intra_bandwidth_gbps = positive(net, path, "intra_bandwidth_gbps");
   f.links.inter_latency_us = positive(net, path, "inter_latency_us");
   f.links.inter_bandwidth_gbps = positive(net, path, "inter_bandwidth_gbps");
+  for (const char* level : {"intra", "inter"}) {
+    // A protocol switch: both keys or neither.
+    const std::string b = std::string(level) + "_rendezvous_bytes";
+    const std::string a = std::string(level) + "_rendezvous_latency_us";
+    if (net.contains(b) != net.contains(a))
+      file_fail(path, "network." + (net.contains(b) ? a : b) + ": missing (a protocol switch "
+                      "needs " + b + " and " + a + ")");
+    if (!net.contains(b)) continue;
+    const bool intra = std::string_view(level) == "intra";
+    (intra ? f.links.intra_rendezvous_bytes : f.links.inter_rendezvous_bytes) =
+        positive(net, path, b.c_str());
+    (intra ? f.links.intra_rendezvous_latency_us : f.links.inter_rendezvous_latency_us) =
+        positive(net, path, a.c_str());
+  }
   const Json algo = net.value("allreduce", Json("ring"));
   if (algo != "ring" && algo != "tree" && algo != "hierarchical")
     file_fail(path, "network.allreduce = " + show_value(algo) +
@@ -89,6 +105,15 @@ Json network_file_json(const NetworkFile& f, const Json& fit) {
   net["intra_bandwidth_gbps"] = f.links.intra_bandwidth_gbps;
   net["inter_latency_us"] = f.links.inter_latency_us;
   net["inter_bandwidth_gbps"] = f.links.inter_bandwidth_gbps;
+  // The protocol switches, where fitted (a file without them has none).
+  if (f.links.intra_rendezvous_bytes > 0) {
+    net["intra_rendezvous_bytes"] = f.links.intra_rendezvous_bytes;
+    net["intra_rendezvous_latency_us"] = f.links.intra_rendezvous_latency_us;
+  }
+  if (f.links.inter_rendezvous_bytes > 0) {
+    net["inter_rendezvous_bytes"] = f.links.inter_rendezvous_bytes;
+    net["inter_rendezvous_latency_us"] = f.links.inter_rendezvous_latency_us;
+  }
   net["allreduce"] = f.allreduce;
   net["allreduce_efficiency"] = f.efficiency.allreduce;
   net["allgather_efficiency"] = f.efficiency.allgather;

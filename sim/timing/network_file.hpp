@@ -8,7 +8,9 @@
 //   {"format": "bitlab-network-1", "name": "...", "source": "...",
 //    "network": {"gpus_per_node": 4, "intra_latency_us": ..., "intra_bandwidth_gbps": ...,
 //                "inter_latency_us": ..., "inter_bandwidth_gbps": ...,
-//                "allreduce": "ring", "allreduce_efficiency": 1, ...},
+//                "allreduce": "ring", "allreduce_efficiency": 1, ...,
+//                optional, both or neither per level: "intra_rendezvous_bytes": 2048,
+//                "intra_rendezvous_latency_us": ...},
 //    "fit": {...}}   (the fit's report; not read back)
 #pragma once
 
