@@ -317,6 +317,114 @@ TEST_SUITE("calibrate") {
     CHECK(error_of([&] { make_topology(o, 64); }).find("bitlab calibrate") != std::string::npos);
   }
 
+  TEST_CASE("a protocol switch prices as worked by hand; each half alone is refused") {
+    // 1 µs up to 4096 B a message, 10 µs above; 8 Gbit/s = 1e9 B/s, so
+    // 1 byte = 1 ns.
+    NetworkOptions o;
+    o.preset = "custom";
+    o.gpus_per_node = 4;
+    o.intra_latency_us = 1;
+    o.intra_bandwidth_gbps = 8;
+    o.inter_latency_us = 1;
+    o.inter_bandwidth_gbps = 8;
+    o.intra_rendezvous_bytes = 4096;
+    o.intra_rendezvous_latency_us = 10;
+    const Topology two = make_topology(o, 2);
+    CommRecord r;
+    r.op = "allgather";
+    r.scope = "all";
+    r.ranks = 2;
+    r.payload_bytes = 8192;  // messages of 4096 B: eager, 1 µs + 4096 ns
+    CHECK(collective_time_s(r, two) * 1e6 == doctest::Approx(1 + 4.096));
+    r.payload_bytes = 16384;  // messages of 8192 B: 10 µs + 8192 ns
+    CHECK(collective_time_s(r, two) * 1e6 == doctest::Approx(10 + 8.192));
+    // Ring allreduce on 4 ranks of 65536 B: 6 messages of 16384 B (above
+    // the switch) and 2·3/4 · 65536 B on the wire: 60 µs + 98.304 µs.
+    r.op = "allreduce";
+    r.algorithm = "ring";
+    r.ranks = 4;
+    r.payload_bytes = 65536;
+    CHECK(collective_time_s(r, make_topology(o, 4)) * 1e6 == doctest::Approx(60 + 98.304));
+    // Without the switch the same record pays 1 µs a message: 6 + 98.304.
+    NetworkOptions plain = o;
+    plain.intra_rendezvous_bytes = 0;
+    plain.intra_rendezvous_latency_us = 0;
+    CHECK(collective_time_s(r, make_topology(plain, 4)) * 1e6 == doctest::Approx(6 + 98.304));
+    // A switch needs its size and its latency.
+    NetworkOptions half = plain;
+    half.intra_rendezvous_bytes = 4096;
+    CHECK(error_of([&] { make_topology(half, 4); })
+              .find("network.intra_rendezvous_latency_us") != std::string::npos);
+    half = plain;
+    half.inter_rendezvous_latency_us = 30;
+    CHECK(error_of([&] { make_topology(half, 4); }).find("network.inter_rendezvous_bytes") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("calibrate finds a protocol switch where the data step, and a network file keeps it") {
+    // A 2-rank probe of all-to-all and allgather, 8 B to 4 MB, timed by a
+    // model whose latency steps from 0.5 µs to 6 µs above 4096 B a message
+    // (the shape of Open MPI's eager and rendezvous protocols).
+    std::map<std::string, double> v = truth();
+    v["intra_latency_us"] = 0.5;
+    v["intra_bandwidth_gbps"] = 80;
+    v["allgather_efficiency"] = 1;
+    v["alltoall_efficiency"] = 1;
+    v["intra_rendezvous_bytes"] = 4096;
+    v["intra_rendezvous_latency_us"] = 6;
+    v["inter_rendezvous_bytes"] = 0;
+    v["inter_rendezvous_latency_us"] = 0;
+    std::vector<Measurement> pts;
+    for (const char* c : {"allgather", "alltoall"})
+      for (double bytes = 8; bytes <= 4 << 20; bytes *= 2)
+        pts.push_back({c, 1, 2, bytes, predicted_time_s({c, 1, 2, bytes, 0, ""}, v, "ring"), "p.json"});
+    CalibrationOptions o;
+    o.fixed = {{"inter_latency_us", 10}, {"inter_bandwidth_gbps", 100}};
+    const Calibration c = calibrate(pts, o);
+    // The switch's size: the largest message measured below the step (the
+    // 8192 B collective, 4096 B a message); the others within 2 %.
+    CHECK(c.how.at("intra_rendezvous_bytes") == "fitted");
+    CHECK(c.values.at("intra_rendezvous_bytes") == 4096);
+    for (const char* name : {"intra_latency_us", "intra_bandwidth_gbps", "intra_rendezvous_latency_us"}) {
+      CAPTURE(name);
+      CHECK(std::abs(c.values.at(name) / v.at(name) - 1) < 0.02);
+    }
+    CHECK(c.max_abs_residual < 1e-6);
+    CHECK(c.how.at("inter_rendezvous_bytes") == "none");
+    // Planted: the same data without a switch (--fix intra_rendezvous_bytes=0)
+    // fit poorly; the step is what the switch describes.
+    CalibrationOptions without = o;
+    without.fixed["intra_rendezvous_bytes"] = 0;
+    const Calibration flat = calibrate(pts, without);
+    CHECK(flat.values.at("intra_rendezvous_bytes") == 0);
+    CHECK(flat.rms_residual > 0.15);
+    // Data without a step get no switch: the first test's tables are exact.
+    TempDir dir;
+    CHECK(calibrate(synthetic(dir, truth()), {}).how.at("intra_rendezvous_bytes") == "none");
+    // The network file keeps the switch, and prices with it.
+    NetworkFile nf;
+    nf.links = {"probe", 2, 0.5, 80.0, 10.0, 100.0, "test"};
+    nf.links.intra_rendezvous_bytes = 4096;
+    nf.links.intra_rendezvous_latency_us = 6;
+    const auto path = dir.file("net.json", network_file_json(nf, Json::object()).dump(2));
+    NetworkOptions from;
+    from.file = path;
+    const Topology t = make_topology(from, 2);
+    CHECK(t.intra_rendezvous_bytes == 4096);
+    CHECK(t.intra_rendezvous_latency_s == doctest::Approx(6e-6));
+    CHECK(t.inter_rendezvous_bytes == 0);
+    // One key of a switch without the other names the missing one.
+    Json j = Json::parse(bitlab::testing::slurp(path));
+    j["network"].erase("intra_rendezvous_latency_us");
+    from.file = dir.file("half.json", j.dump());
+    CHECK(error_of([&] { make_topology(from, 2); })
+              .find("network.intra_rendezvous_latency_us: missing") != std::string::npos);
+    // --fix of a switch size outside [0, 1e15] is refused.
+    CalibrationOptions bad = o;
+    bad.fixed["intra_rendezvous_bytes"] = -1;
+    CHECK(error_of([&] { calibrate(pts, bad); }).find("--fix intra_rendezvous_bytes") != std::string::npos);
+  }
+
   TEST_CASE("the 1-bit Adam paper's Table 1 fits: every row within 15 %") {
     // experiments/calibrate-table1: Adam's measured allreduce of BERT-Large's
     // fp16 gradients on 1-16 nodes (Tang et al. 2021, Table 1). One size per

@@ -286,8 +286,8 @@ TEST_SUITE("mpi") {
         // handed bytes to MPI (the exchanges really happened).
         const std::string transport = slurp(out / "transport.csv");
         CHECK(transport.rfind("step,wall_step_s,mpi_bytes_rank0", 0) == 0);
-        CHECK(transport.find(",model_comm_s,model_step_s,mpi_comm_s_rank0,mpi_comm_s_max\n") !=
-              std::string::npos);
+        CHECK(transport.find(",model_comm_s,model_step_s,mpi_comm_s_rank0,mpi_comm_s_max,"
+                             "mpi_wait_s_rank0\n") != std::string::npos);
         CHECK(std::count(transport.begin(), transport.end(), '\n') == 25);
         const std::string summary = slurp(out / "summary.json");
         CHECK(summary.find("\"mpi_bytes_rank0\"") != std::string::npos);
@@ -647,6 +647,60 @@ TEST_SUITE("mpi") {
     CHECK(a["bytes_ratio"] == b["bytes_ratio"]);
     CHECK(a["speedup"] == b["speedup"]);
     CHECK(b["status"] == "completed");
+  }
+
+  TEST_CASE("--barrier-before-exchanges: the same results, the waiting timed apart, the streamed mean's exchange counted") {
+    // Adam streams the gradients' mean: its exchange across ranks happens
+    // while the gradients are folded, outside the optimizer's step, and must
+    // still count in mpi_comm_s (it read 0 there before).
+    TempDir dir;
+    const std::string file = dir.file("e.json", experiment(R"({"name": "adam", "lr": 0.01})"));
+    const Reference ref = simulate(dir, file);
+    // Column `name` of transport.csv, one value a step.
+    const auto column = [](const std::string& csv, const std::string& name) {
+      std::istringstream in(csv);
+      std::string line, cell;
+      std::getline(in, line);
+      std::istringstream head(line);
+      int at = 0, k = 0;
+      for (; std::getline(head, cell, ','); ++k) if (cell == name) at = k;
+      std::vector<double> out;
+      while (std::getline(in, line)) {
+        std::istringstream row(line);
+        for (int c = 0; std::getline(row, cell, ','); ++c) if (c == at) out.push_back(std::stod(cell));
+      }
+      return out;
+    };
+    for (const bool barrier : {false, true}) {
+      CAPTURE(barrier);
+      const fs::path out = dir.path / (barrier ? "barrier" : "plain");
+      const Result r = run_shell(dir, mpirun(2) + BITLAB_BINARY + " run " + file +
+                                          " --quiet --backend mpi --out " + out.string() +
+                                          (barrier ? " --barrier-before-exchanges" : ""));
+      REQUIRE_MESSAGE(r.status == 0, r.err);
+      CHECK(without_wall_column(slurp(out / "metrics.csv")) == ref.metrics);
+      CHECK(slurp(out / "comm_log.csv") == ref.comm_log);
+      CHECK(slurp(out / "summary.json").find("\"gradients\": \"streamed_mean\"") != std::string::npos);
+      const std::string transport = slurp(out / "transport.csv");
+      CHECK(transport.find(",mpi_comm_s_rank0,mpi_comm_s_max,mpi_wait_s_rank0\n") != std::string::npos);
+      const auto comm = column(transport, "mpi_comm_s_rank0");
+      const auto wait = column(transport, "mpi_wait_s_rank0");
+      REQUIRE(comm.size() == 24);
+      REQUIRE(wait.size() == 24);
+      for (size_t k = 0; k < comm.size(); ++k) {
+        CAPTURE(k);
+        CHECK(comm[k] > 0);  // every step exchanges the mean across ranks
+        // A barrier takes some time even when the ranks arrive together.
+        if (barrier) CHECK(wait[k] > 0);
+        else CHECK(wait[k] == 0);
+      }
+    }
+    // The simulator has nothing to wait for: the flag is refused.
+    const Result r = run_bitlab(dir, "run " + file + " --barrier-before-exchanges --out " +
+                                         (dir.path / "refused").string());
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--barrier-before-exchanges: only with --backend mpi") != std::string::npos);
+    CHECK_FALSE(fs::exists(dir.path / "refused"));
   }
 
   TEST_CASE("checkpoint and --resume under mpirun: every rank's state, the same files as without a stop") {

@@ -79,6 +79,9 @@ TEST_SUITE("probe") {
     r = run_bitlab(dir, "probe --min-bytes 1M --max-bytes 64K");
     CHECK(r.status == 2);
     CHECK(r.err.find("--max-bytes 64K: must be >= --min-bytes 1M") != std::string::npos);
+    r = run_bitlab(dir, "probe --cold-bytes 2");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--cold-bytes 2: must be a whole number of bytes") != std::string::npos);
     r = run_bitlab(dir, "probe --collectives allreduce,broadcst");
     CHECK(r.status == 2);
     CHECK(r.err.find("--collectives broadcst") != std::string::npos);
@@ -148,6 +151,28 @@ TEST_SUITE("probe") {
     CHECK(r.out.find("allreduce") != std::string::npos);
     r = run_bitlab(dir, "cost --params 1e6 --workers 2 --steps 100 --optimizer onebit_adam --network-file " + net);
     CHECK_MESSAGE(r.status == 0, r.err);
+  }
+
+  TEST_CASE("cold calls: each timed alone after every rank wrote --cold-bytes, the median reported") {
+    TempDir dir;
+    const std::string out = (dir.path / "probe.json").string();
+    const Result r = probe_under_mpirun(
+        dir, 2, "-b 8 -e 4K -n 5 -w 1 --cold-bytes 64K --collectives alltoall,allgather --out " + out);
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    CHECK(r.out.find("median over calls of the mean over ranks, each call cold (64 KB written") !=
+          std::string::npos);
+    const auto j = nlohmann::json::parse(slurp(out));
+    CHECK(j.at("loop").at("cold_bytes") == 65536);
+    CHECK(j.at("time").get<std::string>().find("median") != std::string::npos);
+    CHECK(j.at("results").size() == 2 * 10);  // 8 B .. 4 KB, two collectives
+    for (const auto& row : j.at("results")) {
+      CAPTURE(row.dump());
+      CHECK(row.at("wrong") == 0);
+      CHECK(row.at("time_us").get<double>() > 0);
+      // The fastest and the slowest rank's medians.
+      CHECK(row.at("time_us_min_rank").get<double>() > 0);
+      CHECK(row.at("time_us_min_rank").get<double>() <= row.at("time_us_max_rank").get<double>());
+    }
   }
 
   TEST_CASE("4 ranks as 2 emulated nodes: node and world levels, and calibrate fits both links") {

@@ -58,10 +58,16 @@ Topology topology_for(const Measurement& m, const std::map<std::string, double>&
   t.intra_bytes_per_s = v.at("intra_bandwidth_gbps") * kBytesPerSPerGbps;
   t.inter_latency_s = v.at("inter_latency_us") * 1e-6;
   t.inter_bytes_per_s = v.at("inter_bandwidth_gbps") * kBytesPerSPerGbps;
-  t.intra_rendezvous_bytes = v.at("intra_rendezvous_bytes");
-  t.intra_rendezvous_latency_s = v.at("intra_rendezvous_latency_us") * 1e-6;
-  t.inter_rendezvous_bytes = v.at("inter_rendezvous_bytes");
-  t.inter_rendezvous_latency_s = v.at("inter_rendezvous_latency_us") * 1e-6;
+  // A protocol switch only where `v` has one (a caller's own values may
+  // leave the switch out: none).
+  const auto or_zero = [&v](const char* key) {
+    const auto it = v.find(key);
+    return it == v.end() ? 0.0 : it->second;
+  };
+  t.intra_rendezvous_bytes = or_zero("intra_rendezvous_bytes");
+  t.intra_rendezvous_latency_s = or_zero("intra_rendezvous_latency_us") * 1e-6;
+  t.inter_rendezvous_bytes = or_zero("inter_rendezvous_bytes");
+  t.inter_rendezvous_latency_s = or_zero("inter_rendezvous_latency_us") * 1e-6;
   t.allreduce = allreduce;
   t.efficiency.allreduce = v.at("allreduce_efficiency");
   t.efficiency.allgather = v.at("allgather_efficiency");
@@ -235,6 +241,26 @@ FitOutcome solve(const FitProblem& p) {
   const Eigen::VectorXd x = fit_from_starts(p);
   const Eigen::VectorXd r = p.residuals(x);
   return {p.values(x), std::sqrt(r.squaredNorm() / static_cast<double>(r.size()))};
+}
+
+// Levenberg–Marquardt from the fit without the switch (`from`), its
+// rendezvous latency started at the eager one and at 10 times it: the best.
+FitOutcome solve_from(const FitProblem& p, const std::map<std::string, double>& from) {
+  FitOutcome out;
+  out.rms = std::numeric_limits<double>::infinity();
+  for (const double times : {1.0, 10.0}) {
+    Eigen::VectorXd start(p.free.size());
+    for (size_t k = 0; k < p.free.size(); ++k) {
+      const int i = p.free[k];
+      const double eager = from.at(kSpecs[i == kFirstRendezvous ? 0 : 2].name);
+      start[k] = std::log(i >= kFirstRendezvous ? eager * times : from.at(kSpecs[i].name));
+    }
+    const Eigen::VectorXd x = levenberg_marquardt(p, start);
+    const Eigen::VectorXd r = p.residuals(x);
+    const double rms = std::sqrt(r.squaredNorm() / static_cast<double>(r.size()));
+    if (rms < out.rms) out = {p.values(x), rms};
+  }
+  return out;
 }
 
 double rms_of(const std::vector<Measurement>& pts, const std::vector<size_t>& idx,
@@ -425,7 +451,9 @@ void choose_switches(const std::vector<Measurement>& pts, const CalibrationOptio
     if (i >= kFirstEfficiency && i < kFirstRendezvous) effs.insert(kSpecs[i].name);
   std::map<int, double> chosen;
   for (int level = 0; level < 2; ++level) {
-    if (o.fixed.count(kSwitchBytes[level])) continue;
+    // A fit already within the gain cannot gain it (and the search is the
+    // slow part of a fit): no switch.
+    if (o.fixed.count(kSwitchBytes[level]) || best.rms < o.efficiency_gain) continue;
     std::set<double> sizes;
     for (const auto& m : pts)
       if ((level == 0) == (m.nodes == 1)) sizes.insert(m.bytes / (m.nodes * m.gpus_per_node));
@@ -439,7 +467,7 @@ void choose_switches(const std::vector<Measurement>& pts, const CalibrationOptio
       with[level] = candidate;
       const FitProblem p = make_problem(pts, o, best_problem.allreduce, effs, with);
       if (!undetermined(p).empty()) continue;
-      const FitOutcome f = solve(p);
+      const FitOutcome f = solve_from(p, best.values);
       if (f.rms < level_best.rms) {
         level_best = f;
         level_problem = p;
