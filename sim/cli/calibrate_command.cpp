@@ -70,9 +70,13 @@ std::string percent(double r) {
 void print_fit(const Calibration& c, size_t files) {
   std::printf("bitlab calibrate: %zu measurements from %zu file(s); allreduce modelled as %s\n",
               c.points.size(), files, c.allreduce.c_str());
+  const bool switched = c.how.at("intra_rendezvous_bytes") == "fitted" ||
+                        c.how.at("inter_rendezvous_bytes") == "fitted";
   for (const auto& t : c.tried)
     std::printf("  %-13s rms error %.1f %%%s\n", t.algorithm.c_str(), 100 * t.rms_residual,
-                t.algorithm == c.allreduce ? "  (chosen)" : "");
+                t.algorithm != c.allreduce ? ""
+                : switched                 ? "  (chosen; before the protocol switch below)"
+                                           : "  (chosen)");
   for (const char* name : kLinkParameters)
     std::printf("  %-22s %12.4g  (%s)\n", name, c.values.at(name), c.how.at(name).c_str());
   for (const char* name : kEfficiencyParameters)

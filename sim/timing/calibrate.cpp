@@ -3,6 +3,7 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <set>
 
@@ -445,7 +446,7 @@ void leave_one_out(const std::vector<Measurement>& pts, const FitProblem& full, 
 // by o.efficiency_gain, as an efficiency is. A size given with --fix is used
 // as given (0: none).
 void choose_switches(const std::vector<Measurement>& pts, const CalibrationOptions& o,
-                     FitProblem& best_problem, FitOutcome& best) {
+                     FitProblem& best_problem, FitOutcome& best, std::vector<std::string>& notes) {
   std::set<std::string> effs;
   for (int i : best_problem.free)
     if (i >= kFirstEfficiency && i < kFirstRendezvous) effs.insert(kSpecs[i].name);
@@ -475,6 +476,13 @@ void choose_switches(const std::vector<Measurement>& pts, const CalibrationOptio
       }
     }
     if (size > 0 && best.rms - level_best.rms >= o.efficiency_gain) {
+      char text[160];
+      std::snprintf(text, sizeof text,
+                    "a protocol switch above %.0f B a message (%s) lowers the rms error from "
+                    "%.1f %% to %.1f %%",
+                    size, level == 0 ? "inside a node" : "across nodes", 100 * best.rms,
+                    100 * level_best.rms);
+      notes.push_back(text);
       chosen[level] = size;
       best = level_best;
       best_problem = level_problem;
@@ -527,7 +535,7 @@ Calibration calibrate(const std::vector<Measurement>& pts, const CalibrationOpti
     }
   }
   if (c.tried.empty()) throw ConfigError("calibrate" + sources_of(pts) + ": " + first_error, "--fix");
-  choose_switches(pts, o, best_problem, best);
+  choose_switches(pts, o, best_problem, best, c.notes);
   c.values = best.values;
   for (const char* b : kSwitchBytes)
     c.how[b] = o.fixed.count(b) ? "fixed" : c.values.at(b) > 0 ? "fitted" : "none";
