@@ -38,8 +38,8 @@ enum class ProbeLevel { kNode, kWorld };
 // together once waiting is taken apart (run --barrier-before-exchanges).
 // Back-to-back calls (the default, nccl-tests' way) find their buffers and
 // MPI's shared-memory segments in cache: on a 2-rank Open MPI probe of this
-// project's 2-core machine a 17 KB all-to-all took 6.2 µs back to back and
-// 9.4 µs after 1 MB was written (docs/calibrate.md).
+// project's 2-core machine a 128 KB all-to-all took 8.7 µs back to back,
+// 14.9 µs after 1 MB was written and 19.4 µs after 16 MB (docs/calibrate.md).
 struct ProbeLoop {
   int iterations = 20;
   int warmup = 5;
