@@ -30,6 +30,7 @@
 // and routes the gradient there. Checked by finite differences in
 // tests/test_real_problems.cpp.
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "problems/classifier.hpp"
@@ -69,7 +70,6 @@ constexpr Eigen::Index kPadCols = 32;
 struct Stage {
   RowMatrixF out;               // after relu: conv1 NCHW (n·C_out × H·W), conv2 NHWC
   RowMatrixF pooled;            // (n·Ho/2·Wo/2) × C_out, NHWC
-  std::vector<int32_t> argmax;  // per pooled element: flat index into out
   RowMatrixF dout;              // gradient w.r.t. out (pre-relu after masking)
 };
 
@@ -84,10 +84,21 @@ struct CnnWorkspace final : ClassifierWorkspace {
   RowMatrixF dflat;   // n × 16·c2
   RowMatrixF dpool1;  // gradient w.r.t. stage 1's pooled output
   std::vector<float> dw;  // a weight gradient with padded rows
+  std::vector<float> planes;  // one sample's pooled conv1 output or its gradient, NCHW
 };
 
 // Columns rounded up to whole register tiles of every instruction set.
 Eigen::Index padded(Eigen::Index cols) { return (cols + kPadCols - 1) / kPadCols * kPadCols; }
+
+// n floats from `from` to `to` (not overlapping) in runs of 8 of fixed size,
+// which the compiler inlines as vector moves: a copy loop or a memcpy of a
+// size known only at run time becomes a library call, whose fixed cost was
+// most of a 40-float copy (5 of them a conv2 column row).
+void copy_floats(const float* from, Eigen::Index n, float* to) {
+  Eigen::Index i = 0;
+  for (; i + 8 <= n; i += 8) std::memcpy(to + i, from + i, 8 * sizeof(float));
+  for (; i < n; ++i) to[i] = from[i];
+}
 
 // im2col of n samples of size h × w × c (NHWC, contiguous) for a k×k kernel,
 // into rows of padded(k·k·c) columns, the columns past k·k·c zero (set when
@@ -104,8 +115,7 @@ void im2col(const float* in, Eigen::Index n, Eigen::Index h, Eigen::Index w, Eig
       for (Eigen::Index x = 0; x < wo; ++x) {
         float* row = cols.row((s * ho + y) * wo + x).data();
         for (Eigen::Index ky = 0; ky < kKernel; ++ky) {
-          std::memcpy(row + ky * span, sample + ((y + ky) * w + x) * c,
-                      sizeof(float) * size_t(span));
+          copy_floats(sample + ((y + ky) * w + x) * c, span, row + ky * span);
         }
       }
     }
@@ -137,9 +147,10 @@ void im2col_1(const float* in, Eigen::Index h, Eigen::Index w, RowMatrixF& cols)
   for (Eigen::Index y = 0; y < ho; ++y) {
     for (Eigen::Index x = 0; x < wo; ++x) {
       float* row = cols.row(y * wo + x).data();
+      // A kernel row's 5 taps are contiguous in the input: one fixed-size
+      // copy (a vector and a float) each.
       for (Eigen::Index ky = 0; ky < kKernel; ++ky) {
-        const float* src = in + (y + ky) * w + x;
-        for (Eigen::Index kx = 0; kx < kKernel; ++kx) row[ky * kKernel + kx] = src[kx];
+        std::memcpy(row + ky * kKernel, in + (y + ky) * w + x, kKernel * sizeof(float));
       }
     }
   }
@@ -164,40 +175,167 @@ void col2im(const RowMatrixF& cols, Eigen::Index n, Eigen::Index h, Eigen::Index
   }
 }
 
-// 2×2 max pool, stride 2: window element (dy, dx) of pooled element
-// (s, y, x, ch) is src[at(s, ch, 2y + dy, 2x + dx)]; the first maximum in
-// (dy, dx) order wins. Pooled output NHWC (n·h/2·w/2 × c).
-template <class At>
-void max_pool(const float* src, Eigen::Index n, Eigen::Index h, Eigen::Index w, Eigen::Index c,
-              const At& at, RowMatrixF& out, std::vector<int32_t>& argmax) {
-  const Eigen::Index ho = h / 2, wo = w / 2;
-  out.resize(n * ho * wo, c);
-  argmax.resize(size_t(out.size()));
-  for (Eigen::Index s = 0; s < n; ++s) {
-    for (Eigen::Index y = 0; y < ho; ++y) {
-      for (Eigen::Index x = 0; x < wo; ++x) {
-        const Eigen::Index o = ((s * ho + y) * wo + x) * c;
-        for (Eigen::Index ch = 0; ch < c; ++ch) {
-          // Selects, not branches (a random maximum mispredicts a branch
-          // half the time); the same comparisons, in the same order.
-          Eigen::Index best = at(s, ch, 2 * y, 2 * x);
-          float v = src[best];
-          for (const Eigen::Index i : {at(s, ch, 2 * y, 2 * x + 1), at(s, ch, 2 * y + 1, 2 * x),
-                                       at(s, ch, 2 * y + 1, 2 * x + 1)}) {
-            const bool more = src[i] > v;
-            best = more ? i : best;
-            v = more ? src[i] : v;
-          }
-          out.data()[o + ch] = v;
-          argmax[size_t(o + ch)] = static_cast<int32_t>(best);
-        }
-      }
+// 2×2 max pooling, stride 2, as runs of windows whose four elements (dy, dx)
+// = (0, 0), (0, 1), (1, 0), (1, 1) sit at t[at[j] + i·kStep] for window i of
+// the run (NCHW: the x pairs of two rows of a plane, kStep 2; NHWC: a pixel's
+// channels, kStep 1), so that the compiler vectorises over the windows. The
+// first maximum in (dy, dx) order wins (a later element must be strictly
+// greater), with selects, not branches (a random maximum mispredicts a branch
+// half the time). The inputs are relu outputs (never NaN).
+using WindowAt = std::array<Eigen::Index, 4>;
+
+// The windows along pooled row y of an NCHW plane of width w.
+WindowAt plane_row(Eigen::Index w, Eigen::Index y) {
+  const Eigen::Index r0 = 2 * y * w;
+  return {r0, r0 + 1, r0 + w, r0 + w + 1};
+}
+
+// The window of pooled pixel (y, x) of an NHWC sample of side h with c channels.
+WindowAt pixel_window(Eigen::Index h, Eigen::Index c, Eigen::Index y, Eigen::Index x) {
+  const Eigen::Index o = (2 * y * h + 2 * x) * c;
+  return {o, o + c, o + h * c, o + h * c + c};
+}
+
+// The winner's index (0..3) and value of window i of a run, one at a time.
+template <int kStep>
+inline int window_max(const float* t, const WindowAt& at, Eigen::Index i, float& value) {
+  float v = t[at[0] + i * kStep];
+  int q = 0;
+  for (int j = 1; j < 4; ++j) {
+    const float e = t[at[j] + i * kStep];
+    const bool more = e > v;
+    v = more ? e : v;
+    q = more ? j : q;
+  }
+  value = v;
+  return q;
+}
+
+// Four windows at a time in vectors of 4 floats (GCC's vector extensions, SSE2
+// in this build; a select or comparison is exact in any lane, so the bits are
+// the one-at-a-time loop's). e[j] holds element j of windows i … i + 3.
+typedef float F4 __attribute__((vector_size(16)));
+typedef int32_t I4 __attribute__((vector_size(16)));
+inline F4 load4(const float* p) {
+  F4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store4(float* p, const F4& v) { std::memcpy(p, &v, sizeof v); }
+
+template <int kStep>
+struct Lanes;
+template <>
+struct Lanes<1> {  // NHWC: element j of window i at at[j] + i
+  static void load(const float* t, const WindowAt& at, Eigen::Index i, F4 (&e)[4]) {
+    for (int j = 0; j < 4; ++j) e[j] = load4(t + at[j] + i);
+  }
+  static void store(float* t, const WindowAt& at, Eigen::Index i, const F4 (&e)[4]) {
+    for (int j = 0; j < 4; ++j) store4(t + at[j] + i, e[j]);
+  }
+};
+template <>
+struct Lanes<2> {  // NCHW rows: elements 2j, 2j + 1 of window i at at[2j] + 2i + {0, 1}
+  static void load(const float* t, const WindowAt& at, Eigen::Index i, F4 (&e)[4]) {
+    for (int r = 0; r < 2; ++r) {
+      const F4 lo = load4(t + at[2 * r] + 2 * i), hi = load4(t + at[2 * r] + 2 * i + 4);
+      e[2 * r] = __builtin_shufflevector(lo, hi, 0, 2, 4, 6);
+      e[2 * r + 1] = __builtin_shufflevector(lo, hi, 1, 3, 5, 7);
+    }
+  }
+  static void store(float* t, const WindowAt& at, Eigen::Index i, const F4 (&e)[4]) {
+    for (int r = 0; r < 2; ++r) {
+      store4(t + at[2 * r] + 2 * i, __builtin_shufflevector(e[2 * r], e[2 * r + 1], 0, 4, 1, 5));
+      store4(t + at[2 * r] + 2 * i + 4,
+             __builtin_shufflevector(e[2 * r], e[2 * r + 1], 2, 6, 3, 7));
+    }
+  }
+};
+
+// window_max for four windows: the winners' indices and values.
+inline I4 window_max4(const F4 (&e)[4], F4& value) {
+  F4 v = e[0];
+  I4 q = {0, 0, 0, 0};
+  for (int j = 1; j < 4; ++j) {
+    const I4 more = e[j] > v;
+    v = more ? e[j] : v;
+    q = more ? I4{j, j, j, j} : q;
+  }
+  value = v;
+  return q;
+}
+
+// out[i] = the maximum of window i, for `count` windows.
+template <int kStep>
+void max_pool_run(const float* t, const WindowAt& at, Eigen::Index count, float* out) {
+  Eigen::Index i = 0;
+  for (; i + 4 <= count; i += 4) {
+    F4 e[4], v;
+    Lanes<kStep>::load(t, at, i, e);
+    window_max4(e, v);
+    store4(out + i, v);
+  }
+  for (; i < count; ++i) window_max<kStep>(t, at, i, out[i]);
+}
+
+// The gradient dt w.r.t. the relu'd conv output t (dt laid out as t) of
+// `count` windows, from the gradient `dpooled` w.r.t. their pooled values:
+// dpooled[i] goes to the window's maximum (found again, with the same
+// comparisons), zero elsewhere, then the relu mask (t > 0 exactly where the
+// pre-activation is). The arithmetic of the former scatter onto zeros and mask
+// product, kept for the bits: (0 + dpooled)·[t > 0] at the maximum, 0·[t > 0]
+// elsewhere. Every element of every window is written: no zero-fill.
+template <int kStep>
+void unpool_relu_run(const float* t, const WindowAt& at, const float* dpooled,
+                     Eigen::Index count, float* dt) {
+  Eigen::Index i = 0;
+  for (; i + 4 <= count; i += 4) {
+    F4 e[4], v, d[4];
+    Lanes<kStep>::load(t, at, i, e);
+    const I4 q = window_max4(e, v);
+    const F4 g = 0.0f + load4(dpooled + i), zero = {}, one = zero + 1.0f;
+    for (int j = 0; j < 4; ++j) {
+      d[j] = (q == I4{j, j, j, j} ? g : zero) * (e[j] > zero ? one : zero);
+    }
+    Lanes<kStep>::store(dt, at, i, d);
+  }
+  for (; i < count; ++i) {
+    float v;
+    const int q = window_max<kStep>(t, at, i, v);
+    const float g = 0.0f + dpooled[i];
+    for (int j = 0; j < 4; ++j) {
+      const Eigen::Index e = at[j] + i * kStep;
+      dt[e] = (q == j ? g : 0.0f) * (t[e] > 0.0f ? 1.0f : 0.0f);
     }
   }
 }
 
-void relu_in_place(float* v, Eigen::Index size) {
-  for (Eigen::Index i = 0; i < size; ++i) v[i] = v[i] > 0.0f ? v[i] : 0.0f;
+// The channels × pixels planes of one sample into pixels × channels rows, and back.
+void planes_to_rows(const float* planes, Eigen::Index channels, Eigen::Index pixels, float* rows) {
+  for (Eigen::Index p = 0; p < pixels; ++p)
+    for (Eigen::Index c = 0; c < channels; ++c) rows[p * channels + c] = planes[c * pixels + p];
+}
+void rows_to_planes(const float* rows, Eigen::Index channels, Eigen::Index pixels, float* planes) {
+  for (Eigen::Index c = 0; c < channels; ++c)
+    for (Eigen::Index p = 0; p < pixels; ++p) planes[c * pixels + p] = rows[p * channels + c];
+}
+
+// v ← relu(v + bias), one rounding and a select per element (the former bias
+// addition and relu passes, fused): for a plane (one bias), and for rows of
+// `cols` channels (bias per channel).
+void bias_relu(float* v, Eigen::Index size, float bias) {
+  for (Eigen::Index i = 0; i < size; ++i) {
+    const float z = v[i] + bias;
+    v[i] = z > 0.0f ? z : 0.0f;
+  }
+}
+void bias_relu_rows(float* v, Eigen::Index rows, Eigen::Index cols, const float* bias) {
+  for (Eigen::Index r = 0; r < rows; ++r) {
+    for (Eigen::Index c = 0; c < cols; ++c) {
+      const float z = v[r * cols + c] + bias[c];
+      v[r * cols + c] = z > 0.0f ? z : 0.0f;
+    }
+  }
 }
 
 class Cnn final : public ClassifierProblem {
@@ -274,12 +412,12 @@ class Cnn final : public ClassifierProblem {
 
     // Stage 2: unpool, relu, conv (∇W, ∇b per worker; δcols, col2im onto
     // pooled 1 for every sample).
-    unpool_relu(ws.dflat.data(), ws.s2);
+    unpool_relu2(ws.dflat.data(), ws.s2);
     for (const WorkerRows& w : workers) conv2_weight_grads(w, ws);
     conv2_input_grads(x, n, ws);
 
     // Stage 1: unpool, relu, conv (∇W, ∇b; the input needs no gradient).
-    unpool_relu(ws.dpool1.data(), ws.s1);
+    unpool_relu1(ws.dpool1.data(), ws);
     for (const WorkerRows& w : workers) conv1_weight_grads(w, ws);
   }
 
@@ -310,53 +448,59 @@ class Cnn final : public ClassifierProblem {
                                              Eigen::Index(tensors_[t].size));
   }
 
-  // conv1 → relu → pool, a sample at a time: out1 (NCHW) = W1 · colsᵀ + b.
+  // conv1 → relu → pool, a sample at a time (its output, 18 kB for c1 = 8,
+  // stays in L1 from the product to the pooling): out1 (NCHW) = W1 · colsᵀ + b.
   void conv1_forward(std::span<const float> x, const float* in, Eigen::Index n,
                      CnnWorkspace& ws) const {
-    const Eigen::Index pixels = h1_ * h1_;
+    const Eigen::Index pixels = h1_ * h1_, cells = p1_ * p1_;
     const float* w1 = x.data() + tensors_[0].offset;
     const float* b1 = x.data() + tensors_[1].offset;
     ws.s1.out.resize(n * c1_, pixels);
+    ws.s1.pooled.resize(n * cells, c1_);
+    ws.planes.resize(size_t(c1_ * cells));
     for (Eigen::Index s = 0; s < n; ++s) {
       im2col_t(in + s * h0_ * h0_, h0_, h0_, ws.cols1_t);
       float* out = ws.s1.out.data() + s * c1_ * pixels;
       matmul(size_t(c1_), size_t(pixels), size_t(k1()), w1, k1(), 1, ws.cols1_t.data(),
              size_t(pixels), out, size_t(pixels));
       for (Eigen::Index c = 0; c < c1_; ++c) {
-        for (Eigen::Index p = 0; p < pixels; ++p) out[c * pixels + p] += b1[c];
+        float* plane = out + c * pixels;
+        bias_relu(plane, pixels, b1[c]);
+        for (Eigen::Index y = 0; y < p1_; ++y) {
+          max_pool_run<2>(plane, plane_row(h1_, y), p1_, ws.planes.data() + c * cells + y * p1_);
+        }
       }
+      planes_to_rows(ws.planes.data(), c1_, cells, ws.s1.pooled.data() + s * cells * c1_);
     }
-    relu_in_place(ws.s1.out.data(), ws.s1.out.size());
-    const Eigen::Index side = h1_, c1 = c1_;
-    max_pool(
-        ws.s1.out.data(), n, side, side, c1,
-        [side, c1](Eigen::Index s, Eigen::Index ch, Eigen::Index y, Eigen::Index xx) {
-          return ((s * c1 + ch) * side + y) * side + xx;
-        },
-        ws.s1.pooled, ws.s1.argmax);
   }
 
-  // conv2 → relu → pool, kConv2Samples samples at a time: out2 = cols · W2ᵀ + b.
+  // conv2 → relu → pool, kConv2Samples samples at a time (the block's column
+  // matrix and output stay in L2): out2 = cols · W2ᵀ + b.
   void conv2_forward(std::span<const float> x, Eigen::Index n, CnnWorkspace& ws) const {
-    const Eigen::Index rows2 = h2_ * h2_;
+    const Eigen::Index rows2 = h2_ * h2_, cells = p2_ * p2_;
+    const float* b2 = x.data() + tensors_[3].offset;
     transpose_into(x.data() + tensors_[2].offset, size_t(c2_), size_t(k2()), size_t(k2()),
                    ws.packed);
     ws.s2.out.resize(n * rows2, c2_);
+    ws.s2.pooled.resize(n * cells, c2_);
     for (Eigen::Index s0 = 0; s0 < n; s0 += kConv2Samples) {
       const Eigen::Index count = std::min(kConv2Samples, n - s0);
       im2col(ws.s1.pooled.data() + s0 * p1_ * p1_ * c1_, count, p1_, p1_, c1_, ws.cols2);
+      float* out = ws.s2.out.data() + s0 * rows2 * c2_;
       matmul(size_t(count * rows2), size_t(c2_), size_t(k2()), ws.cols2.data(), ws.cols2.cols(), 1,
-             ws.packed.data(), size_t(c2_), ws.s2.out.data() + s0 * rows2 * c2_, size_t(c2_));
+             ws.packed.data(), size_t(c2_), out, size_t(c2_));
+      bias_relu_rows(out, count * rows2, c2_, b2);
+      for (Eigen::Index s = 0; s < count; ++s) {
+        const float* sample = out + s * rows2 * c2_;
+        float* pooled = ws.s2.pooled.data() + (s0 + s) * cells * c2_;
+        for (Eigen::Index y = 0; y < p2_; ++y) {
+          for (Eigen::Index xx = 0; xx < p2_; ++xx) {
+            max_pool_run<1>(sample, pixel_window(h2_, c2_, y, xx), c2_,
+                            pooled + (y * p2_ + xx) * c2_);
+          }
+        }
+      }
     }
-    add_to_rows(ws.s2.out, param_vec(x, 3).data());
-    relu_in_place(ws.s2.out.data(), ws.s2.out.size());
-    const Eigen::Index side = h2_, c2 = c2_;
-    max_pool(
-        ws.s2.out.data(), n, side, side, c2,
-        [side, c2](Eigen::Index s, Eigen::Index ch, Eigen::Index y, Eigen::Index xx) {
-          return ((s * side + y) * side + xx) * c2 + ch;
-        },
-        ws.s2.pooled, ws.s2.argmax);
   }
 
   // Worker w's ∇W2 = δ2ᵀ · cols over its samples, block by block (the column
@@ -417,13 +561,39 @@ class Cnn final : public ClassifierProblem {
     for (Eigen::Index r = 0; r < rows; ++r) std::copy_n(from + r * padded(cols), cols, to + r * cols);
   }
 
-  // s.dout = gradient w.r.t. the conv output (pre-relu) from the gradient
-  // w.r.t. the pooled output `dpooled`.
-  static void unpool_relu(const float* dpooled, Stage& s) {
-    s.dout.setZero(s.out.rows(), s.out.cols());
-    for (size_t i = 0; i < s.argmax.size(); ++i) s.dout.data()[s.argmax[i]] += dpooled[i];
-    // relu: the output is > 0 exactly where the pre-activation is.
-    s.dout.array() *= (s.out.array() > 0.0f).cast<float>();
+  // Stage 1's δ (NCHW, as out1) from the gradient w.r.t. its pooled output
+  // (NHWC), a sample at a time through NCHW planes.
+  void unpool_relu1(const float* dpooled, CnnWorkspace& ws) const {
+    const Eigen::Index pixels = h1_ * h1_, cells = p1_ * p1_, n = ws.s1.pooled.rows() / cells;
+    ws.s1.dout.resize(ws.s1.out.rows(), ws.s1.out.cols());
+    ws.planes.resize(size_t(c1_ * cells));
+    for (Eigen::Index s = 0; s < n; ++s) {
+      rows_to_planes(dpooled + s * cells * c1_, c1_, cells, ws.planes.data());
+      for (Eigen::Index c = 0; c < c1_; ++c) {
+        const Eigen::Index plane = (s * c1_ + c) * pixels;
+        for (Eigen::Index y = 0; y < p1_; ++y) {
+          unpool_relu_run<2>(ws.s1.out.data() + plane, plane_row(h1_, y),
+                             ws.planes.data() + c * cells + y * p1_, p1_,
+                             ws.s1.dout.data() + plane);
+        }
+      }
+    }
+  }
+
+  // Stage 2's δ (NHWC, as out2) from the gradient w.r.t. its pooled output.
+  void unpool_relu2(const float* dpooled, Stage& st) const {
+    const Eigen::Index rows2 = h2_ * h2_, cells = p2_ * p2_, n = st.pooled.rows() / cells;
+    st.dout.resize(st.out.rows(), st.out.cols());
+    for (Eigen::Index s = 0; s < n; ++s) {
+      for (Eigen::Index y = 0; y < p2_; ++y) {
+        for (Eigen::Index xx = 0; xx < p2_; ++xx) {
+          const Eigen::Index o = s * rows2 * c2_;
+          unpool_relu_run<1>(st.out.data() + o, pixel_window(h2_, c2_, y, xx),
+                             dpooled + ((s * p2_ + y) * p2_ + xx) * c2_, c2_,
+                             st.dout.data() + o);
+        }
+      }
+    }
   }
 
   Eigen::Index c1_, c2_;

@@ -65,12 +65,14 @@ TEST_SUITE("matmul") {
       size_t pad;         // extra columns in B's and C's rows
     };
     // Tiles of 6 and 8 rows and of 8, 16 and 32 columns; k across the 256
-    // block; columns below one vector; k = 1 and 0.
+    // block; columns below one vector; k = 1 and 0; a last tile of exactly
+    // one vector (n = 12, 24, 16, 48: SSE2, AVX2, AVX-512), which runs in place.
     const std::vector<Shape> shapes = {{1, 1, 1, false, 0},    {7, 13, 5, false, 3},
                                        {37, 33, 29, false, 0}, {64, 128, 300, false, 0},
                                        {9, 10, 513, true, 5},  {50, 96, 32, true, 0},
                                        {6, 48, 1, false, 1},   {17, 3, 70, true, 2},
-                                       {5, 7, 0, false, 0}};
+                                       {5, 7, 0, false, 0},    {19, 12, 40, false, 1},
+                                       {11, 24, 300, true, 0}, {21, 16, 70, true, 3}};
     for (const Shape& s : shapes) {
       CAPTURE(s.m);
       CAPTURE(s.n);
