@@ -102,14 +102,58 @@ void make_columns(Eigen::Index rows, Eigen::Index cols, RowMatrixF& m) {
   m.col(m.cols() - 1).setOnes();
 }
 
-// n floats from `from` to `to` (not overlapping) in runs of 8 of fixed size,
-// which the compiler inlines as vector moves: a copy loop or a memcpy of a
-// size known only at run time becomes a library call, whose fixed cost was
-// most of a 40-float copy (5 of them a conv2 column row).
+// The data movement below works on vectors of 4 floats (GCC's vector
+// extensions, SSE2 in this build): a copy loop or a memcpy of a size known
+// only at run time becomes a library call or a vector loop behind alias
+// checks, whose fixed cost was most of a 24- or 40-float run.
+typedef float F4 __attribute__((vector_size(16)));
+typedef int32_t I4 __attribute__((vector_size(16)));
+inline F4 load4(const float* p) {
+  F4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store4(float* p, const F4& v) { std::memcpy(p, &v, sizeof v); }
+
+// n floats from `from` to `to` (not overlapping).
 void copy_floats(const float* from, Eigen::Index n, float* to) {
   Eigen::Index i = 0;
-  for (; i + 8 <= n; i += 8) std::memcpy(to + i, from + i, 8 * sizeof(float));
+  for (; i + 4 <= n; i += 4) store4(to + i, load4(from + i));
   for (; i < n; ++i) to[i] = from[i];
+}
+
+// to[i] += from[i] for i < n, in that order for each element (one rounded
+// addition each: the bits of the scalar loop).
+void add_floats(const float* from, Eigen::Index n, float* to) {
+  Eigen::Index i = 0;
+  for (; i + 4 <= n; i += 4) store4(to + i, load4(to + i) + load4(from + i));
+  for (; i < n; ++i) to[i] += from[i];
+}
+
+// to (cols × rows) = fromᵀ (from: rows × cols, both dense), 4 × 4 blocks in
+// registers where both sides are multiples of 4.
+void transpose(const float* from, Eigen::Index rows, Eigen::Index cols, float* to) {
+  if (rows % 4 != 0 || cols % 4 != 0) {
+    for (Eigen::Index r = 0; r < rows; ++r)
+      for (Eigen::Index c = 0; c < cols; ++c) to[c * rows + r] = from[r * cols + c];
+    return;
+  }
+  for (Eigen::Index r = 0; r < rows; r += 4) {
+    for (Eigen::Index c = 0; c < cols; c += 4) {
+      const float* f = from + r * cols + c;
+      const F4 a = load4(f), b = load4(f + cols), x = load4(f + 2 * cols),
+               y = load4(f + 3 * cols);
+      const F4 ab0 = __builtin_shufflevector(a, b, 0, 4, 1, 5),
+               ab1 = __builtin_shufflevector(a, b, 2, 6, 3, 7),
+               xy0 = __builtin_shufflevector(x, y, 0, 4, 1, 5),
+               xy1 = __builtin_shufflevector(x, y, 2, 6, 3, 7);
+      float* t = to + c * rows + r;
+      store4(t, __builtin_shufflevector(ab0, xy0, 0, 1, 4, 5));
+      store4(t + rows, __builtin_shufflevector(ab0, xy0, 2, 3, 6, 7));
+      store4(t + 2 * rows, __builtin_shufflevector(ab1, xy1, 0, 1, 4, 5));
+      store4(t + 3 * rows, __builtin_shufflevector(ab1, xy1, 2, 3, 6, 7));
+    }
+  }
 }
 
 // im2col of n samples of size h × w × c (NHWC, contiguous) for a k×k kernel,
@@ -140,10 +184,7 @@ void im2col_t(const float* in, Eigen::Index h, Eigen::Index w, RowMatrixF& cols_
   for (Eigen::Index ky = 0; ky < kKernel; ++ky) {
     for (Eigen::Index kx = 0; kx < kKernel; ++kx) {
       float* row = cols_t.row(ky * kKernel + kx).data();
-      for (Eigen::Index y = 0; y < ho; ++y) {
-        const float* src = in + (y + ky) * w + kx;
-        for (Eigen::Index x = 0; x < wo; ++x) row[y * wo + x] = src[x];
-      }
+      for (Eigen::Index y = 0; y < ho; ++y) copy_floats(in + (y + ky) * w + kx, wo, row + y * wo);
     }
   }
 }
@@ -175,8 +216,7 @@ void col2im(const RowMatrixF& cols, Eigen::Index n, Eigen::Index h, Eigen::Index
       for (Eigen::Index x = 0; x < wo; ++x) {
         const float* row = cols.row((s * ho + y) * wo + x).data();
         for (Eigen::Index ky = 0; ky < kKernel; ++ky) {
-          float* dst = sample + ((y + ky) * w + x) * c;
-          for (Eigen::Index j = 0; j < span; ++j) dst[j] += row[ky * span + j];
+          add_floats(row + ky * span, span, sample + ((y + ky) * w + x) * c);
         }
       }
     }
@@ -219,17 +259,9 @@ inline int window_max(const float* t, const WindowAt& at, Eigen::Index i, float&
   return q;
 }
 
-// Four windows at a time in vectors of 4 floats (GCC's vector extensions, SSE2
-// in this build; a select or comparison is exact in any lane, so the bits are
-// the one-at-a-time loop's). e[j] holds element j of windows i … i + 3.
-typedef float F4 __attribute__((vector_size(16)));
-typedef int32_t I4 __attribute__((vector_size(16)));
-inline F4 load4(const float* p) {
-  F4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store4(float* p, const F4& v) { std::memcpy(p, &v, sizeof v); }
+// Four windows at a time (F4: 4 floats; a select or comparison is exact in any
+// lane, so the bits are the one-at-a-time loop's). e[j] holds element j of
+// windows i … i + 3.
 
 template <int kStep>
 struct Lanes;
@@ -316,16 +348,6 @@ void unpool_relu_run(const float* t, const WindowAt& at, const float* dpooled,
       dt[e] = (q == j ? g : 0.0f) * (t[e] > 0.0f ? 1.0f : 0.0f);
     }
   }
-}
-
-// The channels × pixels planes of one sample into pixels × channels rows, and back.
-void planes_to_rows(const float* planes, Eigen::Index channels, Eigen::Index pixels, float* rows) {
-  for (Eigen::Index p = 0; p < pixels; ++p)
-    for (Eigen::Index c = 0; c < channels; ++c) rows[p * channels + c] = planes[c * pixels + p];
-}
-void rows_to_planes(const float* rows, Eigen::Index channels, Eigen::Index pixels, float* planes) {
-  for (Eigen::Index c = 0; c < channels; ++c)
-    for (Eigen::Index p = 0; p < pixels; ++p) planes[c * pixels + p] = rows[p * channels + c];
 }
 
 // v ← relu(v + bias), one rounding and a select per element (the former bias
@@ -478,7 +500,7 @@ class Cnn final : public ClassifierProblem {
           max_pool_run<2>(plane, plane_row(h1_, y), p1_, ws.planes.data() + c * cells + y * p1_);
         }
       }
-      planes_to_rows(ws.planes.data(), c1_, cells, ws.s1.pooled.data() + s * cells * c1_);
+      transpose(ws.planes.data(), c1_, cells, ws.s1.pooled.data() + s * cells * c1_);
     }
   }
 
@@ -575,7 +597,7 @@ class Cnn final : public ClassifierProblem {
     ws.s1.dout.resize(ws.s1.out.rows(), ws.s1.out.cols());
     ws.planes.resize(size_t(c1_ * cells));
     for (Eigen::Index s = 0; s < n; ++s) {
-      rows_to_planes(dpooled + s * cells * c1_, c1_, cells, ws.planes.data());
+      transpose(dpooled + s * cells * c1_, cells, c1_, ws.planes.data());
       for (Eigen::Index c = 0; c < c1_; ++c) {
         const Eigen::Index plane = (s * c1_ + c) * pixels;
         for (Eigen::Index y = 0; y < p1_; ++y) {
