@@ -35,6 +35,7 @@
 
 #include "problems/classifier.hpp"
 #include "problems/real_problems.hpp"
+#include "sim/kernels/conv.hpp"
 #include "sim/kernels/matmul.hpp"
 
 namespace bitlab {
@@ -102,10 +103,10 @@ void make_columns(Eigen::Index rows, Eigen::Index cols, RowMatrixF& m) {
   m.col(m.cols() - 1).setOnes();
 }
 
-// The data movement below works on vectors of 4 floats (GCC's vector
-// extensions, SSE2 in this build): a copy loop or a memcpy of a size known
-// only at run time becomes a library call or a vector loop behind alias
-// checks, whose fixed cost was most of a 24- or 40-float run.
+// The transposes and the pooling below work on vectors of 4 floats (GCC's
+// vector extensions, SSE2 in this build; the compiler vectorised neither).
+// im2col and col2im, most of the data movement, are dispatched kernels
+// (sim/kernels/conv.hpp: a 40-float run is 3 AVX-512 vectors).
 typedef float F4 __attribute__((vector_size(16)));
 typedef int32_t I4 __attribute__((vector_size(16)));
 inline F4 load4(const float* p) {
@@ -114,21 +115,6 @@ inline F4 load4(const float* p) {
   return v;
 }
 inline void store4(float* p, const F4& v) { std::memcpy(p, &v, sizeof v); }
-
-// n floats from `from` to `to` (not overlapping).
-void copy_floats(const float* from, Eigen::Index n, float* to) {
-  Eigen::Index i = 0;
-  for (; i + 4 <= n; i += 4) store4(to + i, load4(from + i));
-  for (; i < n; ++i) to[i] = from[i];
-}
-
-// to[i] += from[i] for i < n, in that order for each element (one rounded
-// addition each: the bits of the scalar loop).
-void add_floats(const float* from, Eigen::Index n, float* to) {
-  Eigen::Index i = 0;
-  for (; i + 4 <= n; i += 4) store4(to + i, load4(to + i) + load4(from + i));
-  for (; i < n; ++i) to[i] += from[i];
-}
 
 // to (cols × rows) = fromᵀ (from: rows × cols, both dense), 4 × 4 blocks in
 // registers where both sides are multiples of 4.
@@ -159,68 +145,12 @@ void transpose(const float* from, Eigen::Index rows, Eigen::Index cols, float* t
 // im2col of n samples of size h × w × c (NHWC, contiguous) for a k×k kernel,
 // into rows of padded(k·k·c) columns, the columns past k·k·c as make_columns
 // sets them (never written after).
-void im2col(const float* in, Eigen::Index n, Eigen::Index h, Eigen::Index w, Eigen::Index c,
-            RowMatrixF& cols) {
-  const Eigen::Index ho = h - kKernel + 1, wo = w - kKernel + 1, span = kKernel * c;
-  make_columns(n * ho * wo, kKernel * span, cols);
-  for (Eigen::Index s = 0; s < n; ++s) {
-    const float* sample = in + s * h * w * c;
-    for (Eigen::Index y = 0; y < ho; ++y) {
-      for (Eigen::Index x = 0; x < wo; ++x) {
-        float* row = cols.row((s * ho + y) * wo + x).data();
-        for (Eigen::Index ky = 0; ky < kKernel; ++ky) {
-          copy_floats(sample + ((y + ky) * w + x) * c, span, row + ky * span);
-        }
-      }
-    }
-  }
-}
-
-// One single-channel h × w sample's column matrix, transposed: row ky·k + kx
-// holds input (y + ky, x + kx) for every output pixel (y, x).
-void im2col_t(const float* in, Eigen::Index h, Eigen::Index w, RowMatrixF& cols_t) {
-  const Eigen::Index ho = h - kKernel + 1, wo = w - kKernel + 1;
-  cols_t.resize(kKernel * kKernel, ho * wo);
-  for (Eigen::Index ky = 0; ky < kKernel; ++ky) {
-    for (Eigen::Index kx = 0; kx < kKernel; ++kx) {
-      float* row = cols_t.row(ky * kKernel + kx).data();
-      for (Eigen::Index y = 0; y < ho; ++y) copy_floats(in + (y + ky) * w + kx, wo, row + y * wo);
-    }
-  }
-}
-
-// One single-channel sample's column matrix, as im2col's (padded columns).
-void im2col_1(const float* in, Eigen::Index h, Eigen::Index w, RowMatrixF& cols) {
-  const Eigen::Index ho = h - kKernel + 1, wo = w - kKernel + 1;
-  make_columns(ho * wo, kKernel * kKernel, cols);
-  for (Eigen::Index y = 0; y < ho; ++y) {
-    for (Eigen::Index x = 0; x < wo; ++x) {
-      float* row = cols.row(y * wo + x).data();
-      // A kernel row's 5 taps are contiguous in the input: one fixed-size
-      // copy (a vector and a float) each.
-      for (Eigen::Index ky = 0; ky < kKernel; ++ky) {
-        std::memcpy(row + ky * kKernel, in + (y + ky) * w + x, kKernel * sizeof(float));
-      }
-    }
-  }
-}
-
-// The adjoint of im2col: adds each column row back onto its input patch.
-void col2im(const RowMatrixF& cols, Eigen::Index n, Eigen::Index h, Eigen::Index w, Eigen::Index c,
-            float* in) {
-  const Eigen::Index ho = h - kKernel + 1, wo = w - kKernel + 1, span = kKernel * c;
-  std::memset(in, 0, sizeof(float) * size_t(n * h * w * c));
-  for (Eigen::Index s = 0; s < n; ++s) {
-    float* sample = in + s * h * w * c;
-    for (Eigen::Index y = 0; y < ho; ++y) {
-      for (Eigen::Index x = 0; x < wo; ++x) {
-        const float* row = cols.row((s * ho + y) * wo + x).data();
-        for (Eigen::Index ky = 0; ky < kKernel; ++ky) {
-          add_floats(row + ky * span, span, sample + ((y + ky) * w + x) * c);
-        }
-      }
-    }
-  }
+void columns(const float* in, Eigen::Index n, Eigen::Index h, Eigen::Index w, Eigen::Index c,
+             RowMatrixF& cols) {
+  const Eigen::Index ho = h - kKernel + 1, wo = w - kKernel + 1, taps = kKernel * kKernel * c;
+  make_columns(n * ho * wo, taps, cols);
+  im2col({size_t(n), size_t(h), size_t(w), size_t(c), size_t(kKernel), size_t(cols.cols())}, in,
+         cols.data());
 }
 
 // 2×2 max pooling, stride 2, as runs of windows whose four elements (dy, dx)
@@ -489,7 +419,8 @@ class Cnn final : public ClassifierProblem {
     ws.s1.pooled.resize(n * cells, c1_);
     ws.planes.resize(size_t(c1_ * cells));
     for (Eigen::Index s = 0; s < n; ++s) {
-      im2col_t(in + s * h0_ * h0_, h0_, h0_, ws.cols1_t);
+      ws.cols1_t.resize(k1(), pixels);
+      im2col_t(size_t(h0_), size_t(h0_), size_t(kKernel), in + s * h0_ * h0_, ws.cols1_t.data());
       float* out = ws.s1.out.data() + s * c1_ * pixels;
       matmul(size_t(c1_), size_t(pixels), size_t(k1()), w1, k1(), 1, ws.cols1_t.data(),
              size_t(pixels), out, size_t(pixels));
@@ -515,7 +446,7 @@ class Cnn final : public ClassifierProblem {
     ws.s2.pooled.resize(n * cells, c2_);
     for (Eigen::Index s0 = 0; s0 < n; s0 += kConv2Samples) {
       const Eigen::Index count = std::min(kConv2Samples, n - s0);
-      im2col(ws.s1.pooled.data() + s0 * p1_ * p1_ * c1_, count, p1_, p1_, c1_, ws.cols2);
+      columns(ws.s1.pooled.data() + s0 * p1_ * p1_ * c1_, count, p1_, p1_, c1_, ws.cols2);
       float* out = ws.s2.out.data() + s0 * rows2 * c2_;
       matmul(size_t(count * rows2), size_t(c2_), size_t(k2()), ws.cols2.data(), ws.cols2.cols(), 1,
              ws.packed.data(), size_t(c2_), out, size_t(c2_));
@@ -540,7 +471,7 @@ class Cnn final : public ClassifierProblem {
     ws.dw.assign(size_t(c2_ * ld), 0.0f);
     for (Eigen::Index s0 = w.begin; s0 < w.begin + w.count; s0 += kConv2Samples) {
       const Eigen::Index count = std::min(kConv2Samples, w.begin + w.count - s0);
-      im2col(ws.s1.pooled.data() + s0 * p1_ * p1_ * c1_, count, p1_, p1_, c1_, ws.cols2);
+      columns(ws.s1.pooled.data() + s0 * p1_ * p1_ * c1_, count, p1_, p1_, c1_, ws.cols2);
       matmul_acc(size_t(c2_), size_t(ld), size_t(count * rows2),
                  ws.s2.dout.data() + s0 * rows2 * c2_, 1, c2_, ws.cols2.data(), size_t(ld),
                  ws.dw.data(), size_t(ld));
@@ -559,7 +490,8 @@ class Cnn final : public ClassifierProblem {
       matmul(size_t(count * rows2), size_t(k2()), size_t(c2_),
              ws.s2.dout.data() + s0 * rows2 * c2_, c2_, 1, x.data() + tensors_[2].offset,
              size_t(k2()), ws.dcols2.data(), size_t(k2()));
-      col2im(ws.dcols2, count, p1_, p1_, c1_, ws.dpool1.data() + s0 * p1_ * p1_ * c1_);
+      col2im({size_t(count), size_t(p1_), size_t(p1_), size_t(c1_), size_t(kKernel), size_t(k2())},
+             ws.dcols2.data(), ws.dpool1.data() + s0 * p1_ * p1_ * c1_);
     }
   }
 
@@ -570,7 +502,7 @@ class Cnn final : public ClassifierProblem {
     const Eigen::Index pixels = h1_ * h1_, ld = padded(k1());
     ws.dw.assign(size_t(c1_ * ld), 0.0f);
     for (Eigen::Index s = w.begin; s < w.begin + w.count; ++s) {
-      im2col_1(ws.rows.data() + s * h0_ * h0_, h0_, h0_, ws.cols1);
+      columns(ws.rows.data() + s * h0_ * h0_, 1, h0_, h0_, 1, ws.cols1);
       const float* d = ws.s1.dout.data() + s * c1_ * pixels;
       matmul_acc(size_t(c1_), size_t(ld), size_t(pixels), d, pixels, 1, ws.cols1.data(),
                  size_t(ld), ws.dw.data(), size_t(ld));
