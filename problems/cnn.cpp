@@ -2,33 +2,42 @@
 //   conv 5×5×c1 → relu → maxpool 2 → conv 5×5×c2 → relu → maxpool 2 → fc 10
 // (no padding, stride 1: 28 → 24 → 12 → 8 → 4), softmax cross-entropy.
 //
-// A convolution is im2col + fixed-order products (sim/kernels/matmul.hpp), laid
-// out so that each product's panels stay in cache (before: the whole
-// batch's column matrices, 1.8 MB a worker, went to memory and back):
+// A convolution is im2col + fixed-order products (sim/kernels/matmul.hpp; the
+// im2col, its transpose and col2im are dispatched kernels too,
+// sim/kernels/conv.hpp), laid out so that each product's panels stay in cache
+// (before: the whole batch's column matrices, 1.8 MB a worker, went to memory
+// and back):
 //   conv1 (one input channel, 576 output pixels a sample, K1 = 25 taps): one
 //     sample at a time. Forward out1ᵀ = W1 · colsᵀ (colsᵀ: K1 × 576, so the
 //     pixels fill the vector lanes; 8 channels would fill half an AVX-512
-//     vector); out1 is kept NCHW. ∇W1 = δ1ᵀ · cols, summed sample after
-//     sample with matmul_acc over a column matrix made again in the backward
-//     pass (576 × 32: K1 padded with zero columns to whole register tiles; the
-//     padding's results are dropped).
+//     vector), then bias, relu and pooling while the sample's output is in L1;
+//     out1 is kept NCHW. ∇W1 = δ1ᵀ · cols, summed sample after sample with
+//     matmul_acc over a column matrix made again in the backward pass (576 ×
+//     32: K1 padded to whole register tiles; the padding's results are
+//     dropped, except the last column's, below).
 //   conv2 (NHWC, 64 output pixels a sample, K2 = 25·c1): blocks of
 //     kConv2Samples samples, whose column matrix (229 kB, K2 padded to 224
 //     columns) stays in L2 from im2col to the products: forward
-//     out2 = cols · W2ᵀ + b; backward ∇W2 = δ2ᵀ · cols (matmul_acc, block
-//     after block within each worker, on whole tiles), ∇b2 = Σ_rows δ2,
-//     δcols = δ2 · W2 scattered back by col2im.
+//     out2 = cols · W2ᵀ + b, relu and pooling block by block; backward
+//     ∇W2 = δ2ᵀ · cols (matmul_acc, block after block within each worker, on
+//     whole tiles), δcols = δ2 · W2 scattered back by col2im.
 //   Neither column matrix is kept between the passes (before: 1.8 MB + 1.6 MB
 //   for a worker's 32 samples).
+//   The bias gradients ∇b = Σ_rows δ come out of the weight gradients'
+//   products: the column matrices' last padding column holds ones (δ·1 = δ,
+//   summed in the rows' order from 0, as the separate sums did).
 // Column (ky, kx, c) of a column matrix holds input (y + ky, x + kx, c).
 // Every element of every product is summed over k in the same order as one
 // product over the worker's whole batch, whatever the blocking (matmul_acc
 // continues each element's chain), and a·b = b·a exactly, so these layouts
 // give the bits the whole-batch products gave (compared before and after on
 // experiments/real-cnn-fashion under each BITLAB_ISA: docs/building.md).
-// Max pooling keeps the index of each window's maximum (first one on ties)
-// and routes the gradient there. Checked by finite differences in
-// tests/test_real_problems.cpp.
+// Max pooling takes each window's first maximum (a later element must be
+// strictly greater); the backward pass finds it again from the stored relu
+// output, with the same comparisons, and routes the gradient there (no
+// argmax is stored, nothing is zero-filled). Pooling, unpooling and the
+// NCHW ↔ NHWC transposes run on 4-float vectors (selects and moves: exact in
+// any lane). Checked by finite differences in tests/test_real_problems.cpp.
 #include <algorithm>
 #include <array>
 #include <cstring>
