@@ -16,7 +16,7 @@
 //     32: K1 padded to whole register tiles; the padding's results are
 //     dropped, except the last column's, below).
 //   conv2 (NHWC, 64 output pixels a sample, K2 = 25·c1): blocks of
-//     kConv2Samples samples, whose column matrix (229 kB, K2 padded to 224
+//     kConv2Samples samples, whose column matrix (213 kB, K2 padded to 208
 //     columns) stays in L2 from im2col to the products: forward
 //     out2 = cols · W2ᵀ + b, relu and pooling block by block; backward
 //     ∇W2 = δ2ᵀ · cols (matmul_acc, block after block within each worker, on
@@ -70,15 +70,16 @@ namespace {
 // Samples per block of conv2's products: 4 × 64 rows × 25·c1 columns (205 kB
 // for c1 = 8) stay in L2 between im2col and the products.
 constexpr Eigen::Index kConv2Samples = 4;
-// The column matrices' rows are padded to a multiple of 32 floats (a register
-// tile of two AVX-512 vectors, four AVX2, eight SSE2 vectors), so that the
-// weight gradients' products run on whole tiles, with at least one column to
+// The column matrices' rows are padded to a multiple of 16 floats (a register
+// tile of two AVX2 vectors or four SSE2 ones, or one AVX-512 vector, which
+// matmul also runs in place), so that the weight gradients' products run on
+// whole tiles or vectors (32 wasted 12 % of conv2's), with at least one column to
 // spare: the last column holds ones, so that the weight gradient's product
 // also sums the bias gradient, Σ_rows δ·1 = Σ_rows δ in the rows' order from 0
 // (x·1 = x exactly: the bits of the former separate sums over δ, which
 // spent 20 % of the backward pass's own time in a chain through memory). The
 // other padding columns are zero; their results are computed and dropped.
-constexpr Eigen::Index kPadCols = 32;
+constexpr Eigen::Index kPadCols = 16;
 
 // One convolution + relu + 2×2 max-pool stage's buffers.
 struct Stage {
