@@ -116,7 +116,7 @@ void make_columns(Eigen::Index rows, Eigen::Index cols, RowMatrixF& m) {
 // The transposes and the pooling below work on vectors of 4 floats (GCC's
 // vector extensions, SSE2 in this build; the compiler vectorised neither).
 // im2col and col2im, most of the data movement, are dispatched kernels
-// (sim/kernels/conv.hpp: a 40-float run is 3 AVX-512 vectors).
+// (sim/kernels/conv.hpp: a 40-float run is 5 AVX2 or AVX-512 moves).
 typedef float F4 __attribute__((vector_size(16)));
 typedef int32_t I4 __attribute__((vector_size(16)));
 inline F4 load4(const float* p) {
