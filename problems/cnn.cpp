@@ -100,6 +100,7 @@ struct CnnWorkspace final : ClassifierWorkspace {
   RowMatrixF dpool1;  // gradient w.r.t. stage 1's pooled output
   std::vector<float> dw;  // a weight gradient with padded rows
   std::vector<float> planes;  // one sample's pooled conv1 output or its gradient, NCHW
+  std::vector<float> w2_padded;  // W2 with rows padded to padded(K2)
 };
 
 // A column matrix's width for `cols` columns: whole register tiles of every
@@ -386,8 +387,9 @@ class Cnn final : public ClassifierProblem {
     for (const WorkerRows& w : workers) conv2_weight_grads(w, ws);
     conv2_input_grads(x, n, ws);
 
-    // Stage 1: unpool, relu, conv (∇W, ∇b; the input needs no gradient).
-    unpool_relu1(ws.dpool1.data(), ws);
+    // Stage 1: unpool, relu, conv (∇W, ∇b; the input needs no gradient), a
+    // sample at a time (its δ1 stays in L1 from the unpooling to the product).
+    ws.s1.dout.resize(ws.s1.out.rows(), ws.s1.out.cols());
     for (const WorkerRows& w : workers) conv1_weight_grads(w, ws);
   }
 
@@ -490,17 +492,23 @@ class Cnn final : public ClassifierProblem {
                w.g.data() + tensors_[3].offset);
   }
 
-  // δcols = δ2 · W2, block by block, scattered onto pooled 1 by col2im.
+  // δcols = δ2 · W2, block by block, scattered onto pooled 1 by col2im. W2's
+  // rows are padded with zeros to padded(K2) (whole tiles, as the column
+  // matrices; the padding's columns of δcols are computed and never read).
   void conv2_input_grads(std::span<const float> x, Eigen::Index n, CnnWorkspace& ws) const {
-    const Eigen::Index rows2 = h2_ * h2_;
+    const Eigen::Index rows2 = h2_ * h2_, ld = padded(k2());
+    const float* w2 = x.data() + tensors_[2].offset;
+    ws.w2_padded.assign(size_t(c2_ * ld), 0.0f);
+    for (Eigen::Index c = 0; c < c2_; ++c) {
+      std::copy_n(w2 + c * k2(), k2(), ws.w2_padded.data() + c * ld);
+    }
     ws.dpool1.resize(ws.s1.pooled.rows(), c1_);
     for (Eigen::Index s0 = 0; s0 < n; s0 += kConv2Samples) {
       const Eigen::Index count = std::min(kConv2Samples, n - s0);
-      ws.dcols2.resize(count * rows2, k2());
-      matmul(size_t(count * rows2), size_t(k2()), size_t(c2_),
-             ws.s2.dout.data() + s0 * rows2 * c2_, c2_, 1, x.data() + tensors_[2].offset,
-             size_t(k2()), ws.dcols2.data(), size_t(k2()));
-      col2im({size_t(count), size_t(p1_), size_t(p1_), size_t(c1_), size_t(kKernel), size_t(k2())},
+      ws.dcols2.resize(count * rows2, ld);
+      matmul(size_t(count * rows2), size_t(ld), size_t(c2_), ws.s2.dout.data() + s0 * rows2 * c2_,
+             c2_, 1, ws.w2_padded.data(), size_t(ld), ws.dcols2.data(), size_t(ld));
+      col2im({size_t(count), size_t(p1_), size_t(p1_), size_t(c1_), size_t(kKernel), size_t(ld)},
              ws.dcols2.data(), ws.dpool1.data() + s0 * p1_ * p1_ * c1_);
     }
   }
@@ -512,6 +520,7 @@ class Cnn final : public ClassifierProblem {
     const Eigen::Index pixels = h1_ * h1_, ld = padded(k1());
     ws.dw.assign(size_t(c1_ * ld), 0.0f);
     for (Eigen::Index s = w.begin; s < w.begin + w.count; ++s) {
+      unpool_relu1(ws.dpool1.data(), s, ws);
       columns(ws.rows.data() + s * h0_ * h0_, 1, h0_, h0_, 1, ws.cols1);
       const float* d = ws.s1.dout.data() + s * c1_ * pixels;
       matmul_acc(size_t(c1_), size_t(ld), size_t(pixels), d, pixels, 1, ws.cols1.data(),
@@ -532,21 +541,17 @@ class Cnn final : public ClassifierProblem {
     }
   }
 
-  // Stage 1's δ (NCHW, as out1) from the gradient w.r.t. its pooled output
-  // (NHWC), a sample at a time through NCHW planes.
-  void unpool_relu1(const float* dpooled, CnnWorkspace& ws) const {
-    const Eigen::Index pixels = h1_ * h1_, cells = p1_ * p1_, n = ws.s1.pooled.rows() / cells;
-    ws.s1.dout.resize(ws.s1.out.rows(), ws.s1.out.cols());
+  // Sample s's stage-1 δ (NCHW, as out1; ws.s1.dout has its shape) from the
+  // gradient w.r.t. its pooled output (NHWC), through NCHW planes.
+  void unpool_relu1(const float* dpooled, Eigen::Index s, CnnWorkspace& ws) const {
+    const Eigen::Index pixels = h1_ * h1_, cells = p1_ * p1_;
     ws.planes.resize(size_t(c1_ * cells));
-    for (Eigen::Index s = 0; s < n; ++s) {
-      transpose(dpooled + s * cells * c1_, cells, c1_, ws.planes.data());
-      for (Eigen::Index c = 0; c < c1_; ++c) {
-        const Eigen::Index plane = (s * c1_ + c) * pixels;
-        for (Eigen::Index y = 0; y < p1_; ++y) {
-          unpool_relu_run<2>(ws.s1.out.data() + plane, plane_row(h1_, y),
-                             ws.planes.data() + c * cells + y * p1_, p1_,
-                             ws.s1.dout.data() + plane);
-        }
+    transpose(dpooled + s * cells * c1_, cells, c1_, ws.planes.data());
+    for (Eigen::Index c = 0; c < c1_; ++c) {
+      const Eigen::Index plane = (s * c1_ + c) * pixels;
+      for (Eigen::Index y = 0; y < p1_; ++y) {
+        unpool_relu_run<2>(ws.s1.out.data() + plane, plane_row(h1_, y),
+                           ws.planes.data() + c * cells + y * p1_, p1_, ws.s1.dout.data() + plane);
       }
     }
   }
