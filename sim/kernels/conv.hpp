@@ -3,8 +3,9 @@
 // on NHWC samples. Dispatched like matmul (conv_kernels.inc compiled for SSE2,
 // AVX2 and AVX-512, picked by active_isa()), because these loops are most of
 // the CNN's time outside its products and a 40-float run is 10 SSE2 vectors
-// but 5 AVX2 ones (the AVX-512 variant moves 8 floats too: conv_avx512.cpp). im2col only copies; col2im adds, and its bits matter:
-// every input element is the sum, from +0, of its column entries in the order
+// but 5 AVX2 ones (the AVX-512 variant moves 8 floats too: conv_avx512.cpp).
+// im2col only copies; col2im adds, and its bits matter: every input element
+// is the sum, from +0, of its column entries in the order
 // of the column rows (s, y, x) and, within a row, ky — the same in every
 // variant (one rounded addition per term, lanes never mix); the `matmul`
 // suite checks each variant against a scalar loop bit for bit.
