@@ -2,38 +2,49 @@
 //   conv 5×5×c1 → relu → maxpool 2 → conv 5×5×c2 → relu → maxpool 2 → fc 10
 // (no padding, stride 1: 28 → 24 → 12 → 8 → 4), softmax cross-entropy.
 //
-// A convolution is im2col + fixed-order products (sim/kernels/matmul.hpp), laid
-// out so that each product's panels stay in cache (before: the whole
-// batch's column matrices, 1.8 MB a worker, went to memory and back):
+// A convolution is im2col + fixed-order products (sim/kernels/matmul.hpp; the
+// im2col, its transpose and col2im are dispatched kernels too,
+// sim/kernels/conv.hpp), laid out so that each product's panels stay in cache
+// (before: the whole batch's column matrices, 1.8 MB a worker, went to memory
+// and back):
 //   conv1 (one input channel, 576 output pixels a sample, K1 = 25 taps): one
 //     sample at a time. Forward out1ᵀ = W1 · colsᵀ (colsᵀ: K1 × 576, so the
 //     pixels fill the vector lanes; 8 channels would fill half an AVX-512
-//     vector); out1 is kept NCHW. ∇W1 = δ1ᵀ · cols, summed sample after
-//     sample with matmul_acc over a column matrix made again in the backward
-//     pass (576 × 32: K1 padded with zero columns to whole register tiles; the
-//     padding's results are dropped).
+//     vector), then bias, relu and pooling while the sample's output is in L1;
+//     out1 is kept NCHW. ∇W1 = δ1ᵀ · cols, summed sample after sample with
+//     matmul_acc over a column matrix made again in the backward pass (576 ×
+//     32: K1 padded to whole register tiles; the padding's results are
+//     dropped, except the last column's, below).
 //   conv2 (NHWC, 64 output pixels a sample, K2 = 25·c1): blocks of
-//     kConv2Samples samples, whose column matrix (229 kB, K2 padded to 224
+//     kConv2Samples samples, whose column matrix (213 kB, K2 padded to 208
 //     columns) stays in L2 from im2col to the products: forward
-//     out2 = cols · W2ᵀ + b; backward ∇W2 = δ2ᵀ · cols (matmul_acc, block
-//     after block within each worker, on whole tiles), ∇b2 = Σ_rows δ2,
-//     δcols = δ2 · W2 scattered back by col2im.
+//     out2 = cols · W2ᵀ + b, relu and pooling block by block; backward
+//     ∇W2 = δ2ᵀ · cols (matmul_acc, block after block within each worker, on
+//     whole tiles), δcols = δ2 · W2 scattered back by col2im.
 //   Neither column matrix is kept between the passes (before: 1.8 MB + 1.6 MB
 //   for a worker's 32 samples).
+//   The bias gradients ∇b = Σ_rows δ come out of the weight gradients'
+//   products: the column matrices' last padding column holds ones (δ·1 = δ,
+//   summed in the rows' order from 0, as the separate sums did).
 // Column (ky, kx, c) of a column matrix holds input (y + ky, x + kx, c).
 // Every element of every product is summed over k in the same order as one
 // product over the worker's whole batch, whatever the blocking (matmul_acc
 // continues each element's chain), and a·b = b·a exactly, so these layouts
 // give the bits the whole-batch products gave (compared before and after on
 // experiments/real-cnn-fashion under each BITLAB_ISA: docs/building.md).
-// Max pooling keeps the index of each window's maximum (first one on ties)
-// and routes the gradient there. Checked by finite differences in
-// tests/test_real_problems.cpp.
+// Max pooling takes each window's first maximum (a later element must be
+// strictly greater); the backward pass finds it again from the stored relu
+// output, with the same comparisons, and routes the gradient there (no
+// argmax is stored, nothing is zero-filled). Pooling, unpooling and the
+// NCHW ↔ NHWC transposes run on 4-float vectors (selects and moves: exact in
+// any lane). Checked by finite differences in tests/test_real_problems.cpp.
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "problems/classifier.hpp"
 #include "problems/real_problems.hpp"
+#include "sim/kernels/conv.hpp"
 #include "sim/kernels/matmul.hpp"
 
 namespace bitlab {
@@ -59,17 +70,21 @@ namespace {
 // Samples per block of conv2's products: 4 × 64 rows × 25·c1 columns (205 kB
 // for c1 = 8) stay in L2 between im2col and the products.
 constexpr Eigen::Index kConv2Samples = 4;
-// The column matrices' rows are padded with zero columns to a multiple of 32
-// floats (a register tile of two AVX-512 vectors, four AVX2, eight SSE2
-// vectors), so that the weight gradients' products run on whole tiles; the
-// padding's results are computed and dropped.
-constexpr Eigen::Index kPadCols = 32;
+// The column matrices' rows are padded to a multiple of 16 floats (a register
+// tile of two AVX2 vectors or four SSE2 ones, or one AVX-512 vector, which
+// matmul also runs in place), so that the weight gradients' products run on
+// whole tiles or vectors (32 wasted 12 % of conv2's), with at least one column to
+// spare: the last column holds ones, so that the weight gradient's product
+// also sums the bias gradient, Σ_rows δ·1 = Σ_rows δ in the rows' order from 0
+// (x·1 = x exactly: the bits of the former separate sums over δ, which
+// spent 20 % of the backward pass's own time in a chain through memory). The
+// other padding columns are zero; their results are computed and dropped.
+constexpr Eigen::Index kPadCols = 16;
 
 // One convolution + relu + 2×2 max-pool stage's buffers.
 struct Stage {
   RowMatrixF out;               // after relu: conv1 NCHW (n·C_out × H·W), conv2 NHWC
   RowMatrixF pooled;            // (n·Ho/2·Wo/2) × C_out, NHWC
-  std::vector<int32_t> argmax;  // per pooled element: flat index into out
   RowMatrixF dout;              // gradient w.r.t. out (pre-relu after masking)
 };
 
@@ -79,125 +94,219 @@ struct CnnWorkspace final : ClassifierWorkspace {
   // that none is reallocated between the stages).
   RowMatrixF cols1_t;  // conv1 forward: K1 × 576
   RowMatrixF cols1;    // conv1 backward: 576 × padded(K1)
-  RowMatrixF cols2;    // conv2: kConv2Samples·64 × padded(K2)
+  RowMatrixF cols2;    // conv2: kConv2Samples·64 × padded(K2) (forward: the first K2)
   RowMatrixF dcols2;   // gradient w.r.t. a block of conv2's columns
   RowMatrixF dflat;   // n × 16·c2
   RowMatrixF dpool1;  // gradient w.r.t. stage 1's pooled output
   std::vector<float> dw;  // a weight gradient with padded rows
+  std::vector<float> planes;  // one sample's pooled conv1 output or its gradient, NCHW
+  std::vector<float> w2_padded;  // W2 with rows padded to padded(K2)
 };
 
-// Columns rounded up to whole register tiles of every instruction set.
-Eigen::Index padded(Eigen::Index cols) { return (cols + kPadCols - 1) / kPadCols * kPadCols; }
+// A column matrix's width for `cols` columns: whole register tiles of every
+// instruction set, the last column (never one of the `cols`) for the ones.
+Eigen::Index padded(Eigen::Index cols) { return (cols + kPadCols) / kPadCols * kPadCols; }
+
+// A rows × padded(cols) column matrix: zeros, the last column ones.
+void make_columns(Eigen::Index rows, Eigen::Index cols, RowMatrixF& m) {
+  if (m.rows() == rows && m.cols() == padded(cols)) return;  // kept from the last call
+  m.setZero(rows, padded(cols));
+  m.col(m.cols() - 1).setOnes();
+}
+
+// The transposes and the pooling below work on vectors of 4 floats (GCC's
+// vector extensions, SSE2 in this build; the compiler vectorised neither).
+// im2col and col2im, most of the data movement, are dispatched kernels
+// (sim/kernels/conv.hpp: a 40-float run is 5 AVX2 or AVX-512 moves).
+typedef float F4 __attribute__((vector_size(16)));
+typedef int32_t I4 __attribute__((vector_size(16)));
+inline F4 load4(const float* p) {
+  F4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store4(float* p, const F4& v) { std::memcpy(p, &v, sizeof v); }
+
+// to (cols × rows) = fromᵀ (from: rows × cols, both dense), 4 × 4 blocks in
+// registers where both sides are multiples of 4.
+void transpose(const float* from, Eigen::Index rows, Eigen::Index cols, float* to) {
+  if (rows % 4 != 0 || cols % 4 != 0) {
+    for (Eigen::Index r = 0; r < rows; ++r)
+      for (Eigen::Index c = 0; c < cols; ++c) to[c * rows + r] = from[r * cols + c];
+    return;
+  }
+  for (Eigen::Index r = 0; r < rows; r += 4) {
+    for (Eigen::Index c = 0; c < cols; c += 4) {
+      const float* f = from + r * cols + c;
+      const F4 a = load4(f), b = load4(f + cols), x = load4(f + 2 * cols),
+               y = load4(f + 3 * cols);
+      const F4 ab0 = __builtin_shufflevector(a, b, 0, 4, 1, 5),
+               ab1 = __builtin_shufflevector(a, b, 2, 6, 3, 7),
+               xy0 = __builtin_shufflevector(x, y, 0, 4, 1, 5),
+               xy1 = __builtin_shufflevector(x, y, 2, 6, 3, 7);
+      float* t = to + c * rows + r;
+      store4(t, __builtin_shufflevector(ab0, xy0, 0, 1, 4, 5));
+      store4(t + rows, __builtin_shufflevector(ab0, xy0, 2, 3, 6, 7));
+      store4(t + 2 * rows, __builtin_shufflevector(ab1, xy1, 0, 1, 4, 5));
+      store4(t + 3 * rows, __builtin_shufflevector(ab1, xy1, 2, 3, 6, 7));
+    }
+  }
+}
 
 // im2col of n samples of size h × w × c (NHWC, contiguous) for a k×k kernel,
-// into rows of padded(k·k·c) columns, the columns past k·k·c zero (set when
-// the matrix is made, never written after).
-void im2col(const float* in, Eigen::Index n, Eigen::Index h, Eigen::Index w, Eigen::Index c,
-            RowMatrixF& cols) {
-  const Eigen::Index ho = h - kKernel + 1, wo = w - kKernel + 1, span = kKernel * c;
-  if (cols.rows() != n * ho * wo || cols.cols() != padded(kKernel * span)) {
-    cols.setZero(n * ho * wo, padded(kKernel * span));
+// into rows of padded(k·k·c) columns, the columns past k·k·c as make_columns
+// sets them (never written after).
+void columns(const float* in, Eigen::Index n, Eigen::Index h, Eigen::Index w, Eigen::Index c,
+             RowMatrixF& cols) {
+  const Eigen::Index ho = h - kKernel + 1, wo = w - kKernel + 1, taps = kKernel * kKernel * c;
+  make_columns(n * ho * wo, taps, cols);
+  im2col({size_t(n), size_t(h), size_t(w), size_t(c), size_t(kKernel), size_t(cols.cols())}, in,
+         cols.data());
+}
+
+// 2×2 max pooling, stride 2, as runs of windows whose four elements (dy, dx)
+// = (0, 0), (0, 1), (1, 0), (1, 1) sit at t[at[j] + i·kStep] for window i of
+// the run (NCHW: the x pairs of two rows of a plane, kStep 2; NHWC: a pixel's
+// channels, kStep 1), so that the compiler vectorises over the windows. The
+// first maximum in (dy, dx) order wins (a later element must be strictly
+// greater), with selects, not branches (a random maximum mispredicts a branch
+// half the time). The inputs are relu outputs (never NaN).
+using WindowAt = std::array<Eigen::Index, 4>;
+
+// The windows along pooled row y of an NCHW plane of width w.
+WindowAt plane_row(Eigen::Index w, Eigen::Index y) {
+  const Eigen::Index r0 = 2 * y * w;
+  return {r0, r0 + 1, r0 + w, r0 + w + 1};
+}
+
+// The window of pooled pixel (y, x) of an NHWC sample of side h with c channels.
+WindowAt pixel_window(Eigen::Index h, Eigen::Index c, Eigen::Index y, Eigen::Index x) {
+  const Eigen::Index o = (2 * y * h + 2 * x) * c;
+  return {o, o + c, o + h * c, o + h * c + c};
+}
+
+// The winner's index (0..3) and value of window i of a run, one at a time.
+template <int kStep>
+inline int window_max(const float* t, const WindowAt& at, Eigen::Index i, float& value) {
+  float v = t[at[0] + i * kStep];
+  int q = 0;
+  for (int j = 1; j < 4; ++j) {
+    const float e = t[at[j] + i * kStep];
+    const bool more = e > v;
+    v = more ? e : v;
+    q = more ? j : q;
   }
-  for (Eigen::Index s = 0; s < n; ++s) {
-    const float* sample = in + s * h * w * c;
-    for (Eigen::Index y = 0; y < ho; ++y) {
-      for (Eigen::Index x = 0; x < wo; ++x) {
-        float* row = cols.row((s * ho + y) * wo + x).data();
-        for (Eigen::Index ky = 0; ky < kKernel; ++ky) {
-          std::memcpy(row + ky * span, sample + ((y + ky) * w + x) * c,
-                      sizeof(float) * size_t(span));
-        }
-      }
+  value = v;
+  return q;
+}
+
+// Four windows at a time (F4: 4 floats; a select or comparison is exact in any
+// lane, so the bits are the one-at-a-time loop's). e[j] holds element j of
+// windows i … i + 3.
+
+template <int kStep>
+struct Lanes;
+template <>
+struct Lanes<1> {  // NHWC: element j of window i at at[j] + i
+  static void load(const float* t, const WindowAt& at, Eigen::Index i, F4 (&e)[4]) {
+    for (int j = 0; j < 4; ++j) e[j] = load4(t + at[j] + i);
+  }
+  static void store(float* t, const WindowAt& at, Eigen::Index i, const F4 (&e)[4]) {
+    for (int j = 0; j < 4; ++j) store4(t + at[j] + i, e[j]);
+  }
+};
+template <>
+struct Lanes<2> {  // NCHW rows: elements 2j, 2j + 1 of window i at at[2j] + 2i + {0, 1}
+  static void load(const float* t, const WindowAt& at, Eigen::Index i, F4 (&e)[4]) {
+    for (int r = 0; r < 2; ++r) {
+      const F4 lo = load4(t + at[2 * r] + 2 * i), hi = load4(t + at[2 * r] + 2 * i + 4);
+      e[2 * r] = __builtin_shufflevector(lo, hi, 0, 2, 4, 6);
+      e[2 * r + 1] = __builtin_shufflevector(lo, hi, 1, 3, 5, 7);
+    }
+  }
+  static void store(float* t, const WindowAt& at, Eigen::Index i, const F4 (&e)[4]) {
+    for (int r = 0; r < 2; ++r) {
+      store4(t + at[2 * r] + 2 * i, __builtin_shufflevector(e[2 * r], e[2 * r + 1], 0, 4, 1, 5));
+      store4(t + at[2 * r] + 2 * i + 4,
+             __builtin_shufflevector(e[2 * r], e[2 * r + 1], 2, 6, 3, 7));
+    }
+  }
+};
+
+// window_max for four windows: the winners' indices and values.
+inline I4 window_max4(const F4 (&e)[4], F4& value) {
+  F4 v = e[0];
+  I4 q = {0, 0, 0, 0};
+  for (int j = 1; j < 4; ++j) {
+    const I4 more = e[j] > v;
+    v = more ? e[j] : v;
+    q = more ? I4{j, j, j, j} : q;
+  }
+  value = v;
+  return q;
+}
+
+// out[i] = the maximum of window i, for `count` windows.
+template <int kStep>
+void max_pool_run(const float* t, const WindowAt& at, Eigen::Index count, float* out) {
+  Eigen::Index i = 0;
+  for (; i + 4 <= count; i += 4) {
+    F4 e[4], v;
+    Lanes<kStep>::load(t, at, i, e);
+    window_max4(e, v);
+    store4(out + i, v);
+  }
+  for (; i < count; ++i) window_max<kStep>(t, at, i, out[i]);
+}
+
+// The gradient dt w.r.t. the relu'd conv output t (dt laid out as t) of
+// `count` windows, from the gradient `dpooled` w.r.t. their pooled values:
+// dpooled[i] goes to the window's maximum (found again, with the same
+// comparisons), zero elsewhere, then the relu mask (t > 0 exactly where the
+// pre-activation is). The arithmetic of the former scatter onto zeros and mask
+// product, kept for the bits: (0 + dpooled)·[t > 0] at the maximum, 0·[t > 0]
+// elsewhere. Every element of every window is written: no zero-fill.
+template <int kStep>
+void unpool_relu_run(const float* t, const WindowAt& at, const float* dpooled,
+                     Eigen::Index count, float* dt) {
+  Eigen::Index i = 0;
+  for (; i + 4 <= count; i += 4) {
+    F4 e[4], v, d[4];
+    Lanes<kStep>::load(t, at, i, e);
+    const I4 q = window_max4(e, v);
+    const F4 g = 0.0f + load4(dpooled + i), zero = {}, one = zero + 1.0f;
+    for (int j = 0; j < 4; ++j) {
+      d[j] = (q == I4{j, j, j, j} ? g : zero) * (e[j] > zero ? one : zero);
+    }
+    Lanes<kStep>::store(dt, at, i, d);
+  }
+  for (; i < count; ++i) {
+    float v;
+    const int q = window_max<kStep>(t, at, i, v);
+    const float g = 0.0f + dpooled[i];
+    for (int j = 0; j < 4; ++j) {
+      const Eigen::Index e = at[j] + i * kStep;
+      dt[e] = (q == j ? g : 0.0f) * (t[e] > 0.0f ? 1.0f : 0.0f);
     }
   }
 }
 
-// One single-channel h × w sample's column matrix, transposed: row ky·k + kx
-// holds input (y + ky, x + kx) for every output pixel (y, x).
-void im2col_t(const float* in, Eigen::Index h, Eigen::Index w, RowMatrixF& cols_t) {
-  const Eigen::Index ho = h - kKernel + 1, wo = w - kKernel + 1;
-  cols_t.resize(kKernel * kKernel, ho * wo);
-  for (Eigen::Index ky = 0; ky < kKernel; ++ky) {
-    for (Eigen::Index kx = 0; kx < kKernel; ++kx) {
-      float* row = cols_t.row(ky * kKernel + kx).data();
-      for (Eigen::Index y = 0; y < ho; ++y) {
-        const float* src = in + (y + ky) * w + kx;
-        for (Eigen::Index x = 0; x < wo; ++x) row[y * wo + x] = src[x];
-      }
-    }
+// v ← relu(v + bias), one rounding and a select per element (the former bias
+// addition and relu passes, fused): for a plane (one bias), and for rows of
+// `cols` channels (bias per channel).
+void bias_relu(float* v, Eigen::Index size, float bias) {
+  for (Eigen::Index i = 0; i < size; ++i) {
+    const float z = v[i] + bias;
+    v[i] = z > 0.0f ? z : 0.0f;
   }
 }
-
-// One single-channel sample's column matrix, as im2col's (padded columns).
-void im2col_1(const float* in, Eigen::Index h, Eigen::Index w, RowMatrixF& cols) {
-  const Eigen::Index ho = h - kKernel + 1, wo = w - kKernel + 1;
-  if (cols.rows() != ho * wo || cols.cols() != padded(kKernel * kKernel)) {
-    cols.setZero(ho * wo, padded(kKernel * kKernel));
-  }
-  for (Eigen::Index y = 0; y < ho; ++y) {
-    for (Eigen::Index x = 0; x < wo; ++x) {
-      float* row = cols.row(y * wo + x).data();
-      for (Eigen::Index ky = 0; ky < kKernel; ++ky) {
-        const float* src = in + (y + ky) * w + x;
-        for (Eigen::Index kx = 0; kx < kKernel; ++kx) row[ky * kKernel + kx] = src[kx];
-      }
+void bias_relu_rows(float* v, Eigen::Index rows, Eigen::Index cols, const float* bias) {
+  for (Eigen::Index r = 0; r < rows; ++r) {
+    for (Eigen::Index c = 0; c < cols; ++c) {
+      const float z = v[r * cols + c] + bias[c];
+      v[r * cols + c] = z > 0.0f ? z : 0.0f;
     }
   }
-}
-
-// The adjoint of im2col: adds each column row back onto its input patch.
-void col2im(const RowMatrixF& cols, Eigen::Index n, Eigen::Index h, Eigen::Index w, Eigen::Index c,
-            float* in) {
-  const Eigen::Index ho = h - kKernel + 1, wo = w - kKernel + 1, span = kKernel * c;
-  std::memset(in, 0, sizeof(float) * size_t(n * h * w * c));
-  for (Eigen::Index s = 0; s < n; ++s) {
-    float* sample = in + s * h * w * c;
-    for (Eigen::Index y = 0; y < ho; ++y) {
-      for (Eigen::Index x = 0; x < wo; ++x) {
-        const float* row = cols.row((s * ho + y) * wo + x).data();
-        for (Eigen::Index ky = 0; ky < kKernel; ++ky) {
-          float* dst = sample + ((y + ky) * w + x) * c;
-          for (Eigen::Index j = 0; j < span; ++j) dst[j] += row[ky * span + j];
-        }
-      }
-    }
-  }
-}
-
-// 2×2 max pool, stride 2: window element (dy, dx) of pooled element
-// (s, y, x, ch) is src[at(s, ch, 2y + dy, 2x + dx)]; the first maximum in
-// (dy, dx) order wins. Pooled output NHWC (n·h/2·w/2 × c).
-template <class At>
-void max_pool(const float* src, Eigen::Index n, Eigen::Index h, Eigen::Index w, Eigen::Index c,
-              const At& at, RowMatrixF& out, std::vector<int32_t>& argmax) {
-  const Eigen::Index ho = h / 2, wo = w / 2;
-  out.resize(n * ho * wo, c);
-  argmax.resize(size_t(out.size()));
-  for (Eigen::Index s = 0; s < n; ++s) {
-    for (Eigen::Index y = 0; y < ho; ++y) {
-      for (Eigen::Index x = 0; x < wo; ++x) {
-        const Eigen::Index o = ((s * ho + y) * wo + x) * c;
-        for (Eigen::Index ch = 0; ch < c; ++ch) {
-          // Selects, not branches (a random maximum mispredicts a branch
-          // half the time); the same comparisons, in the same order.
-          Eigen::Index best = at(s, ch, 2 * y, 2 * x);
-          float v = src[best];
-          for (const Eigen::Index i : {at(s, ch, 2 * y, 2 * x + 1), at(s, ch, 2 * y + 1, 2 * x),
-                                       at(s, ch, 2 * y + 1, 2 * x + 1)}) {
-            const bool more = src[i] > v;
-            best = more ? i : best;
-            v = more ? src[i] : v;
-          }
-          out.data()[o + ch] = v;
-          argmax[size_t(o + ch)] = static_cast<int32_t>(best);
-        }
-      }
-    }
-  }
-}
-
-void relu_in_place(float* v, Eigen::Index size) {
-  for (Eigen::Index i = 0; i < size; ++i) v[i] = v[i] > 0.0f ? v[i] : 0.0f;
 }
 
 class Cnn final : public ClassifierProblem {
@@ -274,12 +383,13 @@ class Cnn final : public ClassifierProblem {
 
     // Stage 2: unpool, relu, conv (∇W, ∇b per worker; δcols, col2im onto
     // pooled 1 for every sample).
-    unpool_relu(ws.dflat.data(), ws.s2);
+    unpool_relu2(ws.dflat.data(), ws.s2);
     for (const WorkerRows& w : workers) conv2_weight_grads(w, ws);
     conv2_input_grads(x, n, ws);
 
-    // Stage 1: unpool, relu, conv (∇W, ∇b; the input needs no gradient).
-    unpool_relu(ws.dpool1.data(), ws.s1);
+    // Stage 1: unpool, relu, conv (∇W, ∇b; the input needs no gradient), a
+    // sample at a time (its δ1 stays in L1 from the unpooling to the product).
+    ws.s1.dout.resize(ws.s1.out.rows(), ws.s1.out.cols());
     for (const WorkerRows& w : workers) conv1_weight_grads(w, ws);
   }
 
@@ -310,120 +420,156 @@ class Cnn final : public ClassifierProblem {
                                              Eigen::Index(tensors_[t].size));
   }
 
-  // conv1 → relu → pool, a sample at a time: out1 (NCHW) = W1 · colsᵀ + b.
+  // conv1 → relu → pool, a sample at a time (its output, 18 kB for c1 = 8,
+  // stays in L1 from the product to the pooling): out1 (NCHW) = W1 · colsᵀ + b.
   void conv1_forward(std::span<const float> x, const float* in, Eigen::Index n,
                      CnnWorkspace& ws) const {
-    const Eigen::Index pixels = h1_ * h1_;
+    const Eigen::Index pixels = h1_ * h1_, cells = p1_ * p1_;
     const float* w1 = x.data() + tensors_[0].offset;
     const float* b1 = x.data() + tensors_[1].offset;
     ws.s1.out.resize(n * c1_, pixels);
+    ws.s1.pooled.resize(n * cells, c1_);
+    ws.planes.resize(size_t(c1_ * cells));
     for (Eigen::Index s = 0; s < n; ++s) {
-      im2col_t(in + s * h0_ * h0_, h0_, h0_, ws.cols1_t);
+      ws.cols1_t.resize(k1(), pixels);
+      im2col_t(size_t(h0_), size_t(h0_), size_t(kKernel), in + s * h0_ * h0_, ws.cols1_t.data());
       float* out = ws.s1.out.data() + s * c1_ * pixels;
       matmul(size_t(c1_), size_t(pixels), size_t(k1()), w1, k1(), 1, ws.cols1_t.data(),
              size_t(pixels), out, size_t(pixels));
       for (Eigen::Index c = 0; c < c1_; ++c) {
-        for (Eigen::Index p = 0; p < pixels; ++p) out[c * pixels + p] += b1[c];
+        float* plane = out + c * pixels;
+        bias_relu(plane, pixels, b1[c]);
+        for (Eigen::Index y = 0; y < p1_; ++y) {
+          max_pool_run<2>(plane, plane_row(h1_, y), p1_, ws.planes.data() + c * cells + y * p1_);
+        }
       }
+      transpose(ws.planes.data(), c1_, cells, ws.s1.pooled.data() + s * cells * c1_);
     }
-    relu_in_place(ws.s1.out.data(), ws.s1.out.size());
-    const Eigen::Index side = h1_, c1 = c1_;
-    max_pool(
-        ws.s1.out.data(), n, side, side, c1,
-        [side, c1](Eigen::Index s, Eigen::Index ch, Eigen::Index y, Eigen::Index xx) {
-          return ((s * c1 + ch) * side + y) * side + xx;
-        },
-        ws.s1.pooled, ws.s1.argmax);
   }
 
-  // conv2 → relu → pool, kConv2Samples samples at a time: out2 = cols · W2ᵀ + b.
+  // conv2 → relu → pool, kConv2Samples samples at a time (the block's column
+  // matrix and output stay in L2): out2 = cols · W2ᵀ + b.
   void conv2_forward(std::span<const float> x, Eigen::Index n, CnnWorkspace& ws) const {
-    const Eigen::Index rows2 = h2_ * h2_;
+    const Eigen::Index rows2 = h2_ * h2_, cells = p2_ * p2_;
+    const float* b2 = x.data() + tensors_[3].offset;
     transpose_into(x.data() + tensors_[2].offset, size_t(c2_), size_t(k2()), size_t(k2()),
                    ws.packed);
     ws.s2.out.resize(n * rows2, c2_);
+    ws.s2.pooled.resize(n * cells, c2_);
     for (Eigen::Index s0 = 0; s0 < n; s0 += kConv2Samples) {
       const Eigen::Index count = std::min(kConv2Samples, n - s0);
-      im2col(ws.s1.pooled.data() + s0 * p1_ * p1_ * c1_, count, p1_, p1_, c1_, ws.cols2);
+      columns(ws.s1.pooled.data() + s0 * p1_ * p1_ * c1_, count, p1_, p1_, c1_, ws.cols2);
+      float* out = ws.s2.out.data() + s0 * rows2 * c2_;
       matmul(size_t(count * rows2), size_t(c2_), size_t(k2()), ws.cols2.data(), ws.cols2.cols(), 1,
-             ws.packed.data(), size_t(c2_), ws.s2.out.data() + s0 * rows2 * c2_, size_t(c2_));
+             ws.packed.data(), size_t(c2_), out, size_t(c2_));
+      bias_relu_rows(out, count * rows2, c2_, b2);
+      for (Eigen::Index s = 0; s < count; ++s) {
+        const float* sample = out + s * rows2 * c2_;
+        float* pooled = ws.s2.pooled.data() + (s0 + s) * cells * c2_;
+        for (Eigen::Index y = 0; y < p2_; ++y) {
+          for (Eigen::Index xx = 0; xx < p2_; ++xx) {
+            max_pool_run<1>(sample, pixel_window(h2_, c2_, y, xx), c2_,
+                            pooled + (y * p2_ + xx) * c2_);
+          }
+        }
+      }
     }
-    add_to_rows(ws.s2.out, param_vec(x, 3).data());
-    relu_in_place(ws.s2.out.data(), ws.s2.out.size());
-    const Eigen::Index side = h2_, c2 = c2_;
-    max_pool(
-        ws.s2.out.data(), n, side, side, c2,
-        [side, c2](Eigen::Index s, Eigen::Index ch, Eigen::Index y, Eigen::Index xx) {
-          return ((s * side + y) * side + xx) * c2 + ch;
-        },
-        ws.s2.pooled, ws.s2.argmax);
   }
 
   // Worker w's ∇W2 = δ2ᵀ · cols over its samples, block by block (the column
-  // matrix made again), and ∇b2 = Σ of δ2 over its rows.
+  // matrix made again), and ∇b2 = Σ of δ2 over its rows (the ones column).
   void conv2_weight_grads(const WorkerRows& w, CnnWorkspace& ws) const {
     const Eigen::Index rows2 = h2_ * h2_, ld = padded(k2());
     ws.dw.assign(size_t(c2_ * ld), 0.0f);
     for (Eigen::Index s0 = w.begin; s0 < w.begin + w.count; s0 += kConv2Samples) {
       const Eigen::Index count = std::min(kConv2Samples, w.begin + w.count - s0);
-      im2col(ws.s1.pooled.data() + s0 * p1_ * p1_ * c1_, count, p1_, p1_, c1_, ws.cols2);
+      columns(ws.s1.pooled.data() + s0 * p1_ * p1_ * c1_, count, p1_, p1_, c1_, ws.cols2);
       matmul_acc(size_t(c2_), size_t(ld), size_t(count * rows2),
                  ws.s2.dout.data() + s0 * rows2 * c2_, 1, c2_, ws.cols2.data(), size_t(ld),
                  ws.dw.data(), size_t(ld));
     }
-    unpad_rows(ws.dw.data(), c2_, k2(), w.g.data() + tensors_[2].offset);
-    sum_rows(ws.s2.dout, w.begin * rows2, w.count * rows2, w.g.data() + tensors_[3].offset);
+    unpad_rows(ws.dw.data(), c2_, k2(), w.g.data() + tensors_[2].offset,
+               w.g.data() + tensors_[3].offset);
   }
 
-  // δcols = δ2 · W2, block by block, scattered onto pooled 1 by col2im.
+  // δcols = δ2 · W2, block by block, scattered onto pooled 1 by col2im. W2's
+  // rows are padded with zeros to padded(K2) (whole tiles, as the column
+  // matrices; the padding's columns of δcols are computed and never read).
   void conv2_input_grads(std::span<const float> x, Eigen::Index n, CnnWorkspace& ws) const {
-    const Eigen::Index rows2 = h2_ * h2_;
+    const Eigen::Index rows2 = h2_ * h2_, ld = padded(k2());
+    const float* w2 = x.data() + tensors_[2].offset;
+    ws.w2_padded.assign(size_t(c2_ * ld), 0.0f);
+    for (Eigen::Index c = 0; c < c2_; ++c) {
+      std::copy_n(w2 + c * k2(), k2(), ws.w2_padded.data() + c * ld);
+    }
     ws.dpool1.resize(ws.s1.pooled.rows(), c1_);
     for (Eigen::Index s0 = 0; s0 < n; s0 += kConv2Samples) {
       const Eigen::Index count = std::min(kConv2Samples, n - s0);
-      ws.dcols2.resize(count * rows2, k2());
-      matmul(size_t(count * rows2), size_t(k2()), size_t(c2_),
-             ws.s2.dout.data() + s0 * rows2 * c2_, c2_, 1, x.data() + tensors_[2].offset,
-             size_t(k2()), ws.dcols2.data(), size_t(k2()));
-      col2im(ws.dcols2, count, p1_, p1_, c1_, ws.dpool1.data() + s0 * p1_ * p1_ * c1_);
+      ws.dcols2.resize(count * rows2, ld);
+      matmul(size_t(count * rows2), size_t(ld), size_t(c2_), ws.s2.dout.data() + s0 * rows2 * c2_,
+             c2_, 1, ws.w2_padded.data(), size_t(ld), ws.dcols2.data(), size_t(ld));
+      col2im({size_t(count), size_t(p1_), size_t(p1_), size_t(c1_), size_t(kKernel), size_t(ld)},
+             ws.dcols2.data(), ws.dpool1.data() + s0 * p1_ * p1_ * c1_);
     }
   }
 
   // Worker w's ∇W1 = δ1ᵀ · cols, sample after sample (δ1 NCHW: a channel's
-  // 576 pixels are contiguous), and ∇b1 = Σ of δ1 over its pixels, in the
-  // order of the rows (sample, y, x).
+  // 576 pixels are contiguous), and ∇b1 = Σ of δ1 over its pixels (the ones
+  // column), in the order of the rows (sample, y, x).
   void conv1_weight_grads(const WorkerRows& w, CnnWorkspace& ws) const {
     const Eigen::Index pixels = h1_ * h1_, ld = padded(k1());
     ws.dw.assign(size_t(c1_ * ld), 0.0f);
-    float* db = w.g.data() + tensors_[1].offset;
-    std::fill(db, db + c1_, 0.0f);
     for (Eigen::Index s = w.begin; s < w.begin + w.count; ++s) {
-      im2col_1(ws.rows.data() + s * h0_ * h0_, h0_, h0_, ws.cols1);
+      unpool_relu1(ws.dpool1.data(), s, ws);
+      columns(ws.rows.data() + s * h0_ * h0_, 1, h0_, h0_, 1, ws.cols1);
       const float* d = ws.s1.dout.data() + s * c1_ * pixels;
       matmul_acc(size_t(c1_), size_t(ld), size_t(pixels), d, pixels, 1, ws.cols1.data(),
                  size_t(ld), ws.dw.data(), size_t(ld));
-      // Pixel by pixel, the channels side by side: each channel's sum in the
-      // rows' order, c1 independent chains (a channel at a time would be one
-      // chain of 576 dependent adds).
-      for (Eigen::Index p = 0; p < pixels; ++p) {
-        for (Eigen::Index c = 0; c < c1_; ++c) db[c] += d[c * pixels + p];
+    }
+    unpad_rows(ws.dw.data(), c1_, k1(), w.g.data() + tensors_[0].offset,
+               w.g.data() + tensors_[1].offset);
+  }
+
+  // rows × cols of a matrix whose rows are padded(cols) long into a dense
+  // one, and each row's last column (the bias gradient) into bias[row].
+  static void unpad_rows(const float* from, Eigen::Index rows, Eigen::Index cols, float* to,
+                         float* bias) {
+    const Eigen::Index ld = padded(cols);
+    for (Eigen::Index r = 0; r < rows; ++r) {
+      std::copy_n(from + r * ld, cols, to + r * cols);
+      bias[r] = from[r * ld + ld - 1];
+    }
+  }
+
+  // Sample s's stage-1 δ (NCHW, as out1; ws.s1.dout has its shape) from the
+  // gradient w.r.t. its pooled output (NHWC), through NCHW planes.
+  void unpool_relu1(const float* dpooled, Eigen::Index s, CnnWorkspace& ws) const {
+    const Eigen::Index pixels = h1_ * h1_, cells = p1_ * p1_;
+    ws.planes.resize(size_t(c1_ * cells));
+    transpose(dpooled + s * cells * c1_, cells, c1_, ws.planes.data());
+    for (Eigen::Index c = 0; c < c1_; ++c) {
+      const Eigen::Index plane = (s * c1_ + c) * pixels;
+      for (Eigen::Index y = 0; y < p1_; ++y) {
+        unpool_relu_run<2>(ws.s1.out.data() + plane, plane_row(h1_, y),
+                           ws.planes.data() + c * cells + y * p1_, p1_, ws.s1.dout.data() + plane);
       }
     }
-    unpad_rows(ws.dw.data(), c1_, k1(), w.g.data() + tensors_[0].offset);
   }
 
-  // rows × cols of a matrix whose rows are padded(cols) long into a dense one.
-  static void unpad_rows(const float* from, Eigen::Index rows, Eigen::Index cols, float* to) {
-    for (Eigen::Index r = 0; r < rows; ++r) std::copy_n(from + r * padded(cols), cols, to + r * cols);
-  }
-
-  // s.dout = gradient w.r.t. the conv output (pre-relu) from the gradient
-  // w.r.t. the pooled output `dpooled`.
-  static void unpool_relu(const float* dpooled, Stage& s) {
-    s.dout.setZero(s.out.rows(), s.out.cols());
-    for (size_t i = 0; i < s.argmax.size(); ++i) s.dout.data()[s.argmax[i]] += dpooled[i];
-    // relu: the output is > 0 exactly where the pre-activation is.
-    s.dout.array() *= (s.out.array() > 0.0f).cast<float>();
+  // Stage 2's δ (NHWC, as out2) from the gradient w.r.t. its pooled output.
+  void unpool_relu2(const float* dpooled, Stage& st) const {
+    const Eigen::Index rows2 = h2_ * h2_, cells = p2_ * p2_, n = st.pooled.rows() / cells;
+    st.dout.resize(st.out.rows(), st.out.cols());
+    for (Eigen::Index s = 0; s < n; ++s) {
+      for (Eigen::Index y = 0; y < p2_; ++y) {
+        for (Eigen::Index xx = 0; xx < p2_; ++xx) {
+          const Eigen::Index o = s * rows2 * c2_;
+          unpool_relu_run<1>(st.out.data() + o, pixel_window(h2_, c2_, y, xx),
+                             dpooled + ((s * p2_ + y) * p2_ + xx) * c2_, c2_,
+                             st.dout.data() + o);
+        }
+      }
+    }
   }
 
   Eigen::Index c1_, c2_;

@@ -1,5 +1,6 @@
-// sim/kernels/matmul.hpp and sim/kernels/activations.hpp: every dispatched variant
-// this CPU runs gives the bits of a plain scalar loop (the products) or of the
+// sim/kernels/matmul.hpp, conv.hpp and activations.hpp: every dispatched variant
+// this CPU runs gives the bits of a plain scalar loop (the products, im2col and
+// col2im) or of the
 // SSE2 variant (the activations), for shapes that exercise every tile, tail
 // and k-block of the kernels; the tanh is checked against double, and
 // sim/kernels/det_math.hpp's exp and log against the C library's.
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "sim/kernels/activations.hpp"
+#include "sim/kernels/conv.hpp"
 #include "sim/kernels/det_math.hpp"
 #include "sim/core/isa.hpp"
 #include "sim/kernels/matmul.hpp"
@@ -65,12 +67,14 @@ TEST_SUITE("matmul") {
       size_t pad;         // extra columns in B's and C's rows
     };
     // Tiles of 6 and 8 rows and of 8, 16 and 32 columns; k across the 256
-    // block; columns below one vector; k = 1 and 0.
+    // block; columns below one vector; k = 1 and 0; a last tile of exactly
+    // one vector (n = 12, 24, 16, 48: SSE2, AVX2, AVX-512), which runs in place.
     const std::vector<Shape> shapes = {{1, 1, 1, false, 0},    {7, 13, 5, false, 3},
                                        {37, 33, 29, false, 0}, {64, 128, 300, false, 0},
                                        {9, 10, 513, true, 5},  {50, 96, 32, true, 0},
                                        {6, 48, 1, false, 1},   {17, 3, 70, true, 2},
-                                       {5, 7, 0, false, 0}};
+                                       {5, 7, 0, false, 0},    {19, 12, 40, false, 1},
+                                       {11, 24, 300, true, 0}, {21, 16, 70, true, 3}};
     for (const Shape& s : shapes) {
       CAPTURE(s.m);
       CAPTURE(s.n);
@@ -147,6 +151,64 @@ TEST_SUITE("matmul") {
     std::vector<float> once(m * ldb, -7.0f);
     matmul(m, n, k, a.data(), 1, ptrdiff_t(m), b.data(), ldb, once.data(), ldb);
     CHECK(first_difference(once, twice) >= 0);
+  }
+
+  TEST_CASE("im2col, its transpose and col2im: every variant is the scalar loop, bit for bit") {
+    // NHWC samples for a 5×5 kernel: c = 8 (40-float runs: whole vectors and
+    // a 4-float rest in every variant), c = 1 (5-float runs), c = 3 (15: a
+    // scalar rest); two samples; rows padded past k·k·c.
+    struct Shape {
+      size_t n, h, w, c;
+    };
+    for (const Shape sh : {Shape{2, 12, 12, 8}, Shape{1, 28, 28, 1}, Shape{2, 9, 7, 3}}) {
+      CAPTURE(sh.c);
+      const size_t k = 5, ho = sh.h - k + 1, wo = sh.w - k + 1, taps = k * k * sh.c;
+      const ConvShape s{sh.n, sh.h, sh.w, sh.c, k, taps + 3};
+      const std::vector<float> in = normals(sh.n * sh.h * sh.w * sh.c, 11);
+      const size_t rows = sh.n * ho * wo;
+      std::vector<float> want_cols(rows * s.ld, -7.0f);  // padding must stay untouched
+      const auto input = [&](size_t n, size_t y, size_t x, size_t ch) -> size_t {
+        return ((n * sh.h + y) * sh.w + x) * sh.c + ch;
+      };
+      const std::vector<float> cols_in = normals(rows * s.ld, 12);
+      std::vector<float> want_in(in.size(), 0.0f);
+      for (size_t n = 0; n < sh.n; ++n)
+        for (size_t y = 0; y < ho; ++y)
+          for (size_t x = 0; x < wo; ++x)
+            for (size_t t = 0; t < taps; ++t) {
+              const size_t row = (n * ho + y) * wo + x, ky = t / (k * sh.c),
+                           kx = t / sh.c % k, ch = t % sh.c;
+              want_cols[row * s.ld + t] = in[input(n, y + ky, x + kx, ch)];
+              want_in[input(n, y + ky, x + kx, ch)] += cols_in[row * s.ld + t];
+            }
+      for (const Isa isa : supported_isas()) {
+        CAPTURE(isa_name(isa));
+        std::vector<float> cols(rows * s.ld, -7.0f), back(in.size(), 5.0f);
+        im2col_isa(isa, s, in.data(), cols.data());
+        CHECK(first_difference(want_cols, cols) == -1);
+        col2im_isa(isa, s, cols_in.data(), back.data());
+        CHECK(first_difference(want_in, back) == -1);
+        if (sh.c == 1 && sh.n == 1) {
+          std::vector<float> cols_t(taps * ho * wo);
+          im2col_t_isa(isa, sh.h, sh.w, k, in.data(), cols_t.data());
+          bool transposed = true;
+          for (size_t r = 0; r < rows; ++r)
+            for (size_t t = 0; t < taps; ++t)
+              transposed = transposed && cols_t[t * rows + r] == want_cols[r * s.ld + t];
+          CHECK(transposed);
+        }
+      }
+    }
+    // Planted: col2im's sums with the rows in reverse order; the comparison
+    // must see it (else it would prove nothing about the kernels' order).
+    const ConvShape s{1, 12, 12, 8, 5, 200};
+    const std::vector<float> cols = normals(64 * 200, 13);
+    std::vector<float> got(12 * 12 * 8), reversed(12 * 12 * 8, 0.0f);
+    col2im(s, cols.data(), got.data());
+    for (size_t row = 64; row-- > 0;)
+      for (size_t t = 0; t < 200; ++t)
+        reversed[((row / 8 + t / 40) * 12 + row % 8 + t / 8 % 5) * 8 + t % 8] += cols[row * 200 + t];
+    CHECK(first_difference(got, reversed) >= 0);
   }
 
   TEST_CASE("activations: every variant gives the SSE2 bits; tanh within 5 ulps of double") {

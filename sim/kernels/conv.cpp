@@ -1,0 +1,62 @@
+#include "sim/kernels/conv.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace bitlab {
+
+namespace isa_kernels {
+// sim/kernels/conv_{sse2,avx2,avx512}.cpp: one source, three instruction sets.
+using Im2col = void(const ConvShape&, const float*, float*);
+using Col2im = void(const ConvShape&, const float*, float*);
+using Im2colT = void(size_t, size_t, size_t, const float*, float*);
+Im2col conv_sse2_im2col, conv_avx2_im2col, conv_avx512_im2col;
+Col2im conv_sse2_col2im, conv_avx2_col2im, conv_avx512_col2im;
+Im2colT conv_sse2_im2col_t, conv_avx2_im2col_t, conv_avx512_im2col_t;
+}  // namespace isa_kernels
+
+namespace {
+using namespace isa_kernels;
+
+struct ConvKernels {
+  Im2col* im2col;
+  Col2im* col2im;
+  Im2colT* im2col_t;
+};
+
+ConvKernels kernels_for(Isa isa) {
+  return for_isa<ConvKernels>(isa, {conv_sse2_im2col, conv_sse2_col2im, conv_sse2_im2col_t},
+                              {conv_avx2_im2col, conv_avx2_col2im, conv_avx2_im2col_t},
+                              {conv_avx512_im2col, conv_avx512_col2im, conv_avx512_im2col_t});
+}
+
+const ConvKernels& active() {
+  static const ConvKernels k = kernels_for(active_isa());
+  return k;
+}
+
+ConvKernels checked(Isa isa, const char* what) {
+  if (!isa_supported(isa))
+    throw std::invalid_argument(std::string(what) + ": instruction set " + isa_name(isa) +
+                                " is not supported by this CPU");
+  return kernels_for(isa);
+}
+}  // namespace
+
+void im2col(const ConvShape& s, const float* in, float* cols) { active().im2col(s, in, cols); }
+void col2im(const ConvShape& s, const float* cols, float* in) { active().col2im(s, cols, in); }
+void im2col_t(size_t h, size_t w, size_t k, const float* in, float* cols_t) {
+  active().im2col_t(h, w, k, in, cols_t);
+}
+
+void im2col_isa(Isa isa, const ConvShape& s, const float* in, float* cols) {
+  checked(isa, "im2col_isa").im2col(s, in, cols);
+}
+void col2im_isa(Isa isa, const ConvShape& s, const float* cols, float* in) {
+  checked(isa, "col2im_isa").col2im(s, cols, in);
+}
+void im2col_t_isa(Isa isa, size_t h, size_t w, size_t k, const float* in, float* cols_t) {
+  checked(isa, "im2col_t_isa").im2col_t(h, w, k, in, cols_t);
+}
+
+}  // namespace bitlab
