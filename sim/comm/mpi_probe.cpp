@@ -85,7 +85,8 @@ class MpiProbeImpl final : public MpiProbe {
   Transport& transport(ProbeLevel level) override {
     return level == ProbeLevel::kNode ? *node_ : *world_;
   }
-  ProbeTiming time(const std::function<void()>& call, const ProbeLoop& loop) override;
+  ProbeTiming time(const std::function<void()>& call, const ProbeLoop& loop,
+                   const std::function<void()>& prepare) override;
   StandardProbe standard(ProbeLevel level, const std::string& collective, int64_t bytes,
                          const ProbeLoop& loop) override;
   int64_t sum(int64_t value) override {
@@ -103,7 +104,8 @@ class MpiProbeImpl final : public MpiProbe {
   // The warm-up calls; returns how many calls to time (fewer past
   // loop.max_seconds, the same on every rank).
   int warm_up(const std::function<void()>& call, const ProbeLoop& loop);
-  ProbeTiming time_cold(const std::function<void()>& call, const ProbeLoop& loop, int iterations);
+  ProbeTiming time_cold(const std::function<void()>& call, const std::function<void()>& prepare,
+                        const ProbeLoop& loop, int iterations);
   std::vector<unsigned char> cold_;  // what a cold call's rank writes first
   void group(int ranks_per_node);
   std::vector<std::string> host_names();
@@ -182,11 +184,12 @@ void MpiProbeImpl::group(int ranks_per_node) {
   nodes_.ranks_per_node = size[0];
 }
 
-ProbeTiming MpiProbeImpl::time(const std::function<void()>& call, const ProbeLoop& loop) {
+ProbeTiming MpiProbeImpl::time(const std::function<void()>& call, const ProbeLoop& loop,
+                               const std::function<void()>& prepare) {
   check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
   const int iterations = warm_up(call, loop);
   check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
-  if (loop.cold_bytes > 0) return time_cold(call, loop, iterations);
+  if (loop.cold_bytes > 0) return time_cold(call, prepare, loop, iterations);
   const double t0 = MPI_Wtime();
   for (int i = 0; i < iterations; ++i) call();
   double mine = (MPI_Wtime() - t0) / iterations;
@@ -230,15 +233,17 @@ double median_of(std::vector<double> v) {
 }
 }  // namespace
 
-ProbeTiming MpiProbeImpl::time_cold(const std::function<void()>& call, const ProbeLoop& loop,
+ProbeTiming MpiProbeImpl::time_cold(const std::function<void()>& call,
+                                    const std::function<void()>& prepare, const ProbeLoop& loop,
                                     int iterations) {
   // Each call after this rank has written loop.cold_bytes of its own (the
-  // values change every call, so no write can be skipped) and every rank
-  // has met at a barrier; timed alone.
+  // values change every call, so no write can be skipped), then its input
+  // (prepare), and every rank has met at a barrier; timed alone.
   cold_.resize(static_cast<size_t>(loop.cold_bytes));
   std::vector<double> mine(static_cast<size_t>(iterations));
   for (int i = 0; i < iterations; ++i) {
     std::memset(cold_.data(), i & 0xff, cold_.size());
+    if (prepare) prepare();
     check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
     const double t0 = MPI_Wtime();
     call();
@@ -296,7 +301,9 @@ StandardProbe MpiProbeImpl::standard(ProbeLevel level, const std::string& collec
   } else {
     throw std::logic_error("probe: unknown standard collective " + collective);
   }
-  out.timing = time(call, loop);
+  // Cold calls: the input written afresh before each (the same values).
+  const std::vector<float> input = send;
+  out.timing = time(call, loop, [&] { std::copy(input.begin(), input.end(), send.begin()); });
   // The known answer, element by element, after the last timed call.
   int64_t wrong = 0;
   for (int64_t k = 0; k < static_cast<int64_t>(recv.size()); ++k) {

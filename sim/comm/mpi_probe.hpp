@@ -97,7 +97,11 @@ class MpiProbe {
   // Times `call` (one collective on some level): every rank calls time()
   // together. The warm-up and the timed calls start after a barrier of all
   // ranks, so every node's instance of a node-level collective runs at once.
-  virtual ProbeTiming time(const std::function<void()>& call, const ProbeLoop& loop) = 0;
+  // Cold calls: `prepare` (if any) runs before each call's barrier, untimed:
+  // a standard collective writes its input there afresh, as training's
+  // exchanges send what was just computed.
+  virtual ProbeTiming time(const std::function<void()>& call, const ProbeLoop& loop,
+                           const std::function<void()>& prepare = {}) = 0;
   // A standard collective (kProbeStandardCollectives) timed and checked.
   virtual StandardProbe standard(ProbeLevel level, const std::string& collective, int64_t bytes,
                                  const ProbeLoop& loop) = 0;
