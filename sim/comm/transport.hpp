@@ -35,6 +35,12 @@ struct TransportStats {
   double wait_seconds = 0.0;
 };
 
+// What was counted between `before` and `now` (a step's share).
+inline TransportStats stats_since(const TransportStats& now, const TransportStats& before) {
+  return {now.bytes_sent - before.bytes_sent, now.calls - before.calls,
+          now.seconds - before.seconds, now.wait_seconds - before.wait_seconds};
+}
+
 class Transport {
  public:
   virtual ~Transport() = default;

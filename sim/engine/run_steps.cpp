@@ -14,8 +14,9 @@ void measure_step(const RunContext& run, const StepMetrics& m, Clock::time_point
                   const TransportStats& before, std::ostream& csv, MeasuredTotals& totals) {
   Transport& transport = run.transport;
   const double wall = transport.max(seconds_since(step_start));
-  const double bytes = static_cast<double>(transport.stats().bytes_sent - before.bytes_sent);
-  const double calls = static_cast<double>(transport.stats().calls - before.calls);
+  const TransportStats step = stats_since(transport.stats(), before);
+  const double bytes = static_cast<double>(step.bytes_sent);
+  const double calls = static_cast<double>(step.calls);
   const double bytes_all = transport.sum(bytes);
   totals.wall_s += wall;
   totals.bytes_rank0 += bytes;

@@ -101,7 +101,7 @@ void Simulation::compute_gradients() {
     // seconds count with the optimizer's exchanges.
     const TransportStats before = comm_.transport().stats();
     cluster_->compute_gradient_mean(step_, norm_due);
-    streamed_transport_ = since(before);
+    streamed_transport_ = stats_since(comm_.transport().stats(), before);
   } else {
     cluster_->compute_gradients(step_);
   }
@@ -124,23 +124,13 @@ void Simulation::compute_gradients() {
   }
 }
 
-TransportStats Simulation::since(const TransportStats& before) const {
-  const TransportStats& now = comm_.transport().stats();
-  TransportStats d;
-  d.bytes_sent = now.bytes_sent - before.bytes_sent;
-  d.calls = now.calls - before.calls;
-  d.seconds = now.seconds - before.seconds;
-  d.wait_seconds = now.wait_seconds - before.wait_seconds;
-  return d;
-}
-
 void Simulation::step_optimizer() {
   // Every byte the optimizer moves is logged by the communicator.
   comm_.begin_step(step_);
   StepContext ctx{step_, *cluster_, comm_};
   const TransportStats before = comm_.transport().stats();
   optimizer_->step(ctx);
-  const TransportStats own = since(before);
+  const TransportStats own = stats_since(comm_.transport().stats(), before);
   last_.transport_s = streamed_transport_.seconds + own.seconds;
   last_.transport_wait_s = streamed_transport_.wait_seconds + own.wait_seconds;
   streamed_transport_ = {};

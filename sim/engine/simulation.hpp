@@ -89,8 +89,6 @@ class Simulation {
   // The parts of step(), in order; each fills its fields of last_.
   void compute_gradients();
   void step_optimizer();
-  // The transport's counts since `before` (this step's share).
-  TransportStats since(const TransportStats& before) const;
   void count_traffic(size_t log_before);
   void price_step_time(size_t log_before);
   void evaluate_if_due();

@@ -238,11 +238,13 @@ struct FitOutcome {
   double rms = 0;
 };
 
-FitOutcome solve(const FitProblem& p) {
-  const Eigen::VectorXd x = fit_from_starts(p);
+// The fit at `x`: its values and the rms of its relative residuals.
+FitOutcome outcome_at(const FitProblem& p, const Eigen::VectorXd& x) {
   const Eigen::VectorXd r = p.residuals(x);
   return {p.values(x), std::sqrt(r.squaredNorm() / static_cast<double>(r.size()))};
 }
+
+FitOutcome solve(const FitProblem& p) { return outcome_at(p, fit_from_starts(p)); }
 
 // Levenberg–Marquardt from the fit without the switch (`from`), its
 // rendezvous latency started at the eager one and at 10 times it: the best.
@@ -256,10 +258,8 @@ FitOutcome solve_from(const FitProblem& p, const std::map<std::string, double>& 
       const double eager = from.at(kSpecs[i == kFirstRendezvous ? 0 : 2].name);
       start[k] = std::log(i >= kFirstRendezvous ? eager * times : from.at(kSpecs[i].name));
     }
-    const Eigen::VectorXd x = levenberg_marquardt(p, start);
-    const Eigen::VectorXd r = p.residuals(x);
-    const double rms = std::sqrt(r.squaredNorm() / static_cast<double>(r.size()));
-    if (rms < out.rms) out = {p.values(x), rms};
+    const FitOutcome f = outcome_at(p, levenberg_marquardt(p, start));
+    if (f.rms < out.rms) out = f;
   }
   return out;
 }
