@@ -223,4 +223,65 @@ TEST_SUITE("cluster") {
     Cluster rows(opts(4096, "iid", 1), p, 1);
     CHECK(rows.worker_buffer_bytes() == 4096 * row);
   }
+
+  TEST_CASE("a streamed cluster's blocks shrink to a share of a large optimizer state") {
+    // 4096 workers of d = 1000 on 2 threads, frontier [0, 2048) and
+    // [2048, 4096). Blocks of b rows a thread need 2048 → b in
+    // ceil(log2(2048 / b)) halvings: 7 levels at 16 rows, 8 at 8, 9 at 4.
+    ToyProblem p(1000, 8192, 2);
+    const int threads_before = omp_get_max_threads();
+    omp_set_num_threads(2);
+    const auto held = [&](uint64_t optimizer_bytes, int max_rows = 16) {
+      StreamedMean sm;
+      sm.max_block_rows = max_rows;
+      Cluster c(opts(4096, "iid", 1), p, 1, {}, sm, optimizer_bytes);
+      return c.worker_buffer_bytes();
+    };
+    const size_t row = Cluster(opts(1, "iid", 1), p, 1).stride() * sizeof(float);
+    const auto expect = [&](int b, int levels) {
+      return (2 * b + 2 * levels + 2) * row + 1000 * sizeof(float);
+    };
+    const uint64_t blocks8 = 2 * 8 * row;  // both threads' blocks at 8 rows
+    // A state smaller than the full blocks (Adam's m and v): 16 rows.
+    CHECK(held(3 * row) == expect(16, 7));
+    // A state of 32 × the 8-row blocks: 8 rows; a byte less: 4, the floor.
+    CHECK(held(32 * blocks8) == expect(8, 8));
+    CHECK(held(32 * blocks8 - 1) == expect(4, 9));
+    CHECK(held(32 * 2 * 16 * row) == expect(16, 7));  // 32 × the full blocks
+    CHECK(held(1 << 20, 4) == expect(4, 9));  // below the floor only when asked
+    CHECK(held(3 * row, 2) == expect(2, 10));
+    StreamedMean none;
+    none.max_block_rows = 0;
+    CHECK_THROWS_AS(Cluster(opts(64, "iid", 1), p, 1, {}, none), std::logic_error);
+    omp_set_num_threads(threads_before);
+  }
+
+  TEST_CASE("a streamed cluster's mean has the same bits whatever its block rows") {
+    const auto* entry = find_entry(problem_registry(), "quadratic");
+    REQUIRE(entry != nullptr);
+    const Json raw = {{"name", "quadratic"}, {"dim", 3000}, {"noise", 1.0}};
+    const auto problem = entry->make(entry->resolve(raw, "problem"), DataScope{});
+    const int threads_before = omp_get_max_threads();
+    for (const int n : {37, 100}) {
+      Cluster rows(opts(n, "iid"), *problem, 3);
+      rows.compute_gradients(2);
+      std::vector<float> want(problem->dim());
+      mean_over_workers(rows.grads(), want, WireDtype::kFp16);
+      for (const int threads : {1, 3}) {
+        omp_set_num_threads(threads);
+        for (const int b : {1, 2, 3, 5, 8, 16}) {
+          CAPTURE(n);
+          CAPTURE(threads);
+          CAPTURE(b);
+          StreamedMean sm{WireDtype::kFp16};
+          sm.max_block_rows = b;
+          Cluster streamed(opts(n, "iid"), *problem, 3, {}, sm);
+          streamed.compute_gradient_mean(2, false);
+          const auto got = streamed.streamed_mean(WireDtype::kFp16);
+          CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+    omp_set_num_threads(threads_before);
+  }
 }

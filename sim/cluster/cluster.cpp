@@ -211,9 +211,9 @@ std::vector<std::vector<uint32_t>> make_shards(size_t m, std::span<const int32_t
 // the mean's division and rounding, and the mean's ranges are allgathered.
 // Every node's value is still the tree's: the simulator's bits.
 struct Cluster::Stream {
-  // Rows computed before they are summed: enough that the upper levels'
-  // passes (3 row-sized streams per node, n/16 nodes) add about a tenth to
-  // the rows' own write-and-read.
+  // Rows computed before they are summed (StreamedMean::max_block_rows): at
+  // 16, the upper levels' passes (3 row-sized streams per node, n/16 nodes)
+  // add about a fifth to the block sums' (17 streams per 16 rows); at 8, a half.
   static constexpr int kBlockRows = 16;
   static_assert(kBlockRows <= kGroupWorkers, "a block's workers are one fill_gradients call");
   struct Tree {
@@ -244,7 +244,7 @@ struct Cluster::Stream {
   std::vector<float> send, recv, columns;  // this rank's maxima; everyone's, my element range
   std::vector<float*> values;              // each maximum's value on this rank
 
-  Stream(StreamedMean o, int workers, WorkerRange local)
+  Stream(StreamedMean o, int workers, WorkerRange local, size_t stride, uint64_t optimizer_bytes)
       : threads(std::max(1, omp_get_max_threads())) {
     while ((1 << depth) < threads) ++depth;
     if (o.comm != nullptr && o.comm->distributed()) {
@@ -262,12 +262,29 @@ struct Cluster::Stream {
     }
     int largest = 0;
     for (const auto& [lo, hi] : frontier) largest = std::max(largest, hi - lo);
-    block_rows = std::min(kBlockRows, largest);
-    for (int s = largest; s > kBlockRows; s -= s / 2) ++levels;  // the right half, ceil(s/2)
+    block_rows = std::min(block_rows_for(o.max_block_rows, stride, optimizer_bytes), largest);
+    for (int s = largest; s > block_rows; s -= s / 2) ++levels;  // the right half, ceil(s/2)
     trees.resize(o.fp32_too && o.wire != WireDtype::kFp32 ? 2 : 1);
     trees[0].wire = o.wire;
     rows_fit = comm == nullptr && workers <= threads * block_rows;
     if (rows_fit) levels = 0;  // the rows path needs no partial sums
+  }
+  // The most rows a thread's block holds: max_rows (at most kBlockRows),
+  // halved while the blocks are smaller than the optimizer's state but more
+  // than its share (StreamedMean).
+  int block_rows_for(int max_rows, size_t stride, uint64_t optimizer_bytes) const {
+    if (max_rows < 1) throw std::logic_error("StreamedMean::max_block_rows must be >= 1");
+    const auto bytes = [&](int r) {
+      return saturating_mul(static_cast<uint64_t>(threads) * static_cast<uint64_t>(r),
+                            static_cast<uint64_t>(stride), sizeof(float));
+    };
+    int rows = std::min(max_rows, kBlockRows);
+    if (bytes(rows) >= optimizer_bytes) return rows;
+    while (rows > StreamedMean::kMinBlockRows &&
+           bytes(rows) > optimizer_bytes / StreamedMean::kBlockStateShare) {
+      rows /= 2;
+    }
+    return rows;
   }
   // The tree's largest nodes inside one rank's block of b workers, in tree
   // order, each with its owner.
@@ -420,7 +437,7 @@ Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t se
     if (mine.begin != local_.begin || mine.end != local_.end) {
       throw std::logic_error("Cluster: a streamed mean needs its communicator's workers local");
     }
-    stream_ = std::make_unique<Stream>(*streamed, workers_, local_);
+    stream_ = std::make_unique<Stream>(*streamed, workers_, local_, stride_, optimizer_bytes_);
   }
   check_memory_fits(memory_estimate(),
                     "cluster.workers = " + std::to_string(workers_) +

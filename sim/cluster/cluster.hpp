@@ -90,10 +90,20 @@ std::vector<uint32_t> samples_of_workers(const std::vector<std::vector<uint32_t>
 // ranks, each rank summing one element range of every such node in the same
 // order (an alltoall of the node values, then an allgather of the mean): the
 // simulator's bits, with no rank holding a gradient row per worker.
+// Each thread computes up to `max_block_rows` gradients before it sums them:
+// more rows mean fewer passes up the tree, fewer mean less memory; the bits
+// do not depend on it. When the optimizer's state is larger than the threads'
+// blocks (the 1-bit family's error rows at thousands of workers), the cluster
+// halves the rows, to no fewer than kMinBlockRows, while the blocks exceed
+// 1/kBlockStateShare of that state, so that the simulator adds little to
+// what the algorithm itself must hold.
 struct StreamedMean {
   WireDtype wire = WireDtype::kFp32;
   bool fp32_too = false;
   Communicator* comm = nullptr;  // the MPI backend's; null or one rank: the simulator
+  int max_block_rows = 16;
+  static constexpr int kMinBlockRows = 4;
+  static constexpr uint64_t kBlockStateShare = 32;
 };
 
 // A consumer of each worker's gradient as the cluster makes it: an optimizer
