@@ -570,6 +570,36 @@ TEST_SUITE("onebit") {
     }
   }
 
+  TEST_CASE("stages: randomk with shared_seed keeps the same indices on every worker") {
+    // The wire of shared_seed carries no indices, so the receivers must be
+    // able to draw them: every worker keeps the same k entries of a chunk,
+    // and the servers' mean has at most k nonzeros a chunk. With a seed per
+    // worker (shared_seed false) the n workers' entries differ and the mean
+    // has more (the planted contrast: the check can fail).
+    const int n = 4;
+    const size_t d = 400;
+    const auto nonzeros = [&](const char* c1_json) {
+      const auto c1 = stage_compressor(c1_json);
+      OneBitAllreduce ob(n, d);
+      ob.set_stages({c1, false}, {stage_compressor(R"({"name": "identity"})"), false});
+      Inputs in(n, d);
+      in.randomize(5, 1);
+      Communicator comm(n);
+      std::vector<float> out(d);
+      ob.run(comm, in.view, out, 42, 1);
+      return std::count_if(out.begin(), out.end(), [](float v) { return v != 0.0f; });
+    };
+    CHECK(stage_compressor(R"({"name": "randomk", "ratio": 0.1})")->shared_randomness());
+    CHECK_FALSE(stage_compressor(R"({"name": "randomk", "ratio": 0.1, "shared_seed": false})")
+                    ->shared_randomness());
+    // 4 chunks of D/4 (D: d padded to n·8 = 32): 10 kept a chunk, some of the
+    // last chunk's in the padding past d.
+    const auto shared = nonzeros(R"({"name": "randomk", "ratio": 0.1})");
+    CHECK(shared <= 40);
+    CHECK(shared >= 30);
+    CHECK(nonzeros(R"({"name": "randomk", "ratio": 0.1, "shared_seed": false})") > 40);
+  }
+
   TEST_CASE("stages: the reference stages are the default collective bit for bit") {
     const int n = 4;
     const size_t d = 333;

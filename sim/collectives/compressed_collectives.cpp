@@ -147,21 +147,19 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
 }
 
 void CompressedAllgatherMean::compress_workers(const Call& call) {
-  const bool shared = c_->shared_randomness();
   WorkerBuffers comp = compressed();
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int i = call.mine.begin; i < call.mine.end; ++i) {
-    const RngStream rng(call.seed, Purpose::kCompress, shared ? 0u : static_cast<uint32_t>(i),
-                        static_cast<uint64_t>(call.step));
-    c_->apply(call.in[i], comp[i], rng);
-  }
+  for (int i = call.mine.begin; i < call.mine.end; ++i) c_->apply(call.in[i], comp[i], worker_rng(call, i));
+}
+
+RngStream CompressedAllgatherMean::worker_rng(const Call& call, int i) const {
+  return RngStream(call.seed, Purpose::kCompress,
+                   c_->shared_randomness() ? 0u : static_cast<uint32_t>(i),
+                   static_cast<uint64_t>(call.step));
 }
 
 void CompressedAllgatherMean::encode_worker(const Call& call, int i, uint8_t* dst) const {
-  const RngStream rng(call.seed, Purpose::kCompress,
-                      c_->shared_randomness() ? 0u : static_cast<uint32_t>(i),
-                      static_cast<uint64_t>(call.step));
-  c_->encode(call.in[i], {dst, static_cast<size_t>(call.wire)}, rng);
+  c_->encode(call.in[i], {dst, static_cast<size_t>(call.wire)}, worker_rng(call, i));
 }
 
 void CompressedAllgatherMean::worker_row(const Call& call, int base, int i, std::span<float> dst) {
@@ -169,7 +167,8 @@ void CompressedAllgatherMean::worker_row(const Call& call, int base, int i, std:
     const std::span<float> row = compressed()[i];
     std::copy(row.begin(), row.end(), dst.begin());
   } else {
-    c_->decode({images_.data() + (i - base) * call.wire, static_cast<size_t>(call.wire)}, dst);
+    c_->decode_shared({images_.data() + (i - base) * call.wire, static_cast<size_t>(call.wire)},
+                      dst, worker_rng(call, i));
   }
 }
 
@@ -254,7 +253,8 @@ void CompressedAllgatherMean::mean_of_node_means(const Call& call, const WorkerB
         if (k >= lead_lo_ && k < lead_hi_) {
           std::copy(node_means[k].begin(), node_means[k].end(), dst.begin());
         } else if (by_node_) {
-          c_->decode({node_images_.data() + k * call.wire, static_cast<size_t>(call.wire)}, dst);
+          c_->decode_shared({node_images_.data() + k * call.wire, static_cast<size_t>(call.wire)},
+                            dst, leader_rng(call, k));
         } else {
           node_mean(call, k, dst);
           c_->apply(dst, dst, leader_rng(call, k));

@@ -118,6 +118,7 @@ class CompressedAllgatherMean {
   // (worker `base` at 0).
   void worker_row(const Call& call, int base, int i, std::span<float> dst);
   RngStream leader_rng(const Call& call, int k) const;  // node k's leader's stream
+  RngStream worker_rng(const Call& call, int i) const;  // worker i's stream
   void gather_node_images(const Call& call);            // stage 1 across ranks
   void node_mean(const Call& call, int k, std::span<float> dst);  // node k's mean of C(x_i)
   // Stage 2: C(node mean) in place, the leaders' images exchanged.

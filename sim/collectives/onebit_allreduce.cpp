@@ -16,26 +16,6 @@
 
 namespace bitlab {
 
-namespace {
-
-// A receiver's decode of an image its sender encoded from `rng`: random-k
-// with a shared seed sends no indices, the receiver draws them from that
-// stream (RandomkCompressor's three-argument decode; the only compressor
-// whose receiver needs one). Flagged: RandomkCompressor does not override
-// shared_randomness(), so the stages give each worker its own stream even
-// with shared_seed (as the simulator always has); the receiver here uses the
-// sender's stream, which reproduces the simulator's values bit for bit.
-void decode_image(const Compressor& c, std::span<const uint8_t> wire, std::span<float> out,
-                  const RngStream& rng) {
-  if (const auto* randomk = dynamic_cast<const RandomkCompressor*>(&c)) {
-    randomk->decode(wire, out, rng);
-  } else {
-    c.decode(wire, out);
-  }
-}
-
-}  // namespace
-
 size_t onebit_reference_pad_multiple(int n) {
   return static_cast<size_t>(n) * std::lcm(static_cast<size_t>(n), size_t{8});
 }
@@ -376,7 +356,7 @@ void OneBitAllreduce::finish_general(Communicator& comm, std::span<float> out) {
           // The stream worker i's chunk r was compressed with (as
           // compress_worker_general).
           const auto word = static_cast<uint32_t>((c1.shared_randomness() ? 0 : i) * n_ + r);
-          decode_image(c1, {src, unit1},
+          c1.decode_shared({src, unit1},
                        {columns_.data() + static_cast<size_t>(i) * width +
                             static_cast<size_t>(r - local_.begin) * chunk,
                         chunk},
@@ -392,7 +372,7 @@ void OneBitAllreduce::finish_general(Communicator& comm, std::span<float> out) {
     allgather_messages(
         comm, unit2, server_images_, [](int, uint8_t*) {},  // encoded by reduce_servers
         [&](int r, const uint8_t* src) {
-          decode_image(c2, {src, static_cast<size_t>(unit2)}, {decoded_.data() + r * chunk, chunk},
+          c2.decode_shared({src, static_cast<size_t>(unit2)}, {decoded_.data() + r * chunk, chunk},
                        RngStream(seed_, Purpose::kCompress, static_cast<uint32_t>(n_ * n_ + r),
                                  static_cast<uint64_t>(step_)));
         });

@@ -33,6 +33,13 @@ class Compressor {
   virtual void encode(std::span<const float> x, std::span<uint8_t> wire,
                       const RngStream& rng) const = 0;
   virtual void decode(std::span<const uint8_t> wire, std::span<float> out) const = 0;
+  // A receiver's decode of an image its sender encoded from `rng`: only a
+  // compressor whose image leaves out what the stream gives (random-k with
+  // shared_seed: the indices) reads it; every other one ignores it.
+  virtual void decode_shared(std::span<const uint8_t> wire, std::span<float> out,
+                             const RngStream& /*rng*/) const {
+    decode(wire, out);
+  }
   // True when C(x) of every worker can be summed by an ordinary allreduce
   // (fp16/bf16 casts, identity): the wire image is a plain array.
   virtual bool allreduce_compatible() const { return false; }

@@ -233,7 +233,7 @@ void RandomkCompressor::decode(std::span<const uint8_t> wire, std::span<float> o
   if (opts_.shared_seed) {
     throw std::logic_error(
         "randomk with shared_seed: the receiver needs the shared stream; call "
-        "decode(wire, out, rng)");
+        "decode_shared(wire, out, rng)");
   }
   check_wire(wire, wire_bytes(out.size()), "randomk decode");
   const size_t k = count(out.size());
@@ -249,8 +249,8 @@ void RandomkCompressor::decode(std::span<const uint8_t> wire, std::span<float> o
   }
 }
 
-void RandomkCompressor::decode(std::span<const uint8_t> wire, std::span<float> out,
-                               const RngStream& rng) const {
+void RandomkCompressor::decode_shared(std::span<const uint8_t> wire, std::span<float> out,
+                                      const RngStream& rng) const {
   if (!opts_.shared_seed) return decode(wire, out);
   check_wire(wire, wire_bytes(out.size()), "randomk decode");
   const auto idx = indices(out.size(), rng);

@@ -176,8 +176,12 @@ class RandomkCompressor final : public Compressor {
               const RngStream& rng) const override;
   void decode(std::span<const uint8_t> wire, std::span<float> out) const override;
   // The receiver's decode when indices come from the shared stream.
-  void decode(std::span<const uint8_t> wire, std::span<float> out, const RngStream& rng) const;
+  void decode_shared(std::span<const uint8_t> wire, std::span<float> out,
+                     const RngStream& rng) const override;
   std::string wire_dtype() const override { return opts_.shared_seed ? "fp32" : "fp32+idx32"; }
+  // With shared_seed every worker draws the same indices (the receivers
+  // draw them too: none are sent).
+  bool shared_randomness() const override { return opts_.shared_seed; }
   // The k indices chosen from `rng` for n elements, ascending (thread-local
   // storage, valid until the next call on this thread).
   std::span<const uint32_t> indices(size_t n, const RngStream& rng) const;
