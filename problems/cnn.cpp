@@ -35,9 +35,10 @@
 // Max pooling takes each window's first maximum (a later element must be
 // strictly greater); the backward pass finds it again from the stored relu
 // output, with the same comparisons, and routes the gradient there (no
-// argmax is stored, nothing is zero-filled). Pooling, unpooling and the
-// NCHW ↔ NHWC transposes run on 4-float vectors (selects and moves: exact in
-// any lane). Checked by finite differences in tests/test_real_problems.cpp.
+// argmax is stored, nothing is zero-filled). conv1's bias, relu, pooling and
+// unpooling are dispatched kernels (8-float vectors under AVX2 and AVX-512);
+// conv2's pooling and the NCHW ↔ NHWC transposes run on 4-float vectors
+// (selects, moves and one addition each: exact in any lane). Checked by finite differences in tests/test_real_problems.cpp.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -164,20 +165,15 @@ void columns(const float* in, Eigen::Index n, Eigen::Index h, Eigen::Index w, Ei
          cols.data());
 }
 
-// 2×2 max pooling, stride 2, as runs of windows whose four elements (dy, dx)
-// = (0, 0), (0, 1), (1, 0), (1, 1) sit at t[at[j] + i·kStep] for window i of
-// the run (NCHW: the x pairs of two rows of a plane, kStep 2; NHWC: a pixel's
-// channels, kStep 1), so that the compiler vectorises over the windows. The
+// conv2's 2×2 max pooling, stride 2, as runs of windows whose four elements
+// (dy, dx) = (0, 0), (0, 1), (1, 0), (1, 1) sit at t[at[j] + i·kStep] for
+// window i of the run (NHWC: a pixel's channels, kStep 1; conv1's NCHW planes
+// are pooled by the dispatched kernels max_pool_plane and unpool_relu_plane,
+// sim/kernels/conv.hpp, with the same comparisons), 4 windows at a time. The
 // first maximum in (dy, dx) order wins (a later element must be strictly
 // greater), with selects, not branches (a random maximum mispredicts a branch
 // half the time). The inputs are relu outputs (never NaN).
 using WindowAt = std::array<Eigen::Index, 4>;
-
-// The windows along pooled row y of an NCHW plane of width w.
-WindowAt plane_row(Eigen::Index w, Eigen::Index y) {
-  const Eigen::Index r0 = 2 * y * w;
-  return {r0, r0 + 1, r0 + w, r0 + w + 1};
-}
 
 // The window of pooled pixel (y, x) of an NHWC sample of side h with c channels.
 WindowAt pixel_window(Eigen::Index h, Eigen::Index c, Eigen::Index y, Eigen::Index x) {
@@ -215,24 +211,6 @@ struct Lanes<1> {  // NHWC: element j of window i at at[j] + i
     for (int j = 0; j < 4; ++j) store4(t + at[j] + i, e[j]);
   }
 };
-template <>
-struct Lanes<2> {  // NCHW rows: elements 2j, 2j + 1 of window i at at[2j] + 2i + {0, 1}
-  static void load(const float* t, const WindowAt& at, Eigen::Index i, F4 (&e)[4]) {
-    for (int r = 0; r < 2; ++r) {
-      const F4 lo = load4(t + at[2 * r] + 2 * i), hi = load4(t + at[2 * r] + 2 * i + 4);
-      e[2 * r] = __builtin_shufflevector(lo, hi, 0, 2, 4, 6);
-      e[2 * r + 1] = __builtin_shufflevector(lo, hi, 1, 3, 5, 7);
-    }
-  }
-  static void store(float* t, const WindowAt& at, Eigen::Index i, const F4 (&e)[4]) {
-    for (int r = 0; r < 2; ++r) {
-      store4(t + at[2 * r] + 2 * i, __builtin_shufflevector(e[2 * r], e[2 * r + 1], 0, 4, 1, 5));
-      store4(t + at[2 * r] + 2 * i + 4,
-             __builtin_shufflevector(e[2 * r], e[2 * r + 1], 2, 6, 3, 7));
-    }
-  }
-};
-
 // window_max for four windows: the winners' indices and values.
 inline I4 window_max4(const F4 (&e)[4], F4& value) {
   F4 v = e[0];
@@ -292,14 +270,8 @@ void unpool_relu_run(const float* t, const WindowAt& at, const float* dpooled,
 }
 
 // v ← relu(v + bias), one rounding and a select per element (the former bias
-// addition and relu passes, fused): for a plane (one bias), and for rows of
-// `cols` channels (bias per channel).
-void bias_relu(float* v, Eigen::Index size, float bias) {
-  for (Eigen::Index i = 0; i < size; ++i) {
-    const float z = v[i] + bias;
-    v[i] = z > 0.0f ? z : 0.0f;
-  }
-}
+// addition and relu passes, fused), for rows of `cols` channels (bias per
+// channel; a plane's, one bias, is the dispatched kernel bias_relu).
 void bias_relu_rows(float* v, Eigen::Index rows, Eigen::Index cols, const float* bias) {
   for (Eigen::Index r = 0; r < rows; ++r) {
     for (Eigen::Index c = 0; c < cols; ++c) {
@@ -438,10 +410,8 @@ class Cnn final : public ClassifierProblem {
              size_t(pixels), out, size_t(pixels));
       for (Eigen::Index c = 0; c < c1_; ++c) {
         float* plane = out + c * pixels;
-        bias_relu(plane, pixels, b1[c]);
-        for (Eigen::Index y = 0; y < p1_; ++y) {
-          max_pool_run<2>(plane, plane_row(h1_, y), p1_, ws.planes.data() + c * cells + y * p1_);
-        }
+        bias_relu(plane, size_t(pixels), b1[c]);
+        max_pool_plane(plane, size_t(h1_), size_t(h1_), ws.planes.data() + c * cells);
       }
       transpose(ws.planes.data(), c1_, cells, ws.s1.pooled.data() + s * cells * c1_);
     }
@@ -549,10 +519,8 @@ class Cnn final : public ClassifierProblem {
     transpose(dpooled + s * cells * c1_, cells, c1_, ws.planes.data());
     for (Eigen::Index c = 0; c < c1_; ++c) {
       const Eigen::Index plane = (s * c1_ + c) * pixels;
-      for (Eigen::Index y = 0; y < p1_; ++y) {
-        unpool_relu_run<2>(ws.s1.out.data() + plane, plane_row(h1_, y),
-                           ws.planes.data() + c * cells + y * p1_, p1_, ws.s1.dout.data() + plane);
-      }
+      unpool_relu_plane(ws.s1.out.data() + plane, size_t(h1_), size_t(h1_),
+                        ws.planes.data() + c * cells, ws.s1.dout.data() + plane);
     }
   }
 

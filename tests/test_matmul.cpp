@@ -211,6 +211,45 @@ TEST_SUITE("matmul") {
     CHECK(first_difference(got, reversed) >= 0);
   }
 
+  TEST_CASE("plane pooling, unpooling and bias-relu: every variant is the scalar loop, bit for bit") {
+    // A 24 × 24 plane (12 windows a row: 8 + 4 lanes) and a 10 × 14 one
+    // (7: 4 + a scalar rest), relu outputs with many ties (values in
+    // quarters, a third zeros) so that "the first maximum wins" is tested.
+    for (const auto& [h, w] : {std::pair<size_t, size_t>{24, 24}, {10, 14}}) {
+      CAPTURE(h);
+      CAPTURE(w);
+      std::vector<float> t = normals(h * w, 21);
+      for (float& v : t) v = v < -0.4f ? 0.0f : std::round(std::fabs(v) * 4.0f) / 4.0f;
+      const std::vector<float> g = normals(h / 2 * (w / 2), 22);
+      std::vector<float> want_pool(h / 2 * (w / 2)), want_dt(h * w);
+      for (size_t y = 0; y < h / 2; ++y)
+        for (size_t x = 0; x < w / 2; ++x) {
+          const size_t at[4] = {2 * y * w + 2 * x, 2 * y * w + 2 * x + 1,
+                                (2 * y + 1) * w + 2 * x, (2 * y + 1) * w + 2 * x + 1};
+          size_t best = 0;
+          for (size_t j = 1; j < 4; ++j)
+            if (t[at[j]] > t[at[best]]) best = j;
+          want_pool[y * (w / 2) + x] = t[at[best]];
+          for (size_t j = 0; j < 4; ++j) {
+            want_dt[at[j]] = (j == best ? 0.0f + g[y * (w / 2) + x] : 0.0f) *
+                             (t[at[j]] > 0.0f ? 1.0f : 0.0f);
+          }
+        }
+      std::vector<float> want_br = normals(h * w, 23), in_br = want_br;
+      for (float& v : want_br) v = v + 0.3f > 0.0f ? v + 0.3f : 0.0f;
+      for (const Isa isa : supported_isas()) {
+        CAPTURE(isa_name(isa));
+        std::vector<float> pooled(want_pool.size(), -7.0f), dt(t.size(), -7.0f), br = in_br;
+        max_pool_plane_isa(isa, t.data(), h, w, pooled.data());
+        CHECK(first_difference(want_pool, pooled) == -1);
+        unpool_relu_plane_isa(isa, t.data(), h, w, g.data(), dt.data());
+        CHECK(first_difference(want_dt, dt) == -1);
+        bias_relu_isa(isa, br.data(), br.size(), 0.3f);
+        CHECK(first_difference(want_br, br) == -1);
+      }
+    }
+  }
+
   TEST_CASE("activations: every variant gives the SSE2 bits; tanh within 5 ulps of double") {
     std::vector<float> x = normals(4099, 7);  // not a multiple of any vector width
     for (size_t i = 0; i < 400; ++i) x[i] = -12.0f + 0.06f * float(i);  // across ±9 and 0

@@ -13,6 +13,12 @@ using Im2colT = void(size_t, size_t, size_t, const float*, float*);
 Im2col conv_sse2_im2col, conv_avx2_im2col, conv_avx512_im2col;
 Col2im conv_sse2_col2im, conv_avx2_col2im, conv_avx512_col2im;
 Im2colT conv_sse2_im2col_t, conv_avx2_im2col_t, conv_avx512_im2col_t;
+using Pool = void(const float*, size_t, size_t, float*);
+using Unpool = void(const float*, size_t, size_t, const float*, float*);
+using BiasRelu = void(float*, size_t, float);
+Pool conv_sse2_max_pool_plane, conv_avx2_max_pool_plane, conv_avx512_max_pool_plane;
+Unpool conv_sse2_unpool_relu_plane, conv_avx2_unpool_relu_plane, conv_avx512_unpool_relu_plane;
+BiasRelu conv_sse2_bias_relu, conv_avx2_bias_relu, conv_avx512_bias_relu;
 }  // namespace isa_kernels
 
 namespace {
@@ -22,12 +28,20 @@ struct ConvKernels {
   Im2col* im2col;
   Col2im* col2im;
   Im2colT* im2col_t;
+  Pool* max_pool_plane;
+  Unpool* unpool_relu_plane;
+  BiasRelu* bias_relu;
 };
 
 ConvKernels kernels_for(Isa isa) {
-  return for_isa<ConvKernels>(isa, {conv_sse2_im2col, conv_sse2_col2im, conv_sse2_im2col_t},
-                              {conv_avx2_im2col, conv_avx2_col2im, conv_avx2_im2col_t},
-                              {conv_avx512_im2col, conv_avx512_col2im, conv_avx512_im2col_t});
+  return for_isa<ConvKernels>(
+      isa,
+      {conv_sse2_im2col, conv_sse2_col2im, conv_sse2_im2col_t, conv_sse2_max_pool_plane,
+       conv_sse2_unpool_relu_plane, conv_sse2_bias_relu},
+      {conv_avx2_im2col, conv_avx2_col2im, conv_avx2_im2col_t, conv_avx2_max_pool_plane,
+       conv_avx2_unpool_relu_plane, conv_avx2_bias_relu},
+      {conv_avx512_im2col, conv_avx512_col2im, conv_avx512_im2col_t, conv_avx512_max_pool_plane,
+       conv_avx512_unpool_relu_plane, conv_avx512_bias_relu});
 }
 
 const ConvKernels& active() {
@@ -49,6 +63,14 @@ void im2col_t(size_t h, size_t w, size_t k, const float* in, float* cols_t) {
   active().im2col_t(h, w, k, in, cols_t);
 }
 
+void max_pool_plane(const float* t, size_t h, size_t w, float* out) {
+  active().max_pool_plane(t, h, w, out);
+}
+void unpool_relu_plane(const float* t, size_t h, size_t w, const float* dpooled, float* dt) {
+  active().unpool_relu_plane(t, h, w, dpooled, dt);
+}
+void bias_relu(float* v, size_t n, float bias) { active().bias_relu(v, n, bias); }
+
 void im2col_isa(Isa isa, const ConvShape& s, const float* in, float* cols) {
   checked(isa, "im2col_isa").im2col(s, in, cols);
 }
@@ -57,6 +79,17 @@ void col2im_isa(Isa isa, const ConvShape& s, const float* cols, float* in) {
 }
 void im2col_t_isa(Isa isa, size_t h, size_t w, size_t k, const float* in, float* cols_t) {
   checked(isa, "im2col_t_isa").im2col_t(h, w, k, in, cols_t);
+}
+
+void max_pool_plane_isa(Isa isa, const float* t, size_t h, size_t w, float* out) {
+  checked(isa, "max_pool_plane_isa").max_pool_plane(t, h, w, out);
+}
+void unpool_relu_plane_isa(Isa isa, const float* t, size_t h, size_t w, const float* dpooled,
+                           float* dt) {
+  checked(isa, "unpool_relu_plane_isa").unpool_relu_plane(t, h, w, dpooled, dt);
+}
+void bias_relu_isa(Isa isa, float* v, size_t n, float bias) {
+  checked(isa, "bias_relu_isa").bias_relu(v, n, bias);
 }
 
 }  // namespace bitlab

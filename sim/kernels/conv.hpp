@@ -35,10 +35,25 @@ void col2im(const ConvShape& s, const float* cols, float* in);
 // every output pixel (y, x), raster order.
 void im2col_t(size_t h, size_t w, size_t k, const float* in, float* cols_t);
 
+// One h × w NCHW plane's 2×2 max pooling, stride 2, into (h/2) × (w/2): each
+// window's first maximum in (dy, dx) order (a later element must be strictly
+// greater). Selects only: every variant gives the same bits.
+void max_pool_plane(const float* t, size_t h, size_t w, float* out);
+// Its gradient through the relu: dt (h × w, every element written) holds, at
+// each window's maximum found again from the relu output t, (0 + dpooled)
+// times [t > 0], and 0·[t > 0] elsewhere.
+void unpool_relu_plane(const float* t, size_t h, size_t w, const float* dpooled, float* dt);
+// v ← relu(v + bias): one rounded addition and a select per element.
+void bias_relu(float* v, size_t n, float bias);
+
 // The same with a forced variant (tests; std::invalid_argument when this CPU
 // lacks it).
 void im2col_isa(Isa isa, const ConvShape& s, const float* in, float* cols);
 void col2im_isa(Isa isa, const ConvShape& s, const float* cols, float* in);
 void im2col_t_isa(Isa isa, size_t h, size_t w, size_t k, const float* in, float* cols_t);
+void max_pool_plane_isa(Isa isa, const float* t, size_t h, size_t w, float* out);
+void unpool_relu_plane_isa(Isa isa, const float* t, size_t h, size_t w, const float* dpooled,
+                           float* dt);
+void bias_relu_isa(Isa isa, float* v, size_t n, float bias);
 
 }  // namespace bitlab
