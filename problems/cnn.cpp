@@ -35,10 +35,10 @@
 // Max pooling takes each window's first maximum (a later element must be
 // strictly greater); the backward pass finds it again from the stored relu
 // output, with the same comparisons, and routes the gradient there (no
-// argmax is stored, nothing is zero-filled). conv1's bias, relu, pooling and
-// unpooling are dispatched kernels (8-float vectors under AVX2 and AVX-512);
-// conv2's pooling and the NCHW ↔ NHWC transposes run on 4-float vectors
-// (selects, moves and one addition each: exact in any lane). Checked by finite differences in tests/test_real_problems.cpp.
+// argmax is stored, nothing is zero-filled). Bias, relu, pooling and unpooling
+// are dispatched kernels (sim/kernels/conv.hpp; 8-float vectors under AVX2 and
+// AVX-512), the NCHW ↔ NHWC transposes run on 4-float vectors (selects, moves
+// and one addition each: exact in any lane). Checked by finite differences in tests/test_real_problems.cpp.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -115,12 +115,11 @@ void make_columns(Eigen::Index rows, Eigen::Index cols, RowMatrixF& m) {
   m.col(m.cols() - 1).setOnes();
 }
 
-// The transposes and the pooling below work on vectors of 4 floats (GCC's
-// vector extensions, SSE2 in this build; the compiler vectorised neither).
-// im2col and col2im, most of the data movement, are dispatched kernels
-// (sim/kernels/conv.hpp: a 40-float run is 5 AVX2 or AVX-512 moves).
+// The transposes below work on vectors of 4 floats (GCC's vector extensions,
+// SSE2 in this build; the compiler vectorised them not). im2col, col2im,
+// bias-relu and the pooling, most of the data movement, are dispatched
+// kernels (sim/kernels/conv.hpp: a 40-float run is 5 AVX2 or AVX-512 moves).
 typedef float F4 __attribute__((vector_size(16)));
-typedef int32_t I4 __attribute__((vector_size(16)));
 inline F4 load4(const float* p) {
   F4 v;
   std::memcpy(&v, p, sizeof v);
@@ -163,122 +162,6 @@ void columns(const float* in, Eigen::Index n, Eigen::Index h, Eigen::Index w, Ei
   make_columns(n * ho * wo, taps, cols);
   im2col({size_t(n), size_t(h), size_t(w), size_t(c), size_t(kKernel), size_t(cols.cols())}, in,
          cols.data());
-}
-
-// conv2's 2×2 max pooling, stride 2, as runs of windows whose four elements
-// (dy, dx) = (0, 0), (0, 1), (1, 0), (1, 1) sit at t[at[j] + i·kStep] for
-// window i of the run (NHWC: a pixel's channels, kStep 1; conv1's NCHW planes
-// are pooled by the dispatched kernels max_pool_plane and unpool_relu_plane,
-// sim/kernels/conv.hpp, with the same comparisons), 4 windows at a time. The
-// first maximum in (dy, dx) order wins (a later element must be strictly
-// greater), with selects, not branches (a random maximum mispredicts a branch
-// half the time). The inputs are relu outputs (never NaN).
-using WindowAt = std::array<Eigen::Index, 4>;
-
-// The window of pooled pixel (y, x) of an NHWC sample of side h with c channels.
-WindowAt pixel_window(Eigen::Index h, Eigen::Index c, Eigen::Index y, Eigen::Index x) {
-  const Eigen::Index o = (2 * y * h + 2 * x) * c;
-  return {o, o + c, o + h * c, o + h * c + c};
-}
-
-// The winner's index (0..3) and value of window i of a run, one at a time.
-template <int kStep>
-inline int window_max(const float* t, const WindowAt& at, Eigen::Index i, float& value) {
-  float v = t[at[0] + i * kStep];
-  int q = 0;
-  for (int j = 1; j < 4; ++j) {
-    const float e = t[at[j] + i * kStep];
-    const bool more = e > v;
-    v = more ? e : v;
-    q = more ? j : q;
-  }
-  value = v;
-  return q;
-}
-
-// Four windows at a time (F4: 4 floats; a select or comparison is exact in any
-// lane, so the bits are the one-at-a-time loop's). e[j] holds element j of
-// windows i … i + 3.
-
-template <int kStep>
-struct Lanes;
-template <>
-struct Lanes<1> {  // NHWC: element j of window i at at[j] + i
-  static void load(const float* t, const WindowAt& at, Eigen::Index i, F4 (&e)[4]) {
-    for (int j = 0; j < 4; ++j) e[j] = load4(t + at[j] + i);
-  }
-  static void store(float* t, const WindowAt& at, Eigen::Index i, const F4 (&e)[4]) {
-    for (int j = 0; j < 4; ++j) store4(t + at[j] + i, e[j]);
-  }
-};
-// window_max for four windows: the winners' indices and values.
-inline I4 window_max4(const F4 (&e)[4], F4& value) {
-  F4 v = e[0];
-  I4 q = {0, 0, 0, 0};
-  for (int j = 1; j < 4; ++j) {
-    const I4 more = e[j] > v;
-    v = more ? e[j] : v;
-    q = more ? I4{j, j, j, j} : q;
-  }
-  value = v;
-  return q;
-}
-
-// out[i] = the maximum of window i, for `count` windows.
-template <int kStep>
-void max_pool_run(const float* t, const WindowAt& at, Eigen::Index count, float* out) {
-  Eigen::Index i = 0;
-  for (; i + 4 <= count; i += 4) {
-    F4 e[4], v;
-    Lanes<kStep>::load(t, at, i, e);
-    window_max4(e, v);
-    store4(out + i, v);
-  }
-  for (; i < count; ++i) window_max<kStep>(t, at, i, out[i]);
-}
-
-// The gradient dt w.r.t. the relu'd conv output t (dt laid out as t) of
-// `count` windows, from the gradient `dpooled` w.r.t. their pooled values:
-// dpooled[i] goes to the window's maximum (found again, with the same
-// comparisons), zero elsewhere, then the relu mask (t > 0 exactly where the
-// pre-activation is). The arithmetic of the former scatter onto zeros and mask
-// product, kept for the bits: (0 + dpooled)·[t > 0] at the maximum, 0·[t > 0]
-// elsewhere. Every element of every window is written: no zero-fill.
-template <int kStep>
-void unpool_relu_run(const float* t, const WindowAt& at, const float* dpooled,
-                     Eigen::Index count, float* dt) {
-  Eigen::Index i = 0;
-  for (; i + 4 <= count; i += 4) {
-    F4 e[4], v, d[4];
-    Lanes<kStep>::load(t, at, i, e);
-    const I4 q = window_max4(e, v);
-    const F4 g = 0.0f + load4(dpooled + i), zero = {}, one = zero + 1.0f;
-    for (int j = 0; j < 4; ++j) {
-      d[j] = (q == I4{j, j, j, j} ? g : zero) * (e[j] > zero ? one : zero);
-    }
-    Lanes<kStep>::store(dt, at, i, d);
-  }
-  for (; i < count; ++i) {
-    float v;
-    const int q = window_max<kStep>(t, at, i, v);
-    const float g = 0.0f + dpooled[i];
-    for (int j = 0; j < 4; ++j) {
-      const Eigen::Index e = at[j] + i * kStep;
-      dt[e] = (q == j ? g : 0.0f) * (t[e] > 0.0f ? 1.0f : 0.0f);
-    }
-  }
-}
-
-// v ← relu(v + bias), one rounding and a select per element (the former bias
-// addition and relu passes, fused), for rows of `cols` channels (bias per
-// channel; a plane's, one bias, is the dispatched kernel bias_relu).
-void bias_relu_rows(float* v, Eigen::Index rows, Eigen::Index cols, const float* bias) {
-  for (Eigen::Index r = 0; r < rows; ++r) {
-    for (Eigen::Index c = 0; c < cols; ++c) {
-      const float z = v[r * cols + c] + bias[c];
-      v[r * cols + c] = z > 0.0f ? z : 0.0f;
-    }
-  }
 }
 
 class Cnn final : public ClassifierProblem {
@@ -432,16 +315,10 @@ class Cnn final : public ClassifierProblem {
       float* out = ws.s2.out.data() + s0 * rows2 * c2_;
       matmul(size_t(count * rows2), size_t(c2_), size_t(k2()), ws.cols2.data(), ws.cols2.cols(), 1,
              ws.packed.data(), size_t(c2_), out, size_t(c2_));
-      bias_relu_rows(out, count * rows2, c2_, b2);
+      bias_relu_rows(out, size_t(count * rows2), size_t(c2_), b2);
       for (Eigen::Index s = 0; s < count; ++s) {
-        const float* sample = out + s * rows2 * c2_;
-        float* pooled = ws.s2.pooled.data() + (s0 + s) * cells * c2_;
-        for (Eigen::Index y = 0; y < p2_; ++y) {
-          for (Eigen::Index xx = 0; xx < p2_; ++xx) {
-            max_pool_run<1>(sample, pixel_window(h2_, c2_, y, xx), c2_,
-                            pooled + (y * p2_ + xx) * c2_);
-          }
-        }
+        max_pool_nhwc(out + s * rows2 * c2_, size_t(h2_), size_t(h2_), size_t(c2_),
+                      ws.s2.pooled.data() + (s0 + s) * cells * c2_);
       }
     }
   }
@@ -529,14 +406,8 @@ class Cnn final : public ClassifierProblem {
     const Eigen::Index rows2 = h2_ * h2_, cells = p2_ * p2_, n = st.pooled.rows() / cells;
     st.dout.resize(st.out.rows(), st.out.cols());
     for (Eigen::Index s = 0; s < n; ++s) {
-      for (Eigen::Index y = 0; y < p2_; ++y) {
-        for (Eigen::Index xx = 0; xx < p2_; ++xx) {
-          const Eigen::Index o = s * rows2 * c2_;
-          unpool_relu_run<1>(st.out.data() + o, pixel_window(h2_, c2_, y, xx),
-                             dpooled + ((s * p2_ + y) * p2_ + xx) * c2_, c2_,
-                             st.dout.data() + o);
-        }
-      }
+      unpool_relu_nhwc(st.out.data() + s * rows2 * c2_, size_t(h2_), size_t(h2_), size_t(c2_),
+                       dpooled + s * cells * c2_, st.dout.data() + s * rows2 * c2_);
     }
   }
 

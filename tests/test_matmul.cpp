@@ -250,6 +250,49 @@ TEST_SUITE("matmul") {
     }
   }
 
+  TEST_CASE("NHWC pooling, unpooling and row bias-relu: every variant is the scalar loop") {
+    // 8 × 8 pixels of 16 channels (the CNN's conv2: whole vectors) and of 7
+    // (a 4-float vector and a scalar rest), relu outputs with ties.
+    for (const size_t c : {size_t{16}, size_t{7}}) {
+      CAPTURE(c);
+      const size_t h = 8, w = 8, cells = h / 2 * (w / 2);
+      std::vector<float> t = normals(h * w * c, 31);
+      for (float& v : t) v = v < -0.4f ? 0.0f : std::round(std::fabs(v) * 4.0f) / 4.0f;
+      const std::vector<float> g = normals(cells * c, 32);
+      std::vector<float> want_pool(cells * c), want_dt(t.size());
+      for (size_t y = 0; y < h / 2; ++y)
+        for (size_t x = 0; x < w / 2; ++x)
+          for (size_t ch = 0; ch < c; ++ch) {
+            const size_t o = (2 * y * w + 2 * x) * c + ch;
+            const size_t at[4] = {o, o + c, o + w * c, o + w * c + c};
+            size_t best = 0;
+            for (size_t j = 1; j < 4; ++j)
+              if (t[at[j]] > t[at[best]]) best = j;
+            const size_t cell = (y * (w / 2) + x) * c + ch;
+            want_pool[cell] = t[at[best]];
+            for (size_t j = 0; j < 4; ++j) {
+              want_dt[at[j]] = (j == best ? 0.0f + g[cell] : 0.0f) * (t[at[j]] > 0.0f ? 1.0f : 0.0f);
+            }
+          }
+      const std::vector<float> bias = normals(c, 33), in_br = normals(5 * c, 34);
+      std::vector<float> want_br = in_br;
+      for (size_t i = 0; i < want_br.size(); ++i) {
+        const float z = want_br[i] + bias[i % c];
+        want_br[i] = z > 0.0f ? z : 0.0f;
+      }
+      for (const Isa isa : supported_isas()) {
+        CAPTURE(isa_name(isa));
+        std::vector<float> pooled(want_pool.size(), -7.0f), dt(t.size(), -7.0f), br = in_br;
+        max_pool_nhwc_isa(isa, t.data(), h, w, c, pooled.data());
+        CHECK(first_difference(want_pool, pooled) == -1);
+        unpool_relu_nhwc_isa(isa, t.data(), h, w, c, g.data(), dt.data());
+        CHECK(first_difference(want_dt, dt) == -1);
+        bias_relu_rows_isa(isa, br.data(), 5, c, bias.data());
+        CHECK(first_difference(want_br, br) == -1);
+      }
+    }
+  }
+
   TEST_CASE("activations: every variant gives the SSE2 bits; tanh within 5 ulps of double") {
     std::vector<float> x = normals(4099, 7);  // not a multiple of any vector width
     for (size_t i = 0; i < 400; ++i) x[i] = -12.0f + 0.06f * float(i);  // across ±9 and 0

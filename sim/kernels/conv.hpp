@@ -43,8 +43,15 @@ void max_pool_plane(const float* t, size_t h, size_t w, float* out);
 // each window's maximum found again from the relu output t, (0 + dpooled)
 // times [t > 0], and 0·[t > 0] elsewhere.
 void unpool_relu_plane(const float* t, size_t h, size_t w, const float* dpooled, float* dt);
-// v ← relu(v + bias): one rounded addition and a select per element.
+// The same for an NHWC sample (h × w pixels of c channels): pooled pixel
+// (y, x) channel ch from pixels (2y + dy, 2x + dx).
+void max_pool_nhwc(const float* t, size_t h, size_t w, size_t c, float* out);
+void unpool_relu_nhwc(const float* t, size_t h, size_t w, size_t c, const float* dpooled,
+                      float* dt);
+// v ← relu(v + bias): one rounded addition and a select per element; for
+// rows of `cols` channels, bias[ch] for channel ch.
 void bias_relu(float* v, size_t n, float bias);
+void bias_relu_rows(float* v, size_t rows, size_t cols, const float* bias);
 
 // The same with a forced variant (tests; std::invalid_argument when this CPU
 // lacks it).
@@ -55,5 +62,9 @@ void max_pool_plane_isa(Isa isa, const float* t, size_t h, size_t w, float* out)
 void unpool_relu_plane_isa(Isa isa, const float* t, size_t h, size_t w, const float* dpooled,
                            float* dt);
 void bias_relu_isa(Isa isa, float* v, size_t n, float bias);
+void max_pool_nhwc_isa(Isa isa, const float* t, size_t h, size_t w, size_t c, float* out);
+void unpool_relu_nhwc_isa(Isa isa, const float* t, size_t h, size_t w, size_t c,
+                          const float* dpooled, float* dt);
+void bias_relu_rows_isa(Isa isa, float* v, size_t rows, size_t cols, const float* bias);
 
 }  // namespace bitlab
