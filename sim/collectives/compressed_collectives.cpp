@@ -149,7 +149,9 @@ void CompressedAllgatherMean::run(Communicator& comm, const WorkerBuffers& in, s
 void CompressedAllgatherMean::compress_workers(const Call& call) {
   WorkerBuffers comp = compressed();
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int i = call.mine.begin; i < call.mine.end; ++i) c_->apply(call.in[i], comp[i], worker_rng(call, i));
+  for (int i = call.mine.begin; i < call.mine.end; ++i) {
+    c_->apply(call.in[i], comp[i], worker_rng(call, i));
+  }
 }
 
 RngStream CompressedAllgatherMean::worker_rng(const Call& call, int i) const {

@@ -310,14 +310,12 @@ void OneBitAllreduce::compress_worker_general(int i, std::span<const float> b) {
   const Compressor* c1 = worker_.compressor.get();
   static const SignCompressor kSign;
   if (!c1) c1 = &kSign;
-  const bool shared = c1->shared_randomness();
   const size_t unit = distributed() ? static_cast<size_t>(worker_image_bytes()) : 0;
   float* u = e_.data() + row * D;
   float* w = w_.data() + row * D;
   for (size_t k = 0; k < d; ++k) u[k] += b[k];
   for (int r = 0; r < n; ++r) {
-    const auto word = static_cast<uint32_t>((shared ? 0 : i) * n + r);
-    const RngStream rng(seed_, Purpose::kCompress, word, static_cast<uint64_t>(step_));
+    const RngStream rng = worker_stream(*c1, i, r);
     c1->apply({u + r * chunk, chunk}, {w + r * chunk, chunk}, rng);
     if (unit > 0) {
       c1->encode({u + r * chunk, chunk}, {images_.data() + (row * n + r) * unit, unit}, rng);
@@ -353,14 +351,11 @@ void OneBitAllreduce::finish_general(Communicator& comm, std::span<float> out) {
           std::copy(images_.data() + at, images_.data() + at + unit1, dst);
         },
         [&](int i, int r, const uint8_t* src) {
-          // The stream worker i's chunk r was compressed with (as
-          // compress_worker_general).
-          const auto word = static_cast<uint32_t>((c1.shared_randomness() ? 0 : i) * n_ + r);
           c1.decode_shared({src, unit1},
-                       {columns_.data() + static_cast<size_t>(i) * width +
-                            static_cast<size_t>(r - local_.begin) * chunk,
-                        chunk},
-                       RngStream(seed_, Purpose::kCompress, word, static_cast<uint64_t>(step_)));
+                           {columns_.data() + static_cast<size_t>(i) * width +
+                                static_cast<size_t>(r - local_.begin) * chunk,
+                            chunk},
+                           worker_stream(c1, i, r));
         });
     reduce_servers(columns_.data(), width, local_.begin);
   }
@@ -373,13 +368,22 @@ void OneBitAllreduce::finish_general(Communicator& comm, std::span<float> out) {
         comm, unit2, server_images_, [](int, uint8_t*) {},  // encoded by reduce_servers
         [&](int r, const uint8_t* src) {
           c2.decode_shared({src, static_cast<size_t>(unit2)}, {decoded_.data() + r * chunk, chunk},
-                       RngStream(seed_, Purpose::kCompress, static_cast<uint32_t>(n_ * n_ + r),
-                                 static_cast<uint64_t>(step_)));
+                           server_stream(r));
         });
   }
   std::copy(decoded_.begin(), decoded_.begin() + static_cast<std::ptrdiff_t>(d_), out.begin());
   if (pad_reuse_)
     std::copy(decoded_.begin() + static_cast<std::ptrdiff_t>(d_), decoded_.end(), pad_.begin());
+}
+
+RngStream OneBitAllreduce::worker_stream(const Compressor& c1, int i, int r) const {
+  const auto word = static_cast<uint32_t>((c1.shared_randomness() ? 0 : i) * n_ + r);
+  return RngStream(seed_, Purpose::kCompress, word, static_cast<uint64_t>(step_));
+}
+
+RngStream OneBitAllreduce::server_stream(int r) const {
+  return RngStream(seed_, Purpose::kCompress, static_cast<uint32_t>(n_ * n_ + r),
+                   static_cast<uint64_t>(step_));
 }
 
 // Resident server r: y = s_r + (Σ_i w_i[r]) / n in worker order, c_r =
@@ -407,8 +411,7 @@ void OneBitAllreduce::reduce_servers(const float* w, size_t row_stride, int firs
       for (size_t k = 0; k < chunk; ++k) acc[k] += wi[k];
     }
     for (size_t k = 0; k < chunk; ++k) y[k] += acc[k] / nf;
-    const RngStream rng(seed_, Purpose::kCompress, static_cast<uint32_t>(n * n + r),
-                        static_cast<uint64_t>(step_));
+    const RngStream rng = server_stream(r);
     c2->apply({y, chunk}, {c, chunk}, rng);
     if (unit2 > 0) c2->encode({y, chunk}, {server_images_.data() + r * unit2, unit2}, rng);
     for (size_t k = 0; k < chunk; ++k) y[k] -= c[k];  // s_r = y − C2(y)

@@ -229,6 +229,10 @@ class OneBitAllreduce {
   // and their C2 images reach every rank.
   void finish_general(Communicator& comm, std::span<float> out);
   void reduce_servers(const float* w, size_t row_stride, int first_server);
+  // The streams a stochastic stage draws from (header): worker i's C1 of
+  // chunk r, and server r's C2; a receiver decodes with the sender's.
+  RngStream worker_stream(const Compressor& c1, int i, int r) const;
+  RngStream server_stream(int r) const;
   bool distributed() const { return local_.size() < n_; }
   int64_t worker_image_bytes() const;  // |C1(D/n)|
   int64_t server_image_bytes() const;  // |C2(D/n)|
