@@ -38,9 +38,9 @@
 // argmax is stored, nothing is zero-filled). Bias, relu, pooling and unpooling
 // are dispatched kernels (sim/kernels/conv.hpp; 8-float vectors under AVX2 and
 // AVX-512), the NCHW ↔ NHWC transposes run on 4-float vectors (selects, moves
-// and one addition each: exact in any lane). Checked by finite differences in tests/test_real_problems.cpp.
+// and one addition each: exact in any lane). Checked by finite differences in
+// tests/test_real_problems.cpp.
 #include <algorithm>
-#include <array>
 #include <cstring>
 
 #include "problems/classifier.hpp"
@@ -116,7 +116,7 @@ void make_columns(Eigen::Index rows, Eigen::Index cols, RowMatrixF& m) {
 }
 
 // The transposes below work on vectors of 4 floats (GCC's vector extensions,
-// SSE2 in this build; the compiler vectorised them not). im2col, col2im,
+// SSE2 in this build; the compiler did not vectorise them). im2col, col2im,
 // bias-relu and the pooling, most of the data movement, are dispatched
 // kernels (sim/kernels/conv.hpp: a 40-float run is 5 AVX2 or AVX-512 moves).
 typedef float F4 __attribute__((vector_size(16)));
