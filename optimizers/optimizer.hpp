@@ -62,6 +62,12 @@ struct StepContext {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
+  // The run's number of steps, told by the simulation before
+  // planned_state_bytes() and setup() (never told, or 0: not known). An
+  // optimizer whose state depends on its schedule sizes it from this: 0/1
+  // Adam holds per-worker parameters, momenta and updates only when a local
+  // step falls within the run.
+  virtual void set_run_steps(int64_t /*steps*/) {}
   // Called once before the first step: allocate all state here, so that
   // step() does not allocate.
   virtual void setup(Cluster& cluster) = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <omp.h>
 #include <sstream>
 #include <stdexcept>
 
@@ -136,12 +137,43 @@ CommPlan ZeroOneAdam::comm_plan(const PlanShape& shape) const {
 
 // What setup() allocates: ḡ, m, v, the denominator and ū (d floats each);
 // every resident worker's parameters (Cluster::enable_local_params), local
-// momentum and accumulated update rows; the compressed allreduce's buffers.
+// momentum and accumulated update rows, or with shared rows one m row, one
+// u row and a scratch row per thread; the compressed allreduce's buffers.
 uint64_t ZeroOneAdam::planned_state_bytes(const StateShape& s) const {
   const uint64_t d = s.dim;
-  return 20 * d + 12 * d * static_cast<uint64_t>(s.resident) +
+  const uint64_t rows = needs_per_worker_rows()
+                            ? 3 * static_cast<uint64_t>(s.resident)
+                            : 2 + static_cast<uint64_t>(omp_get_max_threads());
+  return 20 * d + 4 * d * rows +
          OneBitAllreduce::resident_bytes_for(s.workers, s.resident, d, !stages_.is_scaled_sign(),
                                              static_cast<size_t>(opts_.pad_multiple));
+}
+
+bool ZeroOneAdam::needs_per_worker_rows() const {
+  if (run_steps_ <= 0) return true;
+  ZeroOneSchedule schedule(opts_);
+  for (int64_t t = 0; t < run_steps_; ++t) {
+    if (schedule.next() == ZeroOnePhase::kLocal) return true;
+  }
+  return false;
+}
+
+// Every worker's x_i, m_i and u_i from the shared values (which are every
+// worker's while the rows are shared: setup, or just after a sync).
+void ZeroOneAdam::make_per_worker_rows() {
+  cluster_->enable_local_params();
+  std::vector<float> shared;  // the shared m_i (none in setup: zeros)
+  shared.swap(m_local_);
+  per_worker_ = true;
+  m_local_.assign(stride_ * static_cast<size_t>(local_.size()), 0.0f);
+  u_.assign(stride_ * static_cast<size_t>(local_.size()), 0.0f);
+  if (!shared.empty()) {
+    for (int i = local_.begin; i < local_.end; ++i) {
+      std::copy_n(shared.begin(), dim_, row(m_local_, i));
+    }
+  }
+  scratch_.clear();
+  scratch_.shrink_to_fit();
 }
 
 void ZeroOneAdam::setup(Cluster& cluster) {
@@ -153,23 +185,30 @@ void ZeroOneAdam::setup(Cluster& cluster) {
       workers_, onebit_slices(opts_.granularity, cluster.tensors(), dim_),
       static_cast<size_t>(opts_.pad_multiple), cluster.local_workers());
   onebit_->set_stages(stages_.worker, stages_.server);
-  // Per-worker parameters from the start: step() must not allocate.
-  cluster.enable_local_params();
-  stride_ = cluster.local_params().stride;
+  stride_ = cluster.stride();
   g_.assign(dim_, 0.0f);
   m_.assign(dim_, 0.0f);
   v_.assign(dim_, 0.0f);
   denom_.assign(dim_, 0.0f);
   ubar_.assign(dim_, 0.0f);
-  // Rows for this process's workers only (all in the simulator): worker i at
-  // row i − local_.begin.
-  m_local_.assign(stride_ * static_cast<size_t>(local_.size()), 0.0f);
-  u_.assign(stride_ * static_cast<size_t>(local_.size()), 0.0f);
   schedule_ = ZeroOneSchedule(opts_);
   frozen_ = false;
   lrs_ = 0.0;
   seed_ = cluster.seed();
   cluster_ = &cluster;
+  // Shared rows (see the header), or per-worker ones from the start (step()
+  // must not allocate): rows for this process's workers only (all in the
+  // simulator), worker i at row i − local_.begin.
+  per_worker_ = false;
+  m_local_.clear();
+  u_.clear();
+  if (needs_per_worker_rows()) {
+    make_per_worker_rows();
+  } else {
+    m_local_.assign(dim_, 0.0f);
+    u_.assign(dim_, 0.0f);
+    scratch_.assign(dim_ * static_cast<size_t>(omp_get_max_threads()), 0.0f);
+  }
   folding_step_ = -1;
   // On a streamed cluster the gradients of every phase but "full" come to fold().
   if (cluster.streams_mean()) cluster.set_gradient_sink(this);
@@ -184,10 +223,7 @@ void ZeroOneAdam::transition() {
   onebit_->reset_errors();
   // den = sqrt(v) + ε: adam_direction's denominator with bias correction off.
   cpu::sqrt_plus_eps(denom_.data(), v_.data(), dim_, static_cast<float>(opts_.eps));
-  for (int i = local_.begin; i < local_.end; ++i) {
-    std::copy(m_.begin(), m_.end(),
-              m_local_.begin() + static_cast<ptrdiff_t>((i - local_.begin) * stride_));
-  }
+  for (int i = local_.begin; i < local_.end; ++i) std::copy(m_.begin(), m_.end(), row(m_local_, i));
   std::fill(u_.begin(), u_.end(), 0.0f);
   lrs_ = 0.0;
   frozen_ = true;
@@ -218,7 +254,10 @@ bool ZeroOneAdam::folds(int64_t t) {
   if (t != next.step() + 1) return false;  // step() refuses it
   folding_phase_ = next.next();
   if (folding_phase_ == ZeroOnePhase::kFull) return false;
-  if (folding_phase_ == ZeroOnePhase::kOneBit) onebit_->begin(false, seed_, t);
+  // A local step in a run longer than it was told: per-worker rows now,
+  // before the gradients are made (at x_i, which is still the shared x).
+  if (folding_phase_ == ZeroOnePhase::kLocal && !per_worker_) make_per_worker_rows();
+  if (folding_phase_ == ZeroOnePhase::kOneBit || !per_worker_) onebit_->begin(false, seed_, t);
   folding_step_ = t;
   return true;
 }
@@ -227,7 +266,9 @@ bool ZeroOneAdam::folds(int64_t t) {
 // to the 1-bit allreduce's worker stage; stage B takes worker i's local step
 //   m_i = β1 m_i + (1−β1) g_i ; δ = lr·(m_i ⊘ (sqrt(v)+ε) + wd·x_i)
 //   x_i −= δ ; u_i −= δ
-// (its gradient was made at x_i before this changes it).
+// (its gradient was made at x_i before this changes it). With shared rows
+// (a sync from the shared x, m and u = 0) only u_i ⊙ (sqrt(v)+ε) is formed,
+// in this thread's scratch row, and sent to the worker stage.
 void ZeroOneAdam::fold(int i, std::span<const float> g) {
   if (folding_phase_ == ZeroOnePhase::kOneBit) {
     onebit_->add_worker(i, g);
@@ -236,17 +277,26 @@ void ZeroOneAdam::fold(int i, std::span<const float> g) {
   const ZeroOneLocalCoeffs lc{static_cast<float>(opts_.lr), static_cast<float>(opts_.beta1),
                               static_cast<float>(1.0 - opts_.beta1),
                               static_cast<float>(opts_.weight_decay)};
-  float* x = cluster_->params(i).data();
-  float* m = m_local_.data() + static_cast<size_t>(i - local_.begin) * stride_;
-  float* u = u_.data() + static_cast<size_t>(i - local_.begin) * stride_;
-  cpu::zero_one_local_step(x, m, u, g.data(), denom_.data(), dim_, lc);
+  if (!per_worker_) {
+    const auto thread = static_cast<size_t>(omp_get_thread_num());
+    if ((thread + 1) * dim_ > scratch_.size()) {
+      throw std::logic_error("zero_one_adam: fold() from a thread beyond omp_get_max_threads()");
+    }
+    float* out = scratch_.data() + thread * dim_;
+    cpu::zero_one_sync_input(cluster_->params().data(), m_local_.data(), g.data(), denom_.data(),
+                             dim_, lc, out);
+    onebit_->add_worker(i, {out, dim_});
+    return;
+  }
+  cpu::zero_one_local_step(cluster_->params(i).data(), row(m_local_, i), row(u_, i), g.data(),
+                           denom_.data(), dim_, lc);
 }
 
 void ZeroOneAdam::fold_rows(StepContext& ctx, ZeroOnePhase phase) {
   folding_phase_ = phase;
   const WorkerBuffers g = ctx.cluster.grads();
   const WorkerRange mine = ctx.comm.local_workers();
-  if (phase == ZeroOnePhase::kOneBit) {
+  if (phase == ZeroOnePhase::kOneBit || !per_worker_) {
     onebit_->begin(false, seed_, ctx.step);
 #pragma omp parallel for schedule(static)
     for (int i = mine.begin; i < mine.end; ++i) fold(i, g[i]);
@@ -275,6 +325,7 @@ void ZeroOneAdam::stage_a(StepContext& ctx, bool full) {
     cpu::momentum_then_onebit_update(cl.params().data(), m_.data(), v_.data(), g_.data(), dim_, c);
   }
   // Every worker holds the same (synchronised) parameters in stage A.
+  if (!per_worker_) return;
   const std::span<const float> x = cl.params();
   for (int i = local_.begin; i < local_.end; ++i) {
     std::copy(x.begin(), x.end(), cl.params(i).begin());
@@ -286,8 +337,10 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   const float* den = denom_.data();
 
   // Local step on every worker (no communication; fold()), as the cluster
-  // made the gradients or here from the held rows.
-  if (folding_step_ != ctx.step) fold_rows(ctx, ZeroOnePhase::kLocal);
+  // made the gradients or here from the held rows. With shared rows, the
+  // sync's worker stage instead.
+  if (!sync && !per_worker_) make_per_worker_rows();  // a run longer than told
+  if (folding_step_ != ctx.step) fold_rows(ctx, phase_);
   folding_step_ = -1;
   lrs_ += opts_.lr;
   if (!sync) return;
@@ -296,6 +349,13 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   // value (stage B writes them only here), so the un-step is implicit in the
   // final copy below (see the header: x_i − u_i is not exact in float).
   const double lrs = zero_one_check_lrs(lrs_, ctx.step);
+  if (!per_worker_) {
+    // ū from the worker stage fold() fed; m = −ū/lrs ; x = x_sync + ū ⊘ (sqrt(v)+ε).
+    onebit_->finish(ctx.comm, ubar_);
+    cpu::zero_one_sync(m_local_.data(), cl.params().data(), ubar_.data(), den, dim_, lrs);
+    lrs_ = 0.0;
+    return;
+  }
   // ū = 1-bit allreduce(u_i ⊙ (sqrt(v)+ε)), computed in place in u (zeroed after).
   for (int i = local_.begin; i < local_.end; ++i) {
     cpu::zero_one_scale_u(u_.data() + static_cast<size_t>(i - local_.begin) * stride_, den, dim_);
@@ -339,6 +399,8 @@ void ZeroOneAdam::serialize(StateArchive& io) {
   io.field("zero_one_adam.m", m_);
   io.field("zero_one_adam.v", v_);
   io.field("zero_one_adam.denom", denom_);
+  // Shared rows save one m_i and one u_i: a run resumes only with the
+  // experiment it was saved from (its steps included), so with the same rows.
   io.field("zero_one_adam.m_local", m_local_);
   io.field("zero_one_adam.u", u_);
   io.field("zero_one_adam.ubar", ubar_);

@@ -53,6 +53,22 @@
 // (Simulation::evaluate) reads the shared copy: in stage B it is the last
 // synchronised x, never a worker's drifted one.
 //
+// Shared rows when no local step runs. x_i, m_i and u_i differ between the
+// workers only after a "local" step (one that does not sync). When the
+// schedule over the run's steps (set_run_steps) has none, which the default
+// local_step_scaler = 32768 gives every run of at most var_freeze_step +
+// 32768 steps, every stage-B step starts from the shared x and m with u_i = 0
+// and ends with a sync that overwrites x_i and m_i. Then setup() allocates
+// no per-worker row: each worker's gradient is folded as the cluster makes it
+// into u_i ⊙ (sqrt(v)+ε) = (0 − δ_i) ⊙ (sqrt(v)+ε) in a scratch row of its
+// thread (cpu::zero_one_sync_input, the bits of the local step then
+// zero_one_scale_u), which goes straight to the 1-bit allreduce's worker
+// stage. The state is then the allreduce's error rows and d-float shared
+// vectors, as 1-bit Adam's. A run told no step count (or more steps than it
+// was told) gets the per-worker rows at its first local step, copied from the
+// shared ones (exact: they are every worker's value there). A checkpoint
+// holds the rows the run holds.
+//
 // Departures from / notes on the reference (DeepSpeed's
 // deepspeed/runtime/fp16/onebit/zoadam.py, as we read it):
 //  - Its first call is an "initialization" call that updates nothing but
@@ -188,6 +204,7 @@ double zero_one_check_lrs(double lrs, int64_t step);
 class ZeroOneAdam : public Optimizer, private GradientSink {
  public:
   explicit ZeroOneAdam(const ZeroOneAdamOptions& opts);
+  void set_run_steps(int64_t steps) override { run_steps_ = steps; }
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
   // The "full" steps' wire; the others fold each gradient (fold()).
@@ -210,12 +227,15 @@ class ZeroOneAdam : public Optimizer, private GradientSink {
   // Stage A's shared momentum (stage B: the value at the transition).
   std::span<const float> m() const { return m_; }
   // Worker i's momentum m_i (stage B; set to m() at the transition), for a
-  // worker this process computes.
+  // worker this process computes (with shared rows, the one shared value).
   std::span<const float> m_local(int i) const { return {row(m_local_, i), dim_}; }
   std::span<const float> u(int i) const { return {row(u_, i), dim_}; }
+  // True when x_i, m_i and u_i are held per worker (a local step falls in
+  // the run, or the run's steps were not told), false for shared rows.
+  bool per_worker_rows() const { return per_worker_; }
   uint64_t planned_state_bytes(const StateShape& s) const override;
   size_t held_worker_state_bytes() const override {
-    return (m_local_.size() + u_.size()) * sizeof(float);
+    return per_worker_ ? (m_local_.size() + u_.size()) * sizeof(float) : 0;
   }
   std::span<const float> v() const { return v_; }
   // sqrt(v) + ε, fixed at the transition (zeros before it).
@@ -228,8 +248,16 @@ class ZeroOneAdam : public Optimizer, private GradientSink {
 
  private:
   const float* row(const std::vector<float>& a, int i) const {
-    return a.data() + static_cast<size_t>(i - local_.begin) * stride_;
+    return per_worker_ ? a.data() + static_cast<size_t>(i - local_.begin) * stride_ : a.data();
   }
+  float* row(std::vector<float>& a, int i) {
+    return per_worker_ ? a.data() + static_cast<size_t>(i - local_.begin) * stride_ : a.data();
+  }
+  // Whether the schedule over run_steps_ has a local step (true when not told).
+  bool needs_per_worker_rows() const;
+  // The per-worker rows from the shared ones (setup, or the first local step
+  // of a run longer than it was told).
+  void make_per_worker_rows();
   void transition();
   void stage_a(StepContext& ctx, bool full);
   void stage_b(StepContext& ctx, bool sync);
@@ -253,14 +281,17 @@ class ZeroOneAdam : public Optimizer, private GradientSink {
   size_t dim_ = 0;
   size_t stride_ = 0;
   bool frozen_ = false;
+  int64_t run_steps_ = 0;    // set_run_steps (0: not told)
+  bool per_worker_ = true;   // per_worker_rows()
   double lrs_ = 0.0;
   std::unique_ptr<OneBitAllreduceSet> onebit_;
   std::vector<float> g_;        // ḡ or ĝ (stage A)
   std::vector<float> m_;        // stage A momentum
   std::vector<float> v_;        // second moment (frozen in stage B)
   std::vector<float> denom_;    // sqrt(v) + ε after the transition
-  std::vector<float> m_local_;  // local workers × stride: m_i
-  std::vector<float> u_;        // local workers × stride: u_i (the allreduce input at a sync)
+  std::vector<float> m_local_;  // local workers × stride: m_i (shared rows: one row)
+  std::vector<float> u_;        // local workers × stride: u_i (shared rows: one row of 0)
+  std::vector<float> scratch_;  // shared rows: one row a thread, u_i ⊙ (sqrt(v)+ε) of a sync
   std::vector<float> ubar_;     // ū
 };
 

@@ -29,6 +29,8 @@ const char* const* steady_step_optimizers() {
       R"({"name": "onebit_lamb", "lr": 0.01, "freeze_step": 10})",
       R"({"name": "zero_one_adam", "lr": 0.01, "var_freeze_step": 8, "var_update_scaler": 2,
           "local_step_scaler": 2, "local_step_clipper": 4})",
+      // No local step within the run (the default local_step_scaler): shared rows.
+      R"({"name": "zero_one_adam", "lr": 0.01, "var_freeze_step": 8, "var_update_scaler": 2})",
       R"({"name": "loco", "lr": 0.01})",
       R"({"name": "loco", "lr": 0.01, "node_size": 4})",  // two_stage, several nodes
       R"({"name": "loco", "lr": 0.01, "exchange": "flat", "rounding": "stochastic", "gather": "quantized"})",
@@ -103,6 +105,14 @@ TEST_SUITE("alloc") {
     }
   }
 
+  // The quadratic of d parameters in 4 tensors.
+  std::unique_ptr<Problem> quadratic_in_tensors(size_t d) {
+    const auto* pe = find_entry(problem_registry(), "quadratic");
+    REQUIRE(pe != nullptr);
+    const Json raw = {{"name", "quadratic"}, {"dim", d}, {"tensors", 4}};
+    return pe->make(pe->resolve(raw, "problem"), DataScope{});
+  }
+
   TEST_CASE("an optimizer's planned_state_bytes is what its setup() allocates, for every optimizer") {
     // The memory check adds Optimizer::planned_state_bytes to the cluster's buffers
     // before anything is allocated; here it is compared with the bytes
@@ -112,11 +122,8 @@ TEST_SUITE("alloc") {
     // (per-tensor scalars), and the counter adds
     // what setup() frees again. A missing buffer is at least d floats of
     // 12 d + (4 to 16)·n·d bytes: 10 % or more, outside.
-    const auto* pe = find_entry(problem_registry(), "quadratic");
-    REQUIRE(pe != nullptr);
     const size_t d = size_t{1} << 16;
-    const Json raw = {{"name", "quadratic"}, {"dim", d}, {"tensors", 4}};
-    const auto problem = pe->make(pe->resolve(raw, "problem"), DataScope{});
+    const auto problem = quadratic_in_tensors(d);
     for (const char* const* o = testing::steady_step_optimizers(); *o != nullptr; ++o) {
       for (const int n : {8, 16}) {
         const std::string optimizer = *o;
@@ -139,5 +146,39 @@ TEST_SUITE("alloc") {
         CHECK(std::abs(estimate / measured - 1.0) <= 0.05);
       }
     }
+  }
+
+  TEST_CASE("0/1 Adam told a run without local steps plans and allocates no per-worker row") {
+    // As above (same problem, ±5 %), with set_run_steps: 40 steps of which
+    // the last 32 are stage B, every one a sync (local_step_scaler 32768), so
+    // setup() holds one m row, one u row and a scratch row per thread beside
+    // the 1-bit allreduce's errors; told 40000 steps (a local step after
+    // step 8 + 32768), the 3 rows per worker are back.
+    const size_t d = size_t{1} << 16;
+    const auto problem = quadratic_in_tensors(d);
+    const auto* oe = find_entry(optimizer_registry(), "zero_one_adam");
+    REQUIRE(oe != nullptr);
+    const Json j = {{"name", "zero_one_adam"}, {"lr", 0.01}, {"var_freeze_step", 8}};
+    const int n = 16;
+    double bytes[2] = {};
+    for (const int64_t steps : {40, 40000}) {
+      CAPTURE(steps);
+      ClusterOptions co;
+      co.workers = n;
+      Cluster cluster(co, *problem, 1);
+      const auto opt = oe->make(oe->resolve(j, "optimizer"));
+      opt->set_run_steps(steps);
+      const double estimate = static_cast<double>(opt->planned_state_bytes({n, n, d, 0}));
+      const CountAllocations counter;
+      opt->setup(cluster);
+      const double measured = static_cast<double>(counter.bytes());
+      CAPTURE(estimate);
+      CAPTURE(measured);
+      CHECK(std::abs(estimate / measured - 1.0) <= 0.05);
+      CHECK(cluster.has_local_params() == (steps == 40000));
+      bytes[steps == 40000] = measured;
+    }
+    // 3·16 rows of d floats against 2 + threads: at least 2·d·4 bytes a worker fewer.
+    CHECK(bytes[1] - bytes[0] >= 2.0 * n * d * 4);
   }
 }

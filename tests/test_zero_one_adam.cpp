@@ -446,6 +446,83 @@ TEST_SUITE("zero_one_adam") {
     CHECK(std::count(one.phases.begin(), one.phases.end(), "sync") > 0);
   }
 
+  TEST_CASE("shared rows (no local step in the run) give the per-worker rows' bits") {
+    // 30 steps of a run told 30 steps: stage B from step 9, every step a sync
+    // (local_step_scaler 100), so no per-worker row is held. The same
+    // experiment told 200 steps (local steps after 8 + 100) holds x_i, m_i,
+    // u_i per worker; its first 30 steps must have the same bits: every
+    // metric, the shared parameters, and each worker's parameters. With
+    // weight decay (δ reads x_i) and 2 threads (fold() from the cluster's
+    // threads, one scratch row each).
+    const std::string text = R"("eval_every": 5, "grad_norm_every": 1,
+        "problem": {"name": "quadratic", "dim": 3000, "noise": 0.3},
+        "cluster": {"workers": 5},
+        "optimizer": {"name": "zero_one_adam", "lr": 0.01, "weight_decay": 0.001,
+                      "var_freeze_step": 8, "var_update_scaler": 2, "local_step_scaler": 100}})";
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(2);
+    Simulation shared(make(R"({"steps": 30, )" + text));
+    Simulation rows(make(R"({"steps": 200, )" + text));
+    CHECK_FALSE(zero_one(shared).per_worker_rows());
+    CHECK_FALSE(shared.cluster().has_local_params());
+    CHECK(shared.optimizer().held_worker_state_bytes() == 0);
+    CHECK(zero_one(rows).per_worker_rows());
+    CHECK(rows.optimizer().held_worker_state_bytes() == 2 * 5 * rows.cluster().stride() * 4);
+    int syncs = 0;
+    for (int64_t t = 1; t <= 30; ++t) {
+      CAPTURE(t);
+      const StepMetrics a = shared.step(), b = rows.step();
+      CHECK(std::string(a.phase) == b.phase);
+      syncs += std::string(a.phase) == "sync";
+      CHECK(std::memcmp(&a.train_loss, &b.train_loss, sizeof(double)) == 0);
+      CHECK(std::memcmp(&a.grad_norm, &b.grad_norm, sizeof(double)) == 0);
+      CHECK(a.bytes_sent_cum == b.bytes_sent_cum);
+      CHECK(bit_equal(shared.cluster().params(), rows.cluster().params()));
+      for (int i = 0; i < 5; ++i) CHECK(bit_equal(shared.cluster().params(i), rows.cluster().params(i)));
+      CHECK(bit_equal(zero_one(shared).m_local(0), zero_one(rows).m_local(4)));
+    }
+    CHECK(syncs == 22);
+    omp_set_num_threads(saved);
+  }
+
+  TEST_CASE("told fewer steps than it runs: per-worker rows from the first local step, same bits") {
+    // Told 8 steps, run 40 (the Driver's held gradient rows: fold_rows): the
+    // rows are shared until the first local step, then per worker, copied
+    // from the shared values. Against a run never told (per
+    // worker from setup), every step's parameters and every worker's agree.
+    const ZeroOneAdamOptions o = [] {
+      ZeroOneAdamOptions x;
+      x.lr = 0.01;
+      x.weight_decay = 0.001;
+      x.var_freeze_step = 6;
+      x.var_update_scaler = 2;
+      x.local_step_scaler = 3;
+      x.local_step_clipper = 4;
+      return x;
+    }();
+    const FixedProblem problem(random_vector(1000, 9, 1.0f));
+    Driver told_driver(problem, 4), plain_driver(problem, 4);
+    ZeroOneAdam told(o), plain(o);
+    told.set_run_steps(8);
+    std::vector<std::vector<float>> trace;
+    plain_driver.run(plain, 40, [&](int64_t) {
+      trace.push_back(copy_of(plain_driver.cluster.params()));
+      for (int i = 0; i < 4; ++i) trace.push_back(copy_of(plain_driver.cluster.params(i)));
+    });
+    CHECK(plain.per_worker_rows());
+    size_t at = 0;
+    int64_t first_per_worker = 0;
+    told_driver.run(told, 40, [&](int64_t t) {
+      CAPTURE(t);
+      if (told.per_worker_rows() && first_per_worker == 0) first_per_worker = t;
+      CHECK(bit_equal(trace[at++], told_driver.cluster.params()));
+      for (int i = 0; i < 4; ++i) CHECK(bit_equal(trace[at++], told_driver.cluster.params(i)));
+    });
+    // Stage B from step 7; the interval reaches 2 after 3 of its steps (step
+    // 9), so step 11 is the first local step.
+    CHECK(first_per_worker == 11);
+  }
+
   TEST_CASE("bytes: full = fp32 ring allreduce, 1-bit and sync = the 1-bit allreduce, local = 0") {
     for (const int n : {2, 5}) {
       CAPTURE(n);

@@ -50,6 +50,7 @@ Simulation::Simulation(const Experiment& experiment, Transport* transport,
     problem_ = given_problem ? std::move(given_problem) : pe->make(experiment.problem, scope);
     // What the optimizer's setup() will allocate, checked with the cluster's
     // buffers before either allocates.
+    optimizer_->set_run_steps(experiment.run.steps);
     const uint64_t optimizer_bytes = optimizer_->planned_state_bytes(
         {workers, comm_.local_workers().size(), problem_->dim(), gpus_per_node});
     cluster_ = std::make_unique<Cluster>(experiment.cluster, *problem_, experiment.run.seed,

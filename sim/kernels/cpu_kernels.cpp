@@ -172,6 +172,11 @@ void zero_one_scale_u(float* u, const float* den, size_t d) {
   parallel_ranges(d, [&](size_t lo, size_t hi) { t.zero_one_scale_u(u + lo, den + lo, hi - lo); });
 }
 
+void zero_one_sync_input(const float* x, const float* m, const float* g, const float* den, size_t d,
+                         const ZeroOneLocalCoeffs& c, float* out) {
+  active_kernels().zero_one_sync_input(x, m, g, den, d, c, out);
+}
+
 void zero_one_sync(float* m0, float* x, const float* ubar, const float* den, size_t d, double lrs) {
   const KernelTable& t = active_kernels();
   parallel_ranges(d, [&](size_t lo, size_t hi) {

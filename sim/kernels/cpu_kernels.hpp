@@ -41,6 +41,13 @@ namespace bitlab::cpu {
 double onebit_adam_worker_block(const float* m, const float* g, size_t d, const AdamCoeffs& c,
                                 float* e, size_t D, uint8_t* bits, const float* prev_table,
                                 size_t block);
+// 0/1 Adam, a sync step whose local step starts from the shared x and m
+// (every worker's, u = 0; CPU only, no CUDA twin): out = u ⊙ den as
+// zero_one_local_step(x, m, u = 0, g) then zero_one_scale_u would leave it,
+// bit for bit, with x and m unwritten (the sync overwrites both). One
+// thread: the caller runs one worker per thread.
+void zero_one_sync_input(const float* x, const float* m, const float* g, const float* den, size_t d,
+                         const ZeroOneLocalCoeffs& c, float* out);
 // table[8·b + t] = bit (7 − t) of b set ? +a : −a, 2048 floats: ±a per sign byte.
 void onebit_sign_table(float a, float* table);
 // e −= table[sign] over D elements: a deferred error update, applied.

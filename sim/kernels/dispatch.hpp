@@ -44,6 +44,10 @@ struct KernelTable {
   void (*zero_one_local_step)(float* x, float* m, float* u, const float* g, const float* den,
                               size_t n, const ZeroOneLocalCoeffs& c);
   void (*zero_one_scale_u)(float* u, const float* den, size_t n);
+  // out = (0 − δ) ⊙ den with δ of zero_one_local_element on copies of x and
+  // m (and u = 0): the two kernels above on a worker whose u is 0, unwritten.
+  void (*zero_one_sync_input)(const float* x, const float* m, const float* g, const float* den,
+                              size_t n, const ZeroOneLocalCoeffs& c, float* out);
   void (*zero_one_sync)(float* m0, float* x, const float* ubar, const float* den, size_t n,
                         double lrs);
 

@@ -17,7 +17,9 @@
 //                         [--pad reference|8n] [--repeats R] [--noise S]
 //
 // The 1-bit family's timed steps are compressed ones (freeze_step /
-// var_freeze_step 2; 0/1 Adam then syncs every step, local_interval 1).
+// var_freeze_step 2; 0/1 Adam then syncs every step, local_interval 1). The
+// experiment's steps are the steps run (2 + R), so 0/1 Adam knows that no
+// local step falls in the run and holds shared rows (optimizers/zero_one_adam.hpp).
 // --pad: the 1-bit allreduce's padding multiple, the reference's n·lcm(n, 8)
 // (= N² for N a multiple of 8: at N = 4096 that pads d = 2^20 to 2^24, and the
 // error rows are then 16·d each) or 8·N (pad_multiple, the least that makes
@@ -34,9 +36,9 @@
 // Every optimizer here streams each gradient as it is made (into the mean, or
 // into the 1-bit family's worker stage: GradientSink, sim/cluster), so the
 // gradient rows are never held; what stays per worker is the algorithm's own
-// state (1-bit Adam, 1-bit LAMB: the error row; 0/1 Adam: x_i, m_i, u_i and
-// the error row). The memory check refuses what cannot fit: the benchmark
-// then prints the refusal.
+// state (1-bit Adam, 1-bit LAMB and 0/1 Adam without local steps: the error
+// row; 0/1 Adam with local steps: x_i, m_i, u_i too). The memory check
+// refuses what cannot fit: the benchmark then prints the refusal.
 #include <omp.h>
 
 #include <algorithm>
@@ -117,7 +119,8 @@ std::string experiment_text(const Args& a) {
   } else if (a.optimizer == "zero_one_adam") {
     optimizer = R"({"name": "zero_one_adam", "lr": 0.001, "var_freeze_step": 2)" + pad + "}";
   }
-  return std::string(R"({"name": "bench", "steps": 1000000, "grad_norm_every": 0,)") +
+  return std::string(R"({"name": "bench", "steps": )") + std::to_string(2 + a.repeats) +
+         R"(, "grad_norm_every": 0,)" +
          R"("problem": {"name": "quadratic", "condition_number": 10, "dim": )" +
          std::to_string(int64_t{1} << a.log2_dim) + R"(, "noise": )" + std::to_string(a.noise) +
          R"(}, "cluster": {"workers": )" + std::to_string(a.workers) +
