@@ -64,9 +64,21 @@ void ClassifierProblem::loss_grad_workers(std::span<const float> x,
   backward(x, cws.workers, ws);
 }
 
+// A batch's samples are random rows of the training set (188 MB for
+// Fashion-MNIST: most come from memory), so the row two ahead is prefetched
+// while one is copied.
 void ClassifierProblem::gather(std::span<const uint32_t> batch, Eigen::Index begin,
                                RowMatrixF& rows) const {
+  constexpr size_t kAhead = 2, kLine = 64;
+  const size_t bytes = static_cast<size_t>(data_.train.x.cols()) * sizeof(float);
+  const auto prefetch = [&](size_t r) {
+    if (r >= batch.size()) return;
+    const auto* p = reinterpret_cast<const char*>(data_.train.row(batch[r]).data());
+    for (size_t b = 0; b < bytes; b += kLine) __builtin_prefetch(p + b);
+  };
+  for (size_t r = 0; r < kAhead; ++r) prefetch(r);
   for (size_t r = 0; r < batch.size(); ++r) {
+    prefetch(r + kAhead);
     rows.row(begin + static_cast<Eigen::Index>(r)) = data_.train.row(batch[r]);
   }
 }

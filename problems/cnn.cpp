@@ -79,7 +79,9 @@ constexpr Eigen::Index kConv2Samples = 4;
 // also sums the bias gradient, Σ_rows δ·1 = Σ_rows δ in the rows' order from 0
 // (x·1 = x exactly: the bits of the former separate sums over δ, which
 // spent 20 % of the backward pass's own time in a chain through memory). The
-// other padding columns are zero; their results are computed and dropped.
+// other padding columns are zero, or for conv1 (one channel) the first 3 may
+// hold image values (im2col moves the last 5-float run as 8 floats); their
+// results are computed and dropped.
 constexpr Eigen::Index kPadCols = 16;
 
 // One convolution + relu + 2×2 max-pool stage's buffers.

@@ -25,7 +25,9 @@ struct ConvShape {
   size_t n, h, w, c, k, ld;
 };
 
-// cols ← im2col(in); the columns past k·k·c are not written.
+// cols ← im2col(in); the columns past k·k·c are not written, except that with
+// one channel, k < 8 and ld ≥ k·k + 8 − k the 8 − k columns right after k·k
+// may receive input values (the last run moved as 8 floats).
 void im2col(const ConvShape& s, const float* in, float* cols);
 // in ← col2im(cols): zeros, then every column entry added onto its input
 // element, rows in order.
