@@ -41,13 +41,17 @@ std::vector<CommRecord> OneBitAllreduce::plan(int n, size_t dim, size_t pad_mult
   };
 }
 
+const Compressor& OneBitStage::compressor_or_sign() const {
+  static const SignCompressor kSign;
+  return compressor ? *compressor : kSign;
+}
+
 std::vector<CommRecord> OneBitAllreduce::plan(int n, size_t dim, size_t pad_multiple,
                                               const OneBitStage& worker,
                                               const OneBitStage& server) {
   if (worker.is_scaled_sign() && server.is_scaled_sign()) return plan(n, dim, pad_multiple);
-  static const SignCompressor kSign;
-  const Compressor& c1 = worker.compressor ? *worker.compressor : kSign;
-  const Compressor& c2 = server.compressor ? *server.compressor : kSign;
+  const Compressor& c1 = worker.compressor_or_sign();
+  const Compressor& c2 = server.compressor_or_sign();
   const size_t chunk = onebit_padded_dim(std::max<size_t>(dim, 1), n, pad_multiple) / n;
   const int64_t s1 = c1.wire_bytes(chunk) * n, s2 = c2.wire_bytes(chunk) * n;
   return {
@@ -111,13 +115,11 @@ void OneBitAllreduce::set_stages(const OneBitStage& worker, const OneBitStage& s
 }
 
 int64_t OneBitAllreduce::worker_image_bytes() const {
-  static const SignCompressor kSign;
-  return (worker_.compressor ? *worker_.compressor : kSign).wire_bytes(chunk());
+  return worker_.compressor_or_sign().wire_bytes(chunk());
 }
 
 int64_t OneBitAllreduce::server_image_bytes() const {
-  static const SignCompressor kSign;
-  return (server_.compressor ? *server_.compressor : kSign).wire_bytes(chunk());
+  return server_.compressor_or_sign().wire_bytes(chunk());
 }
 
 void OneBitAllreduce::set_pad_reuse(bool on) {
@@ -307,9 +309,7 @@ void OneBitAllreduce::settle_row(size_t row) const {
 void OneBitAllreduce::compress_worker_general(int i, std::span<const float> b) {
   const int n = n_;
   const size_t D = D_, d = d_, chunk = D_ / n_, row = static_cast<size_t>(i - local_.begin);
-  const Compressor* c1 = worker_.compressor.get();
-  static const SignCompressor kSign;
-  if (!c1) c1 = &kSign;
+  const Compressor* c1 = &worker_.compressor_or_sign();
   const size_t unit = distributed() ? static_cast<size_t>(worker_image_bytes()) : 0;
   float* u = e_.data() + row * D;
   float* w = w_.data() + row * D;
@@ -337,8 +337,7 @@ void OneBitAllreduce::finish_general(Communicator& comm, std::span<float> out) {
   } else {
     const size_t width = static_cast<size_t>(local_.size()) * chunk;
     const size_t unit1 = static_cast<size_t>(worker_image_bytes());
-    static const SignCompressor kSign;
-    const Compressor& c1 = worker_.compressor ? *worker_.compressor : kSign;
+    const Compressor& c1 = worker_.compressor_or_sign();
     for (int i = local_.begin; i < local_.end; ++i) {
       const float* w = w_.data() + static_cast<size_t>(i - local_.begin) * D_;
       std::copy(w + local_.begin * chunk, w + local_.end * chunk,
@@ -362,8 +361,7 @@ void OneBitAllreduce::finish_general(Communicator& comm, std::span<float> out) {
   comm.record(records_[1]);
   if (distributed()) {
     const int64_t unit2 = server_image_bytes();
-    static const SignCompressor kSign;
-    const Compressor& c2 = server_.compressor ? *server_.compressor : kSign;
+    const Compressor& c2 = server_.compressor_or_sign();
     allgather_messages(
         comm, unit2, server_images_, [](int, uint8_t*) {},  // encoded by reduce_servers
         [&](int r, const uint8_t* src) {
@@ -393,9 +391,7 @@ RngStream OneBitAllreduce::server_stream(int r) const {
 void OneBitAllreduce::reduce_servers(const float* w, size_t row_stride, int first_server) {
   const int n = n_;
   const size_t chunk = D_ / n_;
-  const Compressor* c2 = server_.compressor.get();
-  static const SignCompressor kSign;
-  if (!c2) c2 = &kSign;
+  const Compressor* c2 = &server_.compressor_or_sign();
   const float nf = static_cast<float>(n);
   const size_t unit2 = distributed() ? static_cast<size_t>(server_image_bytes()) : 0;
 #pragma omp parallel for schedule(static)

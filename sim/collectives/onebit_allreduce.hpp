@@ -71,6 +71,9 @@ struct OneBitStage {
   std::shared_ptr<const Compressor> compressor;
   bool error_feedback = true;
   bool is_scaled_sign() const { return !compressor; }
+  // The compressor, or with none the sign compressor (the scaled sign's
+  // wire: what the stage's records and images are sized by).
+  const Compressor& compressor_or_sign() const;
 };
 
 // The reference padding multiple n·lcm(n, 8).
