@@ -297,6 +297,11 @@ void ZeroOneAdam::fold_rows(StepContext& ctx, ZeroOnePhase phase) {
   const WorkerBuffers g = ctx.cluster.grads();
   const WorkerRange mine = ctx.comm.local_workers();
   if (phase == ZeroOnePhase::kOneBit || !per_worker_) {
+    // fold() indexes the scratch by thread: this loop's team is the current
+    // thread count, which may have grown since setup() (the streamed
+    // cluster's team is fixed when it is built, just before setup()).
+    const size_t need = dim_ * static_cast<size_t>(omp_get_max_threads());
+    if (!per_worker_ && scratch_.size() < need) scratch_.resize(need);
     onebit_->begin(false, seed_, ctx.step);
 #pragma omp parallel for schedule(static)
     for (int i = mine.begin; i < mine.end; ++i) fold(i, g[i]);

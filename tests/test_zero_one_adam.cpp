@@ -523,6 +523,33 @@ TEST_SUITE("zero_one_adam") {
     CHECK(first_per_worker == 11);
   }
 
+  TEST_CASE("shared rows: more threads after setup() than at it (held rows), same bits") {
+    // setup() on 1 thread sizes one scratch row; the steps then run on 2
+    // (fold_rows' team grows with them): the scratch must grow too. Against
+    // a run never told its steps (per-worker rows), every step's parameters.
+    ZeroOneAdamOptions o;
+    o.lr = 0.01;
+    o.var_freeze_step = 3;
+    const FixedProblem problem(random_vector(500, 4, 1.0f));
+    Driver shared_driver(problem, 3), rows_driver(problem, 3);
+    ZeroOneAdam shared(o), rows(o);
+    shared.set_run_steps(12);
+    const int saved = omp_get_max_threads();
+    std::vector<std::vector<float>> trace;
+    omp_set_num_threads(2);
+    rows_driver.run(rows, 12, [&](int64_t) { trace.push_back(copy_of(rows_driver.cluster.params())); });
+    omp_set_num_threads(1);
+    size_t at = 0;
+    shared_driver.run(shared, 12, [&](int64_t t) {
+      if (t == 1) omp_set_num_threads(2);
+      CAPTURE(t);
+      CHECK(bit_equal(trace[at++], shared_driver.cluster.params()));
+    });
+    omp_set_num_threads(saved);
+    CHECK_FALSE(shared.per_worker_rows());
+    CHECK(std::string(zero_one_phase_name(shared.last_phase())) == "sync");
+  }
+
   TEST_CASE("bytes: full = fp32 ring allreduce, 1-bit and sync = the 1-bit allreduce, local = 0") {
     for (const int n : {2, 5}) {
       CAPTURE(n);
