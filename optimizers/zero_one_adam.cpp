@@ -141,7 +141,7 @@ CommPlan ZeroOneAdam::comm_plan(const PlanShape& shape) const {
 // u row and a scratch row per thread; the compressed allreduce's buffers.
 uint64_t ZeroOneAdam::planned_state_bytes(const StateShape& s) const {
   const uint64_t d = s.dim;
-  const uint64_t rows = needs_per_worker_rows()
+  const uint64_t rows = local_step_in_run_
                             ? 3 * static_cast<uint64_t>(s.resident)
                             : 2 + static_cast<uint64_t>(omp_get_max_threads());
   return 20 * d + 4 * d * rows +
@@ -149,13 +149,17 @@ uint64_t ZeroOneAdam::planned_state_bytes(const StateShape& s) const {
                                              static_cast<size_t>(opts_.pad_multiple));
 }
 
-bool ZeroOneAdam::needs_per_worker_rows() const {
-  if (run_steps_ <= 0) return true;
+void ZeroOneAdam::set_run_steps(int64_t steps) {
+  local_step_in_run_ = steps <= 0;
   ZeroOneSchedule schedule(opts_);
-  for (int64_t t = 0; t < run_steps_; ++t) {
-    if (schedule.next() == ZeroOnePhase::kLocal) return true;
+  for (int64_t t = 0; t < steps && !local_step_in_run_; ++t) {
+    local_step_in_run_ = schedule.next() == ZeroOnePhase::kLocal;
   }
-  return false;
+}
+
+void ZeroOneAdam::fit_scratch() {
+  const size_t need = dim_ * static_cast<size_t>(omp_get_max_threads());
+  if (scratch_.size() < need) scratch_.resize(need);
 }
 
 // Every worker's x_i, m_i and u_i from the shared values (which are every
@@ -202,12 +206,13 @@ void ZeroOneAdam::setup(Cluster& cluster) {
   per_worker_ = false;
   m_local_.clear();
   u_.clear();
-  if (needs_per_worker_rows()) {
+  scratch_.clear();
+  if (local_step_in_run_) {
     make_per_worker_rows();
   } else {
     m_local_.assign(dim_, 0.0f);
     u_.assign(dim_, 0.0f);
-    scratch_.assign(dim_ * static_cast<size_t>(omp_get_max_threads()), 0.0f);
+    fit_scratch();
   }
   folding_step_ = -1;
   // On a streamed cluster the gradients of every phase but "full" come to fold().
@@ -300,8 +305,7 @@ void ZeroOneAdam::fold_rows(StepContext& ctx, ZeroOnePhase phase) {
     // fold() indexes the scratch by thread: this loop's team is the current
     // thread count, which may have grown since setup() (the streamed
     // cluster's team is fixed when it is built, just before setup()).
-    const size_t need = dim_ * static_cast<size_t>(omp_get_max_threads());
-    if (!per_worker_ && scratch_.size() < need) scratch_.resize(need);
+    if (!per_worker_) fit_scratch();
     onebit_->begin(false, seed_, ctx.step);
 #pragma omp parallel for schedule(static)
     for (int i = mine.begin; i < mine.end; ++i) fold(i, g[i]);
@@ -354,32 +358,27 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   // value (stage B writes them only here), so the un-step is implicit in the
   // final copy below (see the header: x_i − u_i is not exact in float).
   const double lrs = zero_one_check_lrs(lrs_, ctx.step);
-  if (!per_worker_) {
-    // ū from the worker stage fold() fed; m = −ū/lrs ; x = x_sync + ū ⊘ (sqrt(v)+ε).
-    onebit_->finish(ctx.comm, ubar_);
-    cpu::zero_one_sync(m_local_.data(), cl.params().data(), ubar_.data(), den, dim_, lrs);
-    lrs_ = 0.0;
-    return;
+  if (per_worker_) {
+    // ū = 1-bit allreduce(u_i ⊙ (sqrt(v)+ε)), computed in place in u (zeroed after).
+    for (int i = local_.begin; i < local_.end; ++i) cpu::zero_one_scale_u(row(u_, i), den, dim_);
+    onebit_->run(ctx.comm,
+                 WorkerBuffers{u_.data(), stride_, dim_, workers_, local_.begin, local_.size()},
+                 ubar_, seed_, ctx.step);
+  } else {
+    onebit_->finish(ctx.comm, ubar_);  // the worker stage fold() fed
   }
-  // ū = 1-bit allreduce(u_i ⊙ (sqrt(v)+ε)), computed in place in u (zeroed after).
-  for (int i = local_.begin; i < local_.end; ++i) {
-    cpu::zero_one_scale_u(u_.data() + static_cast<size_t>(i - local_.begin) * stride_, den, dim_);
-  }
-  onebit_->run(ctx.comm,
-               WorkerBuffers{u_.data(), stride_, dim_, workers_, local_.begin, local_.size()},
-               ubar_, ctx.cluster.seed(), ctx.step);
   // m = −ū/lrs ; x = x_sync + ū ⊘ (sqrt(v)+ε), on the shared copy, then on
-  // every worker; u = 0 ; lrs = 0. m0 is the first local worker's m_i (worker
-  // 0's in the simulator): every rank computes the same m = −ū/lrs into it.
+  // every worker (per-worker rows); u = 0 ; lrs = 0. m0 is the first local
+  // worker's m_i (worker 0's in the simulator; the one shared row): every
+  // rank computes the same m = −ū/lrs into it.
   float* xs = cl.params().data();
   float* m0 = m_local_.data();
   cpu::zero_one_sync(m0, xs, ubar_.data(), den, dim_, lrs);
-  for (int i = local_.begin; i < local_.end; ++i) {
-    float* u = u_.data() + static_cast<size_t>(i - local_.begin) * stride_;
-    std::fill(u, u + dim_, 0.0f);
-    std::copy(xs, xs + dim_, cl.params(i).data());
-    if (i > local_.begin) {
-      std::copy(m0, m0 + dim_, m_local_.data() + static_cast<size_t>(i - local_.begin) * stride_);
+  if (per_worker_) {
+    for (int i = local_.begin; i < local_.end; ++i) {
+      std::fill_n(row(u_, i), dim_, 0.0f);
+      std::copy(xs, xs + dim_, cl.params(i).data());
+      if (i > local_.begin) std::copy(m0, m0 + dim_, row(m_local_, i));
     }
   }
   lrs_ = 0.0;

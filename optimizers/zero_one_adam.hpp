@@ -204,7 +204,8 @@ double zero_one_check_lrs(double lrs, int64_t step);
 class ZeroOneAdam : public Optimizer, private GradientSink {
  public:
   explicit ZeroOneAdam(const ZeroOneAdamOptions& opts);
-  void set_run_steps(int64_t steps) override { run_steps_ = steps; }
+  // Scans the schedule over `steps` once for a local step (0: not told).
+  void set_run_steps(int64_t steps) override;
   void setup(Cluster& cluster) override;
   void step(StepContext& ctx) override;
   // The "full" steps' wire; the others fold each gradient (fold()).
@@ -253,8 +254,8 @@ class ZeroOneAdam : public Optimizer, private GradientSink {
   float* row(std::vector<float>& a, int i) {
     return per_worker_ ? a.data() + static_cast<size_t>(i - local_.begin) * stride_ : a.data();
   }
-  // Whether the schedule over run_steps_ has a local step (true when not told).
-  bool needs_per_worker_rows() const;
+  // scratch_ with a row for each of the current thread count (grown, never shrunk).
+  void fit_scratch();
   // The per-worker rows from the shared ones (setup, or the first local step
   // of a run longer than it was told).
   void make_per_worker_rows();
@@ -281,7 +282,7 @@ class ZeroOneAdam : public Optimizer, private GradientSink {
   size_t dim_ = 0;
   size_t stride_ = 0;
   bool frozen_ = false;
-  int64_t run_steps_ = 0;    // set_run_steps (0: not told)
+  bool local_step_in_run_ = true;  // set_run_steps found one (true when not told)
   bool per_worker_ = true;   // per_worker_rows()
   double lrs_ = 0.0;
   std::unique_ptr<OneBitAllreduceSet> onebit_;
