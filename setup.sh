@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # bitlab set-up: the single entry point.
-#   ./setup.sh          install what is missing (Debian packages), build in
-#                       Release, run experiments/quickstart.json
-#   ./setup.sh test     install what is missing, build, run the whole test suite
+#   ./setup.sh          install what is missing (Debian packages), build the
+#                       tool in Release (the bitlab binary and the Python
+#                       package; no tests, no CUDA), run experiments/quickstart.json
+#   ./setup.sh test     the same, then build the tests and benchmarks and run
+#                       the whole test suite (CTest)
 #   ./setup.sh cuda     install what is missing, then validate the CUDA kernels
 #                       on this machine's GPU (tests/cuda/run.sh: build with
 #                       -DBITLAB_CUDA=ON, the `cuda` suite, compute-sanitizer,
@@ -30,7 +32,12 @@ PACKAGES=(build-essential cmake ninja-build git libeigen3-dev libomp-dev libcli1
           fortunes fortunes-min
           # the Python package `bitlab` (pybind11 over the core), its PyTorch
           # bridge and their tests (docs/python.md)
-          pybind11-dev python3-dev python3-torch python3-pytest python3-hypothesis)
+          pybind11-dev python3-dev python3-torch python3-pytest python3-hypothesis
+          # an optimized BLAS that Debian's torch picks up through libblas.so.3
+          # (the reference BLAS it gets otherwise is ~6x slower on the bridge's
+          # models); the OpenMP build shares bitlab's OpenMP runtime, so no
+          # second thread pool competes with it (docs/building.md)
+          libopenblas0-openmp)
 
 install_missing() {
   local missing=()
@@ -90,16 +97,35 @@ check_build_dir() {
   exit 2
 }
 
+# Builds the targets named (none: everything the build folder configures).
 build() {
   local gen=()
   if command -v ninja >/dev/null; then gen=(-G Ninja); fi
   if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
     # BITLAB_PYTHON=ON: the set-up installs pybind11-dev and python3-dev, so a
     # package that cannot be built is an error here, not a silent skip.
-    cmake -S . -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DBITLAB_PYTHON=ON >/dev/null
+    # BITLAB_CUDA=OFF: the CUDA kernels are built by `./setup.sh cuda` only
+    # (tests/cuda/run.sh, its own build folder), not for every user with nvcc.
+    cmake -S . -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DBITLAB_PYTHON=ON \
+      -DBITLAB_CUDA=OFF >/dev/null
   fi
-  cmake --build "$BUILD_DIR" -j "$JOBS"
+  local targets=()
+  for t in "$@"; do targets+=(--target "$t"); done
+  cmake --build "$BUILD_DIR" -j "$JOBS" "${targets[@]}"
   install_python_path
+}
+
+# Says which BLAS torch calls (python/bitlab/_blas.py reads the library the
+# running process maps): a reference BLAS is a warning, not a failure.
+report_torch_blas() {
+  /usr/bin/python3 -c "import torch" 2>/dev/null || return 0
+  local line
+  if line="$(/usr/bin/python3 python/bitlab/_blas.py 2>&1)"; then
+    echo "setup: $line" >&2
+  else
+    echo "setup: $line: torch's products run several times slower;" \
+         "apt-get install libopenblas0-openmp (docs/building.md)" >&2
+  fi
 }
 
 check_build_dir
@@ -107,7 +133,8 @@ check_build_dir
 case "$MODE" in
   quickstart|"")
     install_missing
-    build
+    build bitlab _bitlab
+    report_torch_blas
     echo "setup: running experiments/quickstart.json" >&2
     # stdout repeats the results folder for scripts; the summary on stderr already names it
     "$BUILD_DIR/bitlab" run experiments/quickstart.json >/dev/null
@@ -115,6 +142,9 @@ case "$MODE" in
   test)
     install_missing
     build
+    report_torch_blas
+    echo "setup: running experiments/quickstart.json" >&2
+    "$BUILD_DIR/bitlab" run experiments/quickstart.json >/dev/null
     ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
     ;;
   cuda)

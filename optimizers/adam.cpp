@@ -28,7 +28,7 @@ void Adam::setup(Cluster& cluster) {
   v_.assign(cluster.dim(), 0.0f);
 }
 
-void Adam::step(StepContext& ctx) {
+void Adam::finish_step(StepContext& ctx) {
   // ḡ = mean_i g_i
   const std::span<const float> g_mean = allreduce_gradients(ctx, g_mean_, wire_);
   // m, v, then x = x − lr·(m̂ ⊘ (sqrt(v̂)+ε) + wd·x)

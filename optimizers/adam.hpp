@@ -55,7 +55,7 @@ class Adam : public Optimizer {
  public:
   explicit Adam(const AdamOptions& opts);
   void setup(Cluster& cluster) override;
-  void step(StepContext& ctx) override;
+  void finish_step(StepContext& ctx) override;
   std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
   // ḡ, m, v (d floats each).
   uint64_t planned_state_bytes(const StateShape& s) const override { return 12 * uint64_t{s.dim}; }

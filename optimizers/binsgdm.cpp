@@ -73,7 +73,7 @@ void BinSgdm::setup(Cluster& cluster) {
                                                   static_cast<int>(opts_.node_size), local_);
 }
 
-void BinSgdm::step(StepContext& ctx) {
+void BinSgdm::finish_step(StepContext& ctx) {
   const int n = workers_;
   const BinSgdmCoeffs c{static_cast<float>(opts_.beta), static_cast<float>(1.0 - opts_.beta),
                         static_cast<float>(opts_.eps), sqrt_ema_, opts_.amsgrad};

@@ -67,7 +67,7 @@ class BinSgdm : public Optimizer {
  public:
   explicit BinSgdm(const BinSgdmOptions& opts);
   void setup(Cluster& cluster) override;
-  void step(StepContext& ctx) override;
+  void finish_step(StepContext& ctx) override;
   // One phase, "onebit": the compressed allgather mean of the packed signs,
   // flat or by node.
   CommPlan comm_plan(const PlanShape& shape) const override;

@@ -69,7 +69,7 @@ void Lamb::setup(Cluster& cluster) {
   coeff_ema_.assign(tensors_.size(), 0.0);
 }
 
-void Lamb::step(StepContext& ctx) {
+void Lamb::finish_step(StepContext& ctx) {
   // ḡ = mean_i g_i
   const std::span<const float> g_mean = allreduce_gradients(ctx, g_mean_, wire_);
 

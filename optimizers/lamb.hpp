@@ -62,7 +62,7 @@ class Lamb : public Optimizer {
  public:
   explicit Lamb(const LambOptions& opts);
   void setup(Cluster& cluster) override;
-  void step(StepContext& ctx) override;
+  void finish_step(StepContext& ctx) override;
   std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
   // ḡ, m, v, u (d floats each); per tensor two doubles, left out.
   uint64_t planned_state_bytes(const StateShape& s) const override { return 16 * uint64_t{s.dim}; }

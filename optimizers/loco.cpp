@@ -241,7 +241,7 @@ std::span<const float> Loco::quantized(int worker) {
   return rs_ ? rs_->quantized()[worker] : ag_->compressed()[worker];
 }
 
-void Loco::step(StepContext& ctx) {
+void Loco::finish_step(StepContext& ctx) {
   const uint64_t seed = splitmix64(ctx.cluster.seed() ^ splitmix64(opts_.compress_seed));
   if (two_) {
     // ḡ = the reference's exchange, errors and compensation inside it.

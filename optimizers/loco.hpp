@@ -125,7 +125,7 @@ class Loco : public Optimizer {
  public:
   explicit Loco(const LocoOptions& opts);
   void setup(Cluster& cluster) override;
-  void step(StepContext& ctx) override;
+  void finish_step(StepContext& ctx) override;
   // One phase, "compressed": the exchange's records (two_stage: per tensor,
   // from shape.tensors and shape.gpus_per_node; flat: the quantized
   // reduce-scatter; allgather: the n-bit compressed allgather mean).

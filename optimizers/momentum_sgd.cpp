@@ -28,7 +28,7 @@ void MomentumSgd::setup(Cluster& cluster) {
   m_.assign(cluster.dim(), 0.0f);
 }
 
-void MomentumSgd::step(StepContext& ctx) {
+void MomentumSgd::finish_step(StepContext& ctx) {
   // ḡ = mean_i g_i
   const std::span<const float> g_mean = allreduce_gradients(ctx, g_mean_, wire_);
 

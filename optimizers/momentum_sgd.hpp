@@ -33,7 +33,7 @@ class MomentumSgd : public Optimizer {
  public:
   explicit MomentumSgd(const MomentumSgdOptions& opts);
   void setup(Cluster& cluster) override;
-  void step(StepContext& ctx) override;
+  void finish_step(StepContext& ctx) override;
   std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
   // ḡ, m (d floats each).
   uint64_t planned_state_bytes(const StateShape& s) const override { return 8 * uint64_t{s.dim}; }

@@ -203,8 +203,6 @@ void OneBitAdam::setup(Cluster& cluster) {
       compress_ && !fused_ ? static_cast<size_t>(std::max(1, omp_get_max_threads())) * stride_ : 0,
       0.0f);
   folding_step_ = -1;
-  // On a streamed cluster the compressed steps' gradients come to fold().
-  if (cluster.streams_mean()) cluster.set_gradient_sink(this);
   if (compress_) {
     onebit_ = std::make_unique<OneBitAllreduceSet>(
         workers_, onebit_slices(opts_.granularity, cluster.tensors(), dim_),
@@ -219,7 +217,7 @@ void OneBitAdam::setup(Cluster& cluster) {
   last_var_change_ = std::numeric_limits<double>::quiet_NaN();
 }
 
-void OneBitAdam::step(StepContext& ctx) {
+void OneBitAdam::finish_step(StepContext& ctx) {
   if (compressed_) {
     compressed_step(ctx);
   } else {
@@ -312,7 +310,7 @@ void OneBitAdam::begin_compressed_step(int64_t t) {
   folding_step_ = t;
 }
 
-bool OneBitAdam::folds(int64_t t) {
+bool OneBitAdam::begin_step(int64_t t) {
   if (!compressed_) return false;
   begin_compressed_step(t);
   return true;
@@ -325,7 +323,7 @@ bool OneBitAdam::folds(int64_t t) {
 // (cpu::onebit_adam_worker_block), checked bit for bit against the two lines
 // below by test_kernels ("run_momentum (one pass, ...) is run() on the
 // momenta": fused, streamed in any worker order, and written-out rows).
-void OneBitAdam::fold(int i, std::span<const float> g) {
+void OneBitAdam::take_gradient(int i, std::span<const float> g) {
   if (fused_) {
     onebit_->add_worker_momentum(i, m_.data(), g.data(), c_);
     return;
@@ -337,11 +335,11 @@ void OneBitAdam::fold(int i, std::span<const float> g) {
 }
 
 // Paper Alg. 1, compression stage (lines 8-12), in one place:
-//   line 9   every worker i: m_i = β1 m + (1−β1) g_i       fold()
+//   line 9   every worker i: m_i = β1 m + (1−β1) g_i       take_gradient()
 //   line 10  m = compressed_allreduce(m_1, …, m_n)         (§1; identical on all)
 //   line 11  m = m ⊙ mask                                   (optional)
 //   line 12  x = x − lr·( m̂ ⊘ (sqrt(v̂*)+ε) + wd·x )        m̂ = m, v̂* = v* unless D24
-// A streamed cluster has handed every gradient to fold() as it made it;
+// A streamed cluster has handed every gradient to take_gradient() as it made it;
 // otherwise (MPI, the Python bridge) the held rows are folded here.
 void OneBitAdam::compressed_step(StepContext& ctx) {
   phase_ = "compressed";
@@ -355,7 +353,7 @@ void OneBitAdam::compressed_step(StepContext& ctx) {
         !fused_ && static_cast<int64_t>(mine.size()) * static_cast<int64_t>(dim_) >
                        kParallelMinElements;
 #pragma omp parallel for schedule(static) if (rows_parallel)
-    for (int i = mine.begin; i < mine.end; ++i) fold(i, g[i]);
+    for (int i = mine.begin; i < mine.end; ++i) take_gradient(i, g[i]);
   }
   folding_step_ = -1;
 

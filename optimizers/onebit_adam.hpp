@@ -145,16 +145,16 @@ struct ApmSqueezeOptions : OneBitAdamOptions {
 // Memory (docs/building.md, "Many workers"): the warm-up reads the gradients
 // through their mean (gradient_mean_wire), and a compressed step folds each
 // worker's gradient into its momentum m_i and the worker stage of the
-// compressed allreduce as the cluster makes it (GradientSink::fold), so on
+// compressed allreduce as the cluster makes it (take_gradient), so on
 // the simulator no gradient row and no m_i row is held: per worker, the
 // algorithm's own error row e_i and its signs (OneBitAllreduce).
-class OneBitAdam : public Optimizer, private GradientSink {
+class OneBitAdam : public Optimizer {
  public:
   explicit OneBitAdam(const OneBitAdamOptions& opts);
   void setup(Cluster& cluster) override;
-  void step(StepContext& ctx) override;
+  void finish_step(StepContext& ctx) override;
   // The warm-up's wire: its steps read the gradients' mean only; the
-  // compressed steps take each gradient through fold().
+  // compressed steps take each gradient through take_gradient().
   std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
   // "warmup" (min(freeze_step, steps) steps: the gradient allreduce) and
   // "compressed" (the 1-bit allreduce of the momentum, or an fp32 allreduce
@@ -196,12 +196,12 @@ class OneBitAdam : public Optimizer, private GradientSink {
   // The compression stage's coefficients at step t: bias correction as the
   // options say, the variance's frozen at the switch (departure D24).
   AdamCoeffs compressed_coeffs(int64_t t) const;
-  // Starts step t's compressed allreduce; fold() then takes the workers.
+  // Starts step t's compressed allreduce; take_gradient() then takes the workers.
   void begin_compressed_step(int64_t t);
-  // GradientSink: whether step t folds (it is compressed), and worker i's
-  // line 9 (the one place m_i is formed).
-  bool folds(int64_t t) override;
-  void fold(int i, std::span<const float> g) override;
+  // The per-worker path (optimizer.hpp): step t takes the gradients when
+  // it is compressed; take_gradient is worker i's line 9 (where m_i is formed).
+  bool begin_step(int64_t t) override;
+  void take_gradient(int i, std::span<const float> g) override;
   void check_frozen_variance(int64_t step);
 
   OneBitAdamOptions opts_;
@@ -212,7 +212,7 @@ class OneBitAdam : public Optimizer, private GradientSink {
   bool fused_ = false;            // reference stages: m_i formed inside the worker kernel
   uint64_t seed_ = 0;
   AdamCoeffs c_;                  // the current compressed step's (compressed_coeffs)
-  int64_t folding_step_ = -1;     // the step whose gradients fold() has taken
+  int64_t folding_step_ = -1;     // the step whose gradients take_gradient() has taken
   const char* phase_ = "warmup";
   bool compressed_ = false;
   int64_t switch_step_ = -1;

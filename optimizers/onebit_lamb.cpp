@@ -157,8 +157,6 @@ void OneBitLamb::setup(Cluster& cluster) {
   scratch_.assign(stride_ * static_cast<size_t>(std::max(1, omp_get_max_threads())), 0.0f);
   seed_ = cluster.seed();
   folding_step_ = -1;
-  // On a streamed cluster the compressed steps' gradients come to fold().
-  if (cluster.streams_mean()) cluster.set_gradient_sink(this);
   const size_t P = tensors_.size();
   coeff_frozen_.assign(P, 0.0);
   scaling_.assign(P, 0.0);
@@ -181,11 +179,11 @@ std::span<const double> OneBitLamb::coeff_ema() const {
   return switched_ ? std::span<const double>(coeff_frozen_) : warmup_.coeff_ema();
 }
 
-void OneBitLamb::step(StepContext& ctx) {
+void OneBitLamb::finish_step(StepContext& ctx) {
   if (ctx.step <= opts_.freeze_step) {
     // Warm-up (Algorithm 1, lines 1-5): LAMB on ḡ, exactly optimizers/lamb.
     phase_ = "warmup";
-    warmup_.step(ctx);
+    warmup_.finish_step(ctx);
     // At t == T_w: v_fresh = v (and C_p, m, v change hands).
     if (ctx.step == opts_.freeze_step) enter_compression();
   } else {
@@ -277,7 +275,7 @@ void OneBitLamb::begin_compressed_step(int64_t t) {
   folding_step_ = t;
 }
 
-bool OneBitLamb::folds(int64_t t) {
+bool OneBitLamb::begin_step(int64_t t) {
   if (t <= opts_.freeze_step) return false;
   begin_compressed_step(t);
   return true;
@@ -285,7 +283,7 @@ bool OneBitLamb::folds(int64_t t) {
 
 // Worker i: m_i = (β1 m + (1−β1) g_i)·k (k = k_p of the element's tensor),
 // straight into the worker stage of the compressed allreduce.
-void OneBitLamb::fold(int i, std::span<const float> g) {
+void OneBitLamb::take_gradient(int i, std::span<const float> g) {
   float* m_i = scratch_.data() + static_cast<size_t>(omp_get_thread_num()) * stride_;
   const float* m = m_.data();
   const float* k_elem = k_elem_.data();
@@ -301,11 +299,11 @@ void OneBitLamb::compressed_step(StepContext& ctx) {
     const WorkerBuffers g = ctx.cluster.grads();
     const WorkerRange mine = ctx.comm.local_workers();  // all workers in the simulator
 #pragma omp parallel for schedule(static) if (mine.size() * dim_ > kParallelMinElements)
-    for (int i = mine.begin; i < mine.end; ++i) fold(i, g[i]);
+    for (int i = mine.begin; i < mine.end; ++i) take_gradient(i, g[i]);
   }
   folding_step_ = -1;
   const AdamCoeffs c = c_;
-  // m_prev = m (m is read by fold() above, written by the allreduce below).
+  // m_prev = m (m is read by take_gradient() above, written by the allreduce below).
   std::copy(m_.begin(), m_.end(), m_prev_.begin());
 
   // m = compressed_allreduce(all tensors' momenta as ONE flat buffer) (§1):

@@ -126,7 +126,7 @@ struct OneBitLambOptions {
 // Memory: the warm-up's Lamb keeps its own m, v; at the switch they are
 // copied once into this class's buffers (the compression stage then owns m,
 // v, v_fresh). No per-worker momentum row is held: each m_i is formed in a
-// per-thread row and handed to the worker stage (fold(), below).
+// per-thread row and handed to the worker stage (take_gradient(), below).
 //
 // Compressor per stage (docs/algorithms.md §1, "Compressor per stage"):
 // `worker_compressor` and `server_compressor` choose the compressor of each
@@ -138,13 +138,13 @@ struct OneBitLambOptions {
 //
 // Memory: as 1-bit Adam (optimizers/onebit_adam.hpp), the warm-up reads the
 // gradients' mean and a compressed step folds each worker's gradient into its
-// scaled momentum and the worker stage as the cluster makes it (fold()), so
+// scaled momentum and the worker stage as the cluster makes it (take_gradient()), so
 // the simulator holds no gradient or momentum row per worker.
-class OneBitLamb : public Optimizer, private GradientSink {
+class OneBitLamb : public Optimizer {
  public:
   explicit OneBitLamb(const OneBitLambOptions& opts);
   void setup(Cluster& cluster) override;
-  void step(StepContext& ctx) override;
+  void finish_step(StepContext& ctx) override;
   // The warm-up's (LAMB's) wire; the compressed steps fold each gradient.
   std::optional<WireDtype> gradient_mean_wire() const override {
     return warmup_.gradient_mean_wire();
@@ -155,7 +155,7 @@ class OneBitLamb : public Optimizer, private GradientSink {
   void serialize(StateArchive& io) override;
   std::vector<std::string> warnings(int64_t steps) const override;
   const char* phase() const override { return phase_; }
-  // No m_i row is held (fold()); the compressed allreduce's error rows are
+  // No m_i row is held (take_gradient()); the compressed allreduce's error rows are
   // the collective's (OneBitAllreduceSet::resident_bytes).
   size_t held_worker_state_bytes() const override { return 0; }
   uint64_t planned_state_bytes(const StateShape& s) const override;
@@ -188,9 +188,10 @@ class OneBitLamb : public Optimizer, private GradientSink {
   AdamCoeffs compressed_coeffs(int64_t t) const;
   // Step t's preparation (the switch's copies, k_p, the allreduce's begin).
   void begin_compressed_step(int64_t t);
-  // GradientSink: step t folds when it is compressed; worker i's momentum.
-  bool folds(int64_t t) override;
-  void fold(int i, std::span<const float> g) override;
+  // The per-worker path (optimizer.hpp): step t takes the gradients when
+  // it is compressed; take_gradient forms worker i's momentum.
+  bool begin_step(int64_t t) override;
+  void take_gradient(int i, std::span<const float> g) override;
 
   OneBitLambOptions opts_;
   OneBitStages stages_;
@@ -212,7 +213,7 @@ class OneBitLamb : public Optimizer, private GradientSink {
   std::vector<float> scratch_;   // threads × stride_: m_i of the worker being folded
   uint64_t seed_ = 0;
   AdamCoeffs c_;                 // the current compressed step's
-  int64_t folding_step_ = -1;    // the step whose gradients fold() has taken
+  int64_t folding_step_ = -1;    // the step whose gradients take_gradient() has taken
   std::vector<float> k_elem_;    // float(k_p) of each element's tensor
   std::unique_ptr<OneBitAllreduceSet> onebit_;
   std::vector<double> coeff_frozen_;  // C_p at the switch

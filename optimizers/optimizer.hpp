@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -71,9 +72,28 @@ class Optimizer {
   // Called once before the first step: allocate all state here, so that
   // step() does not allocate.
   virtual void setup(Cluster& cluster) = 0;
-  // One step: cluster.grads() holds every worker's gradient at its params (a
-  // streamed cluster, see gradient_mean_wire(), holds their mean instead).
-  virtual void step(StepContext& ctx) = 0;
+  // One step is three calls (docs/design.md, "One step in three calls"):
+  //
+  //   begin_step(t)             before step t's gradients are made
+  //   take_gradient(w, g_w)     each local worker's gradient, as it is made
+  //   finish_step(ctx)          the exchange and the update
+  //
+  // begin_step says whether this step's gradients come to take_gradient
+  // (true: 1-bit Adam's compressed steps fold m_i = β1 m + (1−β1) g_i
+  // straight into the compressed allreduce's worker stage) or go to the
+  // gradients' mean, which finish_step reads through allreduce_gradients
+  // (optimizers/common.hpp). The cluster of `bitlab run` and the Python
+  // bridge both drive these calls, each worker's gradient handed over once,
+  // in any worker order, distinct workers concurrently from the cluster's
+  // threads (the bits do not depend on the order: the worker stage and the
+  // mean's tree are fixed by worker index). Called only where the workers'
+  // gradients come one by one (a streamed cluster, gradient_mean_wire());
+  // on a cluster that holds every row (cluster.grads(), the optimizers that
+  // read per-worker gradients), begin_step is not called and finish_step
+  // reads the rows.
+  virtual bool begin_step(int64_t /*step*/) { return false; }
+  virtual void take_gradient(int worker, std::span<const float> g);
+  virtual void finish_step(StepContext& ctx) = 0;
   // The wire type when every step reads the workers' gradients only through
   // allreduce_gradients (optimizers/common.hpp) in that wire: the simulator
   // then streams each worker's gradient into the mean as it is computed and

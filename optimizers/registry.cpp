@@ -84,6 +84,11 @@ void Optimizer::serialize(StateArchive&) {
       "checkpointed or resumed");
 }
 
+void Optimizer::take_gradient(int, std::span<const float>) {
+  // Only an optimizer whose begin_step() returned true is handed gradients.
+  throw std::logic_error("Optimizer::take_gradient: this optimizer's begin_step() took none");
+}
+
 std::vector<std::string> Optimizer::warnings(int64_t) const {
   return {};
 }

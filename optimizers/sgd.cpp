@@ -21,7 +21,7 @@ void Sgd::setup(Cluster& cluster) {
   g_mean_.assign(cluster.dim(), 0.0f);
 }
 
-void Sgd::step(StepContext& ctx) {
+void Sgd::finish_step(StepContext& ctx) {
   // ḡ = mean_i g_i (exact allreduce, rounded to the wire type).
   const std::span<const float> g_mean = allreduce_gradients(ctx, g_mean_, wire_);
 

@@ -27,7 +27,7 @@ class Sgd : public Optimizer {
  public:
   explicit Sgd(const SgdOptions& opts);
   void setup(Cluster& cluster) override;
-  void step(StepContext& ctx) override;
+  void finish_step(StepContext& ctx) override;
   std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
   // ḡ (d floats).
   uint64_t planned_state_bytes(const StateShape& s) const override { return 4 * uint64_t{s.dim}; }

@@ -215,8 +215,6 @@ void ZeroOneAdam::setup(Cluster& cluster) {
     fit_scratch();
   }
   folding_step_ = -1;
-  // On a streamed cluster the gradients of every phase but "full" come to fold().
-  if (cluster.streams_mean()) cluster.set_gradient_sink(this);
   if (opts_.var_freeze_step == 0) transition();  // no stage A
 }
 
@@ -234,7 +232,7 @@ void ZeroOneAdam::transition() {
   frozen_ = true;
 }
 
-void ZeroOneAdam::step(StepContext& ctx) {
+void ZeroOneAdam::finish_step(StepContext& ctx) {
   if (ctx.step != schedule_.step() + 1) {
     throw std::logic_error("zero_one_adam: steps must be 1, 2, 3, ... (got " +
                            std::to_string(ctx.step) + " after " + std::to_string(schedule_.step()) +
@@ -254,7 +252,7 @@ void ZeroOneAdam::step(StepContext& ctx) {
   }
 }
 
-bool ZeroOneAdam::folds(int64_t t) {
+bool ZeroOneAdam::begin_step(int64_t t) {
   ZeroOneSchedule next = schedule_;  // the phase of step t, without advancing
   if (t != next.step() + 1) return false;  // step() refuses it
   folding_phase_ = next.next();
@@ -274,7 +272,7 @@ bool ZeroOneAdam::folds(int64_t t) {
 // (its gradient was made at x_i before this changes it). With shared rows
 // (a sync from the shared x, m and u = 0) only u_i ⊙ (sqrt(v)+ε) is formed,
 // in this thread's scratch row, and sent to the worker stage.
-void ZeroOneAdam::fold(int i, std::span<const float> g) {
+void ZeroOneAdam::take_gradient(int i, std::span<const float> g) {
   if (folding_phase_ == ZeroOnePhase::kOneBit) {
     onebit_->add_worker(i, g);
     return;
@@ -285,7 +283,7 @@ void ZeroOneAdam::fold(int i, std::span<const float> g) {
   if (!per_worker_) {
     const auto thread = static_cast<size_t>(omp_get_thread_num());
     if ((thread + 1) * dim_ > scratch_.size()) {
-      throw std::logic_error("zero_one_adam: fold() from a thread beyond omp_get_max_threads()");
+      throw std::logic_error("zero_one_adam: take_gradient() from a thread beyond omp_get_max_threads()");
     }
     float* out = scratch_.data() + thread * dim_;
     cpu::zero_one_sync_input(cluster_->params().data(), m_local_.data(), g.data(), denom_.data(),
@@ -302,16 +300,16 @@ void ZeroOneAdam::fold_rows(StepContext& ctx, ZeroOnePhase phase) {
   const WorkerBuffers g = ctx.cluster.grads();
   const WorkerRange mine = ctx.comm.local_workers();
   if (phase == ZeroOnePhase::kOneBit || !per_worker_) {
-    // fold() indexes the scratch by thread: this loop's team is the current
+    // take_gradient() indexes the scratch by thread: this loop's team is the current
     // thread count, which may have grown since setup() (the streamed
     // cluster's team is fixed when it is built, just before setup()).
     if (!per_worker_) fit_scratch();
     onebit_->begin(false, seed_, ctx.step);
 #pragma omp parallel for schedule(static)
-    for (int i = mine.begin; i < mine.end; ++i) fold(i, g[i]);
+    for (int i = mine.begin; i < mine.end; ++i) take_gradient(i, g[i]);
   } else {
     // One worker at a time, each local step parallel over its elements.
-    for (int i = mine.begin; i < mine.end; ++i) fold(i, g[i]);
+    for (int i = mine.begin; i < mine.end; ++i) take_gradient(i, g[i]);
   }
 }
 
@@ -345,7 +343,7 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
   Cluster& cl = ctx.cluster;
   const float* den = denom_.data();
 
-  // Local step on every worker (no communication; fold()), as the cluster
+  // Local step on every worker (no communication; take_gradient()), as the cluster
   // made the gradients or here from the held rows. With shared rows, the
   // sync's worker stage instead.
   if (!sync && !per_worker_) make_per_worker_rows();  // a run longer than told
@@ -365,7 +363,7 @@ void ZeroOneAdam::stage_b(StepContext& ctx, bool sync) {
                  WorkerBuffers{u_.data(), stride_, dim_, workers_, local_.begin, local_.size()},
                  ubar_, seed_, ctx.step);
   } else {
-    onebit_->finish(ctx.comm, ubar_);  // the worker stage fold() fed
+    onebit_->finish(ctx.comm, ubar_);  // the worker stage take_gradient() fed
   }
   // m = −ū/lrs ; x = x_sync + ū ⊘ (sqrt(v)+ε), on the shared copy, then on
   // every worker (per-worker rows); u = 0 ; lrs = 0. m0 is the first local

@@ -198,17 +198,17 @@ double zero_one_check_lrs(double lrs, int64_t step);
 //
 // Memory: the "full" steps read the gradients' mean (gradient_mean_wire); on
 // the others each worker's gradient is folded as the cluster makes it
-// (fold(): into the 1-bit allreduce's worker stage, or into worker i's local
+// (take_gradient(): into the 1-bit allreduce's worker stage, or into worker i's local
 // step), so the simulator holds no gradient row. Stage B's algorithm state is
 // still x_i, m_i, u_i and the allreduce's error e_i per worker.
-class ZeroOneAdam : public Optimizer, private GradientSink {
+class ZeroOneAdam : public Optimizer {
  public:
   explicit ZeroOneAdam(const ZeroOneAdamOptions& opts);
   // Scans the schedule over `steps` once for a local step (0: not told).
   void set_run_steps(int64_t steps) override;
   void setup(Cluster& cluster) override;
-  void step(StepContext& ctx) override;
-  // The "full" steps' wire; the others fold each gradient (fold()).
+  void finish_step(StepContext& ctx) override;
+  // The "full" steps' wire; the others fold each gradient (take_gradient()).
   std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
   // "full" (the gradient allreduce), "onebit" and "sync" (the 1-bit
   // allreduce), "local" (nothing), counted by iterating the schedule.
@@ -262,14 +262,15 @@ class ZeroOneAdam : public Optimizer, private GradientSink {
   void transition();
   void stage_a(StepContext& ctx, bool full);
   void stage_b(StepContext& ctx, bool sync);
-  // GradientSink: whether step t folds (every phase but "full"; its phase is
+  // The per-worker path (optimizer.hpp): whether step t takes the gradients
+  // (every phase but "full"; its phase is
   // the schedule's next), and worker i's part of it. fold_rows(): the same
   // from held rows (no streamed cluster).
-  bool folds(int64_t t) override;
-  void fold(int i, std::span<const float> g) override;
+  bool begin_step(int64_t t) override;
+  void take_gradient(int i, std::span<const float> g) override;
   void fold_rows(StepContext& ctx, ZeroOnePhase phase);
   ZeroOnePhase folding_phase_ = ZeroOnePhase::kFull;
-  int64_t folding_step_ = -1;  // the step whose gradients fold() has taken
+  int64_t folding_step_ = -1;  // the step whose gradients take_gradient() has taken
   uint64_t seed_ = 0;
   Cluster* cluster_ = nullptr;
   ZeroOneAdamOptions opts_;

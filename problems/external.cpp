@@ -1,7 +1,5 @@
 #include "problems/external.hpp"
 
-#include <chrono>
-#include <cmath>
 #include <cstring>
 #include <stdexcept>
 
@@ -112,12 +110,8 @@ RegistryEntry<Problem> external_entry() {
       "not runnable from the command line)");
 }
 
-ExternalProblem::ExternalProblem(const ExternalOptions& options, int workers,
-                                 std::vector<float> initial)
-    : initial_(std::move(initial)),
-      grads_(static_cast<size_t>(workers)),
-      losses_(static_cast<size_t>(workers), std::nan("")),
-      bad_(static_cast<size_t>(workers)) {
+ExternalProblem::ExternalProblem(const ExternalOptions& options, std::vector<float> initial)
+    : initial_(std::move(initial)) {
   ProblemShape shape = external_shape(options, true);
   dim_ = shape.dim;
   tensors_ = std::move(shape.tensors);
@@ -133,97 +127,14 @@ void ExternalProblem::init_params(std::span<float> x, uint64_t /*seed*/) const {
 
 double ExternalProblem::loss_grad(std::span<const float>, std::span<const uint32_t>,
                                   std::span<float>, const RngStream&, Workspace&) const {
-  // The cluster passes the worker through loss_grad_workers; a caller without
-  // one is a bug (never reached from a parallel region: Cluster uses the other).
-  throw std::logic_error("ExternalProblem::loss_grad: use loss_grad_workers (needs the worker)");
-}
-
-void ExternalProblem::loss_grad_workers(std::span<const float>, std::span<WorkerBatch> workers,
-                                        Workspace&) const {
-  const auto start = std::chrono::steady_clock::now();
-  for (WorkerBatch& w : workers) {
-    const auto worker = static_cast<size_t>(w.worker);
-    const auto& parts = grads_[worker];
-    float* out = w.g.data();
-    int64_t first_bad = -1;
-    for (size_t k = 0; k < tensors_.size(); ++k) {
-      const float* in = parts.empty() ? nullptr : parts[k];
-      const size_t n = tensors_[k].size;
-      float* dst = out + tensors_[k].offset;
-      if (in == nullptr) {
-        std::memset(dst, 0, n * sizeof(float));
-        continue;
-      }
-      // One pass: the copy and the finiteness check (x − x ≠ 0 for inf and
-      // NaN). The bridge copies each gradient into this very row when its
-      // worker's block ends (while torch's buffer is still in cache, which
-      // lets torch reuse it for the next worker); then only the check is left.
-      bool finite = true;
-      if (in == dst) {
-        for (size_t i = 0; i < n; ++i) finite &= (in[i] - in[i]) == 0.0f;
-      } else {
-        for (size_t i = 0; i < n; ++i) {
-          const float v = in[i];
-          dst[i] = v;
-          finite &= (v - v) == 0.0f;
-        }
-      }
-      if (!finite && first_bad < 0) {
-        for (size_t i = 0; i < n; ++i) {
-          if (!std::isfinite(in[i])) {
-            first_bad = static_cast<int64_t>(tensors_[k].offset + i);
-            break;
-          }
-        }
-      }
-    }
-    bad_[worker].element.store(first_bad);
-    w.loss = losses_[worker];
-  }
-  copy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                  std::chrono::steady_clock::now() - start)
-                  .count();
-}
-
-void ExternalProblem::check_gradients(int64_t step) const {
-  for (size_t w = 0; w < bad_.size(); ++w) {
-    const int64_t e = bad_[w].element.load();
-    if (e < 0) continue;
-    for (const auto& t : tensors_) {
-      if (static_cast<size_t>(e) >= t.offset && static_cast<size_t>(e) < t.offset + t.size) {
-        const float v = grads_[w].empty() ? 0.0f : grads_[w][&t - tensors_.data()][e - t.offset];
-        throw ConfigError("step " + std::to_string(step) + ", worker " + std::to_string(w) +
-                              ", parameter '" + t.name + "': gradient element " +
-                              std::to_string(e - static_cast<int64_t>(t.offset)) + " is " +
-                              (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf") +
-                              ": gradients must be finite (lower the lr, check the loss, or "
-                              "clip before the worker block ends)",
-                          t.name);
-      }
-    }
-  }
+  // The simulation takes this problem's gradients as they are handed in
+  // (gradients_handed_in); asking it to compute one is a bug.
+  throw std::logic_error("ExternalProblem::loss_grad: its gradients are handed in "
+                         "(Simulation::take_gradient)");
 }
 
 void ExternalProblem::evaluate(std::span<const float> x, std::span<double> out) const {
   if (evaluator_) evaluator_(x, out);
-}
-
-void ExternalProblem::set_gradients(int worker, std::vector<const float*> data,
-                                    std::optional<double> loss) {
-  if (data.size() != tensors_.size()) {
-    throw std::invalid_argument("set_gradients: " + std::to_string(data.size()) +
-                                " pointers for " + std::to_string(tensors_.size()) + " tensors");
-  }
-  grads_[static_cast<size_t>(worker)] = std::move(data);
-  losses_[static_cast<size_t>(worker)] = loss.value_or(std::nan(""));
-  if (!loss) losses_measured_ = false;
-}
-
-void ExternalProblem::clear_gradients() {
-  losses_measured_ = true;
-  for (auto& g : grads_) g.clear();
-  for (auto& b : bad_) b.element.store(-1);
-  std::fill(losses_.begin(), losses_.end(), std::nan(""));
 }
 
 void ExternalProblem::set_evaluator(std::vector<std::string> columns, Evaluator fn) {

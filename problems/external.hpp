@@ -1,14 +1,11 @@
 // `external`: a problem whose gradients are computed outside bitlab and handed
-// in step by step — the Python bridge (python/bitlab/torch.py,
-// docs/python.md), where a torch.nn.Module's backward pass makes them. bitlab
-// adds no arithmetic of its own here: each worker's gradient is copied, once,
-// from the caller's buffers into the row the cluster folds or exchanges, and
-// its loss is passed through as given.
-//
-// The bridge copies each gradient straight into the worker's row of the
-// cluster (Cluster::grad(w), which the simulation keeps for a given problem:
-// no streamed mean) and hands in pointers into that row; the step then only
-// checks it. Pointers elsewhere are copied in the step instead.
+// in worker by worker: the Python bridge (python/bitlab/torch.py,
+// docs/python.md), where a torch.nn.Module's backward pass makes them. The
+// simulation takes each worker's gradient as its block ends
+// (Simulation::take_gradient: into the mean's tree, the optimizer's worker
+// stage, or the worker's row, read once and checked in the same pass), so no
+// gradient is held beyond what `bitlab run` holds. This problem only names the
+// model's tensors, holds its initial parameters and its evaluation hook.
 //
 // The options name the model's tensors (PyTorch's named parameters, in
 // order, with their shapes), so that per-tensor rules (granularity "tensor",
@@ -19,9 +16,7 @@
 // its folders as any other.
 #pragma once
 
-#include <atomic>
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,55 +53,29 @@ class ExternalProblem final : public Problem {
  public:
   // `initial`: the model's parameters at the start, flat in tensor order
   // (init_params copies them; the seed plays no part).
-  ExternalProblem(const ExternalOptions& options, int workers, std::vector<float> initial);
+  ExternalProblem(const ExternalOptions& options, std::vector<float> initial);
 
   size_t dim() const override { return dim_; }
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
   size_t num_train() const override { return 0; }
   void init_params(std::span<float> x, uint64_t seed) const override;
+  // Never called: the gradients are handed in (std::logic_error).
   double loss_grad(std::span<const float> x, std::span<const uint32_t> batch, std::span<float> g,
                    const RngStream& noise, Workspace& ws) const override;
-  // Copies each worker's handed-in gradient into its row, tensor by tensor,
-  // noting (never throwing: this runs on the cluster's threads) the first
-  // element that is not finite; check_gradients() reports it.
-  void loss_grad_workers(std::span<const float> x, std::span<WorkerBatch> workers,
-                         Workspace& ws) const override;
-  void check_gradients(int64_t step) const override;
+  bool gradients_handed_in() const override { return true; }
 
   std::vector<std::string> eval_columns() const override { return eval_columns_; }
   void evaluate(std::span<const float> x, std::span<double> out) const override;
 
-  // The caller's side, between steps (not thread-safe; the bridge calls them
-  // from one thread). `data[k]` points at tensor k's gradient (numel floats,
-  // contiguous) and must stay valid until the next step has run.
-  // `loss`: nullopt when the caller was not told it (train_loss is then NaN).
-  void set_gradients(int worker, std::vector<const float*> data, std::optional<double> loss);
-  bool losses_measured() const override { return losses_measured_; }
-  bool has_gradients(int worker) const { return !grads_[static_cast<size_t>(worker)].empty(); }
-  // Forgets every handed-in gradient (after a step, or a failed one).
-  void clear_gradients();
   // The evaluation hook: `columns` become metrics.csv's eval columns and
   // `fn` fills them at eval steps from the synchronised parameters.
   using Evaluator = std::function<void(std::span<const float> x, std::span<double> out)>;
   void set_evaluator(std::vector<std::string> columns, Evaluator fn);
-  // Seconds spent in loss_grad_workers since the start (summed over the
-  // threads): copying handed-in gradients, or only checking them when they
-  // are already in their rows. What the bridge adds inside a step
-  // (tests/bench/bench_bridge.py reports it).
-  double copy_seconds() const { return static_cast<double>(copy_ns_.load()) * 1e-9; }
 
  private:
-  struct Bad {
-    std::atomic<int64_t> element{-1};  // flat index of the first non-finite value
-  };
   std::vector<TensorInfo> tensors_;
   size_t dim_ = 0;
   std::vector<float> initial_;
-  std::vector<std::vector<const float*>> grads_;  // per worker, per tensor
-  std::vector<double> losses_;
-  bool losses_measured_ = true;  // of the last step: every worker's loss was given
-  mutable std::vector<Bad> bad_;  // per worker
-  mutable std::atomic<int64_t> copy_ns_{0};
   std::vector<std::string> eval_columns_;
   Evaluator evaluator_;
 };

@@ -129,15 +129,11 @@ class Problem {
   // to run near their best (more only grows the workspace and spills the
   // caches); the cluster groups workers up to it. 1: no gain from grouping.
   virtual size_t pass_samples() const { return 1; }
-  // Called once all workers' gradients of `step` are computed, before the
-  // optimizer reads them: a problem that takes its gradients from outside
-  // (problems/external.hpp) refuses bad ones here with a ConfigError (the
-  // cluster's threads must not throw). Built-in problems have nothing to check.
-  virtual void check_gradients(int64_t /*step*/) const {}
-  // Whether the last step's losses were measured. A problem fed from outside
-  // may not be told them (the Python bridge's wk.loss is optional): then
-  // train_loss is NaN by design and divergence is judged on the gradient norm.
-  virtual bool losses_measured() const { return true; }
+  // True for a problem whose gradients are made outside bitlab and handed in
+  // one worker at a time (problems/external.hpp, the Python bridge): the
+  // simulation then takes them through Simulation::take_gradient and never
+  // calls loss_grad. Built-in problems compute their own.
+  virtual bool gradients_handed_in() const { return false; }
 
   // Evaluation: named columns written to metrics.csv at eval steps.
   virtual std::vector<std::string> eval_columns() const = 0;

@@ -116,7 +116,7 @@ inline std::vector<float> run_with_gradients(Optimizer& opt, const Problem& prob
     for (int i = 0; i < workers; ++i) grads(t, i, cluster.grad(i));
     comm.begin_step(t);
     StepContext ctx{t, cluster, comm};
-    opt.step(ctx);
+    opt.finish_step(ctx);
     if (after) after(t, cluster, opt);
   }
   if (comm_out) *comm_out = comm;
@@ -174,9 +174,10 @@ inline std::vector<std::string> small_real_models(bool* skipped = nullptr) {
 }
 
 // A simulation whose cluster keeps every worker's gradient row. The 1-bit
-// family folds each gradient into its state as it is made and keeps no rows
-// (GradientSink); a test that reads cluster().grad(i) hands the problem in,
-// which keeps them (as the Python bridge's given problem does).
+// family takes each gradient into its state as it is made and keeps no rows
+// (Optimizer::take_gradient); a test that reads cluster().grad(i) hands a
+// registry problem in, which keeps them (a given problem whose gradients are
+// not handed in: Problem::gradients_handed_in).
 inline Simulation simulation_with_rows(const Experiment& e) {
   const auto* entry = find_entry(problem_registry(), e.problem.at("name").get<std::string>());
   return Simulation(e, entry->make(e.problem, DataScope{}));

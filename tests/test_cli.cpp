@@ -168,7 +168,7 @@ TEST_SUITE("cli") {
          "--set ...=0.1: the path is not valid UTF-8 text"},
         // 2^20 workers × 2^22 parameters: 17.6 TB of gradient rows, refused
         // before anything is allocated (no machine this runs on has it). 1-bit
-        // Adam streams the gradients too (GradientSink), but its state is an
+        // Adam streams the gradients too (take_gradient), but its state is an
         // error row per worker over the buffer padded as DeepSpeed pads it, to
         // a multiple of n·lcm(n, 8) = 2^40 for n = 2^20: 2^20 rows of 2^40
         // floats (2^62 B = 4.61 EB) and their signs (2^57 B = 0.14 EB).
@@ -239,7 +239,7 @@ TEST_SUITE("cli") {
     CHECK(r.err.find("for the workers' gradients (streamed into their mean") != std::string::npos);
     CHECK(Json::parse(r.out)["optimizer"]["eps"] == 1e-8);
     // 1-bit Adam folds each worker's gradient into its momentum as it is
-    // made (GradientSink): no gradient rows, only the streamed mean's blocks;
+    // made (take_gradient): no gradient rows, only the streamed mean's blocks;
     // its state (error rows over the padded buffer) is the optimizer's.
     r = run_bitlab(d, "validate " + d.file("good.json", kGood) + " --set optimizer.name=onebit_adam");
     CHECK(r.status == 0);

@@ -339,14 +339,14 @@ TEST_SUITE("onebit_lamb") {
       cluster.compute_gradients(t);
       comm.begin_step(t);
       StepContext ctx{t, cluster, comm};
-      opt.step(ctx);
+      opt.finish_step(ctx);
     }
     cluster.compute_gradients(6);
     comm.begin_step(6);
     StepContext ctx{6, cluster, comm};
     std::string msg;
     try {
-      opt.step(ctx);
+      opt.finish_step(ctx);
     } catch (const std::runtime_error& e) {
       msg = e.what();
       // A ConfigError: the CLI reports it as an error (exit 2), not a crash.

@@ -42,7 +42,7 @@ class ThrowAway : public Optimizer {
  public:
   explicit ThrowAway(const ThrowAwayOptions& opts) : opts_(opts) {}
   void setup(Cluster& cluster) override { g_.assign(cluster.dim(), 0.0f); }
-  void step(StepContext& ctx) override {
+  void finish_step(StepContext& ctx) override {
     const bool exact = ctx.step <= opts_.exact_steps;
     phase_ = exact ? "exact" : "cheap";
     allreduce_gradients(ctx, g_, exact ? WireDtype::kFp32 : WireDtype::kBf16);

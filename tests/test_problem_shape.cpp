@@ -77,7 +77,7 @@ TEST_SUITE("problems") {
       const std::unique_ptr<Problem> built =
           c.name == "external"
               ? std::make_unique<ExternalProblem>(
-                    ExternalOptions::schema().read(c.options, "problem"), 1,
+                    ExternalOptions::schema().read(c.options, "problem"),
                     std::vector<float>(with.dim, 0.0f))
               : entry->make(resolved);
       CHECK(with.dim == built->dim());

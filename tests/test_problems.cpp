@@ -121,7 +121,7 @@ TEST_SUITE("problems") {
     }
   }
 
-  TEST_CASE("external: the handed-in gradients, copied once; non-finite ones refused") {
+  TEST_CASE("external: its tensors and start; never built from a file, never asked for a gradient") {
     const auto* entry = find_entry(problem_registry(), "external");
     REQUIRE(entry != nullptr);
     const Json raw = {{"name", "external"},
@@ -142,7 +142,7 @@ TEST_SUITE("problems") {
 
     ExternalOptions o;
     o.tensors = {{"w", {2, 3}}, {"b", {3}}};
-    ExternalProblem p(o, 2, std::vector<float>(9, 0.5f));
+    ExternalProblem p(o, std::vector<float>(9, 0.5f));
     REQUIRE(p.dim() == 9);
     CHECK(p.tensors()[0].rows == 2);
     CHECK(p.tensors()[0].cols == 3);
@@ -150,27 +150,12 @@ TEST_SUITE("problems") {
     std::vector<float> x(9);
     p.init_params(x, 7);
     CHECK(x == std::vector<float>(9, 0.5f));
-    const std::vector<float> w0 = {1, 2, 3, 4, 5, 6}, b0 = {7, 8, 9}, w1 = {0, 0, 0, 0, 0, 0};
-    std::vector<float> b1 = {1, std::numeric_limits<float>::infinity(), 3};
-    p.set_gradients(0, {w0.data(), b0.data()}, 2.5);
-    p.set_gradients(1, {w1.data(), b1.data()}, std::nullopt);
-    CHECK_FALSE(p.losses_measured());
-    std::vector<float> g0(9), g1(9);
-    const RngStream noise(1, Purpose::kGradNoise, 0, 1);
-    std::vector<WorkerBatch> jobs = {{{}, g0, &noise, 0.0, 0}, {{}, g1, &noise, 0.0, 1}};
+    // Its gradients are handed in (Simulation::take_gradient, the `handed` suite).
+    CHECK(p.gradients_handed_in());
+    std::vector<float> g(9);
     std::unique_ptr<Workspace> ws = p.make_workspace();
-    p.loss_grad_workers(x, jobs, *ws);
-    CHECK(g0 == std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9});
-    CHECK(jobs[0].loss == 2.5);
-    CHECK(std::isnan(jobs[1].loss));
-    CHECK_THROWS_WITH_AS(p.check_gradients(4),
-                         "step 4, worker 1, parameter 'b': gradient element 1 is inf: gradients "
-                         "must be finite (lower the lr, check the loss, or clip before the worker "
-                         "block ends)",
-                         ConfigError);
-    p.clear_gradients();
-    CHECK(p.losses_measured());
-    CHECK_NOTHROW(p.check_gradients(5));
+    CHECK_THROWS_AS(p.loss_grad(x, {}, g, RngStream(1, Purpose::kGradNoise, 0, 1), *ws),
+                    std::logic_error);
   }
 
   TEST_CASE("gradients match central finite differences") {

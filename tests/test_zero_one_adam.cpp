@@ -65,7 +65,7 @@ struct Driver {
       for (int i = 0; i < cluster.workers(); ++i) random_grad(t, i, cluster.grad(i));
       comm.begin_step(t);
       StepContext ctx{t, cluster, comm};
-      opt.step(ctx);
+      opt.finish_step(ctx);
       if (after) after(t);
     }
   }
@@ -452,7 +452,7 @@ TEST_SUITE("zero_one_adam") {
     // experiment told 200 steps (local steps after 8 + 100) holds x_i, m_i,
     // u_i per worker; its first 30 steps must have the same bits: every
     // metric, the shared parameters, and each worker's parameters. With
-    // weight decay (δ reads x_i) and 2 threads (fold() from the cluster's
+    // weight decay (δ reads x_i) and 2 threads (take_gradient() from the cluster's
     // threads, one scratch row each).
     const std::string text = R"("eval_every": 5, "grad_norm_every": 1,
         "problem": {"name": "quadratic", "dim": 3000, "noise": 0.3},

@@ -23,6 +23,9 @@ from . import _threads
 
 _OMP_WAIT_POLICY = _threads.set_passive_wait()  # before _bitlab loads libgomp
 
+from . import _launch  # noqa: E402
+_launch.load_mpi_globally()  # under mpirun/srun: before _bitlab links libmpi
+
 from . import _bitlab  # noqa: E402 (after the wait policy)
 from .results import Result, CostResult, SweepResult
 

@@ -2,12 +2,13 @@
 
 :class:`Simulation` makes bitlab's optimizers, exchanges, compressors and
 network model act on a PyTorch model: each simulated worker runs your forward
-and backward pass on its own data, bitlab takes the gradients (one copy each,
-straight into the rows its exchange reads), runs the optimizer and its
-compressed collectives exactly as ``bitlab run`` does, and the model's
-parameters change in place (they are views of bitlab's own, no copy). The run
-folder is the usual one: ``bitlab plot``, ``report``, ``runs`` and ``recost``
-read it unchanged.
+and backward pass on its own data; as its block ends, bitlab takes its
+gradients through the same per-worker step as ``bitlab run`` (read once,
+straight into the gradients' mean or the optimizer's compressed worker stage:
+no gradient row per worker is held), runs the optimizer and its collectives,
+and the model's parameters change in place (they are views of bitlab's own,
+no copy). The run folder is the usual one: ``bitlab plot``, ``report``,
+``runs`` and ``recost`` read it unchanged.
 
 >>> import torch, bitlab.torch
 >>> model = torch.nn.Linear(4, 1)
@@ -33,7 +34,7 @@ import time
 
 import torch as _torch
 
-from . import _bitlab, resolve, from_deepspeed
+from . import _batched, _bitlab, _launch, resolve, from_deepspeed
 from ._errors import ConfigError, GradientError
 from .results import Result
 
@@ -112,6 +113,11 @@ class Simulation:
       ``checkpoint_every``: a checkpoint every k steps (:meth:`resume`).
     - ``threads``: bitlab's OpenMP threads (0: its default); ``quiet``: no
       progress or report on stderr.
+    - ``backend``: ``"auto"`` (default): a script started by ``mpirun -np R``
+      or ``srun`` is one of R ranks, each computing its share of the workers
+      (:attr:`local_workers`) and exchanging over MPI, rank 0 writing the
+      results (identical to one process's); started on its own, one process
+      computes every worker (``"sim"``). docs/slurm.md shows a job.
 
     Each step: every worker runs inside ``with sim.worker(w) as wk:`` (forward,
     ``backward()``, optionally ``wk.loss = ...``); then :meth:`step`. Then
@@ -125,7 +131,7 @@ class Simulation:
     def __init__(self, model, *, workers, steps, optimizer=None, seed=0, network=None, compute=None,
                  name=None, description="", out=None, results="results", eval_every=0,
                  evaluate=None, eval_columns=None, checkpoint_every=0, threads=0, quiet=True,
-                 deepspeed=None, _resume=None):
+                 deepspeed=None, backend="auto", _resume=None):
         self._params = _trained_parameters(model)
         self._model = model
         self._evaluate = evaluate
@@ -150,6 +156,11 @@ class Simulation:
         options.quiet = bool(quiet)
         options.checkpoint_every = int(checkpoint_every)
         options.resume = _resume is not None
+        options.mpi = self._uses_mpi(backend)
+        if options.mpi and self._measured:
+            raise ConfigError('compute = "measured": not under MPI (each rank times only its own '
+                              'workers); use a compute section ({"step_ms": ...})',
+                              field="compute", value='"measured"', rule="one process only")
         x0 = _torch.cat([p.detach().reshape(-1) for _, p in self._params]).numpy()
         self._run = _bitlab.BridgeRun(json.dumps(config), x0, columns,
                                       self._evaluate_columns if columns else None, options)
@@ -159,9 +170,11 @@ class Simulation:
         self.steps = int(self._config["run"]["steps"] if "run" in self._config
                          else self._config["steps"])
         self._shapes = [tuple(p.shape) for _, p in self._params]
+        self.rank, self.ranks = int(self._run.rank), int(self._run.ranks)
+        self._local_range = range(*self._run.local_workers)
         self._bind(self._run.params())
         self._local_views = {}
-        self._row_views = {}
+        self._begun = False
         self._entered = set()
         self._losses = {}
         self._compute_s = [0.0] * self.workers
@@ -172,6 +185,20 @@ class Simulation:
                            "recost prices compute from config.json's compute section")
 
     # -- construction ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _uses_mpi(backend):
+        """Whether this process is one rank of an MPI job (backend "auto", "sim" or "mpi")."""
+        if backend not in ("auto", "sim", "mpi"):
+            raise ConfigError(f"backend = {backend!r}: must be \"auto\", \"sim\" or \"mpi\"",
+                              field="backend", value=repr(backend),
+                              rule='must be "auto", "sim" or "mpi"')
+        launched = _launch.launched_ranks()
+        if backend == "mpi" and launched <= 1:
+            raise ConfigError('backend = "mpi": this process was not started by an MPI launcher '
+                              '(mpirun -np R python3 script.py, or srun); docs/slurm.md',
+                              field="backend", value='"mpi"', rule="needs mpirun or srun")
+        return backend != "sim" and launched > 1
 
     @staticmethod
     def _resolve(tensors, *, workers, steps, optimizer, seed, network, compute, name,
@@ -265,7 +292,8 @@ class Simulation:
         self._bound_ptrs = [p.data_ptr() for _, p in self._params]
 
     @classmethod
-    def resume(cls, model, path, *, evaluate=None, eval_columns=None, threads=0, quiet=True):
+    def resume(cls, model, path, *, evaluate=None, eval_columns=None, threads=0, quiet=True,
+               backend="auto"):
         """Continues the run in ``path`` from its last checkpoint.
 
         ``model`` must have the run's parameters (names and shapes); its values
@@ -278,7 +306,7 @@ class Simulation:
                                              for n, p in _trained_parameters(model)])
         return cls(model, workers=config["cluster"]["workers"], steps=config["steps"],
                    optimizer=config["optimizer"], evaluate=evaluate, eval_columns=eval_columns,
-                   threads=threads, quiet=quiet, _resume=path)
+                   threads=threads, quiet=quiet, backend=backend, _resume=path)
 
     # -- the step loop ---------------------------------------------------------------------------
 
@@ -296,12 +324,21 @@ class Simulation:
         self._check_open()
         if not isinstance(index, int) or not 0 <= index < self.workers:
             raise ValueError(f"worker {index!r}: must be an int in [0, {self.workers})")
+        if index not in self._local_range:
+            raise ValueError(f"worker {index}: not this process's: rank {self.rank} of "
+                             f"{self.ranks} computes workers [{self._local_range.start}, "
+                             f"{self._local_range.stop}) (loop over sim.local_workers)")
         if self._active is not None:
             raise RuntimeError(f"worker {index}: entered inside worker {self._active}'s block; "
                                f"blocks do not nest")
         if index in self._entered:
             raise RuntimeError(f"worker {index}: entered twice in step {self.steps_done + 1}; "
                                f"each worker runs once per step, then sim.step()")
+        if not self._begun:
+            # Before the step's first worker runs: the optimizer may give the
+            # workers parameters of their own for this step (0/1 Adam).
+            self._run.begin_step()
+            self._begun = True
         self._active = index
         local = self._local(index)
         if local is not None:
@@ -311,13 +348,124 @@ class Simulation:
             p.grad = None
         self._block_start = time.perf_counter()
 
-    def _rows(self, index):
-        if index not in self._row_views:
-            self._row_views[index] = _flat_views(self._run.grad_row(index), self._params)
-        return self._row_views[index]
+    @property
+    def local_workers(self):
+        """The workers this process computes: ``range(sim.workers)`` in one process, this
+        rank's block under MPI (``mpirun -np R``: ``workers / R`` each).
+
+        Write the loop ``for w in sim.local_workers:`` and the same script
+        serves both.
+        """
+        return self._local_range
+
+    def run_workers(self, loss_fn, batches):
+        """Every worker's forward and backward of this step, in one batched pass where it can.
+
+        ``loss_fn(model, *batch)`` returns a worker's loss (a scalar tensor) on
+        its batch; ``batches[w]`` is worker ``w``'s batch (a tuple of tensors,
+        or one tensor), every worker's of the same shapes. The gradients are
+        computed for all workers at once with functorch's ``vmap`` and
+        ``grad`` (much faster than n small passes) and handed to bitlab as the
+        ``with sim.worker(w)`` loop hands them. Where the model does not allow
+        it (batch-norm statistics or other buffers written in training mode,
+        dropout, data-dependent control flow, workers holding parameters of
+        their own), it runs that loop instead and says why, once. Returns
+        the workers' losses; then call :meth:`step`.
+
+        The gradients equal the loop's to float rounding (a batched product
+        may sum in another order), and are the same bits run to run.
+
+        >>> losses = sim.run_workers(lambda m, x, y: F.cross_entropy(m(x), y),
+        ...                          [(x[w], y[w]) for w in range(sim.workers)])  # doctest: +SKIP
+        >>> sim.step()                                                           # doctest: +SKIP
+        """
+        self._check_open()
+        if self._entered or self._active is not None:
+            raise RuntimeError(f"step {self.steps_done + 1}: run_workers() after workers "
+                               f"{sorted(self._entered)} ran their blocks: use one or the other "
+                               f"in a step")
+        if not callable(loss_fn):
+            raise ConfigError(f"loss_fn = {loss_fn!r}: must be callable as loss_fn(model, *batch)",
+                              field="loss_fn", rule="must be callable")
+        workers = list(self.local_workers)
+        try:
+            given = len(batches)
+        except TypeError:
+            raise ConfigError(f"batches = {type(batches).__name__}: must be a sequence of "
+                              f"{self.workers} batches (batches[w]: worker w's)", field="batches",
+                              rule="must be a sequence, one batch per worker") from None
+        if given != self.workers:
+            raise ConfigError(f"batches: {given} batches for {self.workers} workers: give one per "
+                              f"worker", field="batches", value=str(given),
+                              rule=f"must hold {self.workers} batches")
+        if not self._begun:
+            self._run.begin_step()
+            self._begun = True
+        reason = self._unbatchable_reason(workers)
+        if reason is None:
+            try:
+                return self._run_batched(loss_fn, batches, workers)
+            except _batched.Unbatchable as e:
+                reason = str(e)
+        self._say_once(f"run_workers: one worker at a time ({reason})")
+        return self._run_looped(loss_fn, batches, workers)
+
+    def _unbatchable_reason(self, workers):
+        if any(self._local(w) is not None for w in workers):
+            return ("the workers hold parameters of their own this step (the optimizer's local "
+                    "steps): one batched pass needs shared parameters")
+        return None
+
+    def _run_batched(self, loss_fn, batches, workers):
+        start = time.perf_counter()
+        grads, losses = _batched.batched_gradients(self._model, self._params, loss_fn,
+                                                   [batches[w] for w in workers])
+        elapsed = (time.perf_counter() - start) / max(1, len(workers))
+        out = []
+        for i, w in enumerate(workers):
+            loss = float(losses[i])
+            self._hand_in(w, [g[i] for g in grads], loss)
+            self._losses[w] = True
+            self._compute_s[w] = elapsed
+            self._entered.add(w)
+            out.append(loss)
+        return out
+
+    def _run_looped(self, loss_fn, batches, workers):
+        out = []
+        for w in workers:
+            batch = batches[w]
+            batch = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+            with self.worker(w) as wk:
+                loss = loss_fn(self._model, *batch)
+                loss.backward()
+                wk.loss = loss.item()
+            out.append(wk.loss)
+        return out
+
+    def _say_once(self, text):
+        """A note kept in summary.json's warnings (and said on stderr unless quiet), once a run."""
+        said = getattr(self, "_said", set())
+        if text not in said:
+            said.add(text)
+            self._said = said
+            self._run.warn(text)
+
+    def _hand_in(self, index, grads, loss):
+        """Worker ``index``'s gradients (contiguous float32, one per trained parameter) to bitlab."""
+        try:
+            self._run.take_gradient(index, [g.data_ptr() for g in grads], loss)
+        except ConfigError as e:
+            # bitlab refuses a gradient that is not finite (field: the
+            # parameter); the run ends "failed".
+            error = GradientError(e.message, field=e.field, rule="must be finite", worker=index)
+            self._fail(error)
+            raise error from None
 
     def _local(self, index):
-        if index not in self._local_views:
+        """Worker ``index``'s own parameters as views, or None while it reads the shared ones
+        (an optimizer may give workers their own copies mid-run: asked again until then)."""
+        if self._local_views.get(index) is None:
             array = self._run.local_params(index)
             self._local_views[index] = None if array is None else _flat_views(array, self._params)
         return self._local_views[index]
@@ -330,14 +478,12 @@ class Simulation:
                 return
             grads = self._take_gradients(index)
             loss = self._loss_value(index, wk.loss)
-            # The one copy: each .grad into the worker's row of bitlab's
-            # cluster, now, while it is still in cache; torch then reuses its
-            # buffer for the next worker (holding every worker's .grad until
-            # step() cost 10-20 % more backward time: fresh memory each time).
-            rows = self._rows(index)
-            for row, g in zip(rows, grads):
-                row.copy_(g)
-            self._run.set_gradients(index, [r.data_ptr() for r in rows], loss)
+            # The one read: bitlab takes each .grad now, while it is still in
+            # cache, into what its optimizer reads (the gradients' mean, or
+            # the compressed worker stage); torch then reuses the buffer for
+            # the next worker (holding every worker's .grad until step() cost
+            # 10-20 % more backward time: fresh memory each time).
+            self._hand_in(index, grads, loss)
             self._losses[index] = wk.loss is not None
             self._compute_s[index] = elapsed
             self._entered.add(index)
@@ -422,7 +568,7 @@ class Simulation:
         ended (its last step, or a divergence: see :attr:`status`).
         """
         self._check_open()
-        missing = [w for w in range(self.workers) if w not in self._entered]
+        missing = [w for w in self._local_range if w not in self._entered]
         if missing:
             raise RuntimeError(f"step {self.steps_done + 1}: step() before workers {missing} ran "
                                f"their block (with sim.worker(w): ...)")
@@ -434,26 +580,14 @@ class Simulation:
         compute = list(self._compute_s) if self._measured else None
         try:
             go_on = self._run.step(compute)
-        except ConfigError as e:
-            error = self._as_gradient_error(e)
-            self._fail(error)
-            raise error from None
         except BaseException as e:
             self._fail(e)
             raise
         finally:
             self._entered.clear()
             self._losses.clear()
+            self._begun = False
         return go_on
-
-    def _as_gradient_error(self, error):
-        """bitlab's refusal of a non-finite gradient (its field: the parameter) as a GradientError."""
-        if error.field not in {n for n, _ in self._params}:
-            return error
-        import re
-        worker = re.search(r"worker (\d+)", error.message)
-        return GradientError(error.message, field=error.field, rule="must be finite",
-                             worker=int(worker.group(1)) if worker else None)
 
     def _fail(self, error):
         if not self._run.finished:
@@ -499,6 +633,8 @@ class Simulation:
 
     def __del__(self):
         try:
+            if getattr(self, "ranks", 1) > 1:
+                return  # ending a run is collective under MPI: close() it in the script
             if hasattr(self, "_run") and not self._run.finished:
                 self._run.finish()
             if hasattr(self, "_params"):

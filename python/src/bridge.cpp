@@ -1,17 +1,20 @@
 // BridgeRun: the C++ half of bitlab.torch.Simulation (python/bitlab/torch.py).
 // A RunSession (sim/engine/run.hpp) over an ExternalProblem
-// (problems/external.hpp): the Python side hands in each worker's gradient
-// buffers (pointers into tensors it keeps alive until the step has run), the
-// step copies each once into the cluster's rows and runs the optimizer and
-// its exchange, and the model's parameters are numpy views of the cluster's
-// own (no copy either way). Checks of what Python hands in (shapes, dtypes,
-// devices, the worker protocol) live on the Python side, where the user's
-// names are; this side trusts them.
+// (problems/external.hpp), driven through the simulation's per-worker path:
+// begin_step() before a step's first worker, take_gradient() as each worker's
+// block ends (its .grad buffers, read once, straight into what the optimizer
+// reads, while torch still holds them), step() after the last. The model's
+// parameters are numpy views of the cluster's own (no copy either way).
+// Checks of what Python hands in (shapes, dtypes, devices, the worker
+// protocol) live on the Python side, where the user's names are; this side
+// checks only that the values are finite (in the same pass).
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +24,7 @@
 #include "python/src/bindings.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/run.hpp"
+#include "sim/comm/transport.hpp"
 #include "sim/engine/simulation.hpp"
 
 namespace py = pybind11;
@@ -35,7 +39,23 @@ struct BridgeOptions {
   bool quiet = false;
   int64_t checkpoint_every = 0;
   bool resume = false;  // continue the run in out_dir from its checkpoint
+  bool mpi = false;     // this process is one rank of an MPI job (mpirun, srun)
 };
+
+// The MPI transport of this process, made on the first MPI bridge run and
+// kept to the interpreter's exit (MPI cannot be initialised twice): later
+// Simulations in the same script use it too. Finalized at exit (atexit,
+// registered when the module loads).
+std::unique_ptr<Transport>& process_transport() {
+  static std::unique_ptr<Transport> transport;
+  return transport;
+}
+
+Transport* mpi_transport() {
+  auto& t = process_transport();
+  if (!t) t = make_mpi_transport();
+  return t.get();
+}
 
 ExternalOptions external_options(const Experiment& e) {
   if (e.problem.value("name", "") != "external") {
@@ -62,6 +82,7 @@ class BridgeRun {
     o.resume = bo.resume;
     o.print_dir = false;
     o.command_line = "bitlab.torch.Simulation (Python)";
+    if (bo.mpi) o.transport = mpi_transport();
     Experiment e;
     if (bo.resume) {
       const ResumePoint point = resume_point(bo.out_dir);
@@ -71,8 +92,14 @@ class BridgeRun {
       e = resolve_experiment(parse_json_text(resolved_json, "experiment"), "experiment");
     }
     std::vector<float> x0(initial.data(), initial.data() + initial.size());
-    auto problem = std::make_unique<ExternalProblem>(
-        external_options(e), static_cast<int>(e.cluster.workers), std::move(x0));
+    if (o.transport != nullptr) {
+      // Every rank starts from rank 0's parameters (each process built its
+      // own model; a script that seeds torch differently per rank still runs
+      // the one model).
+      o.transport->broadcast(reinterpret_cast<uint8_t*>(x0.data()),
+                             static_cast<int64_t>(x0.size() * sizeof(float)), 0);
+    }
+    auto problem = std::make_unique<ExternalProblem>(external_options(e), std::move(x0));
     problem_ = problem.get();
     if (!eval_columns.empty()) {
       const size_t count = eval_columns.size();
@@ -95,34 +122,40 @@ class BridgeRun {
                               self_obj);
   }
 
-  // Worker w's gradient row in the cluster (a float32 array over its memory,
-  // kept alive by this object): where the bridge copies the worker's .grad.
-  static py::object grad_row(py::object self_obj, int worker) {
+  void begin_step() { session_->simulation().begin_step(); }
+
+  // The gradients' mean of the last step as the optimizer read it (a float32
+  // array over the cluster's memory, valid until the next step; None when
+  // the optimizer reads per-worker rows or took the gradients itself): what
+  // tests/bench/bench_bridge.py checks against torch's own gradients.
+  static py::object gradient_mean(py::object self_obj) {
     BridgeRun& self = self_obj.cast<BridgeRun&>();
-    Cluster& cluster = self.session_->simulation().cluster();
-    if (worker < 0 || worker >= cluster.workers()) throw py::index_error("worker out of range");
-    const std::span<float> g = cluster.grad(worker);
-    return py::array_t<float>({static_cast<py::ssize_t>(g.size())}, {sizeof(float)}, g.data(),
-                              self_obj);
+    Simulation& sim = self.session_->simulation();
+    const auto wire = sim.optimizer().gradient_mean_wire();
+    if (!wire || !sim.cluster().streams_mean() || sim.steps_done() == 0) return py::none();
+    try {
+      const std::span<const float> g = sim.cluster().streamed_mean(*wire);
+      return py::array_t<float>({static_cast<py::ssize_t>(g.size())}, {sizeof(float)}, g.data(),
+                                self_obj);
+    } catch (const std::logic_error&) {
+      return py::none();  // this step folded no mean (the optimizer took the gradients)
+    }
   }
 
-  void set_gradients(int worker, const std::vector<uintptr_t>& data, std::optional<double> loss) {
-    std::vector<const float*> ptrs;
-    ptrs.reserve(data.size());
-    for (const uintptr_t p : data) ptrs.push_back(reinterpret_cast<const float*>(p));
-    problem_->set_gradients(worker, std::move(ptrs), loss);
+  // Worker w's gradient: `data[k]` is the address of tensor k's .grad
+  // (contiguous float32 of the tensor's size, kept alive by the caller for
+  // the call). NaN `loss`: not measured.
+  void take_gradient(int worker, const std::vector<uintptr_t>& data, std::optional<double> loss) {
+    const auto start = std::chrono::steady_clock::now();
+    ptrs_.clear();
+    for (const uintptr_t p : data) ptrs_.push_back(reinterpret_cast<const float*>(p));
+    session_->simulation().take_gradient(worker, ptrs_, loss.value_or(std::nan("")));
+    take_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
   bool step(std::optional<std::vector<double>> compute_s) {
     if (compute_s) session_->simulation().set_next_compute_s(std::move(*compute_s));
-    try {
-      const bool go_on = session_->step();
-      problem_->clear_gradients();
-      return go_on;
-    } catch (...) {
-      problem_->clear_gradients();
-      throw;
-    }
+    return session_->step();
   }
 
   std::vector<py::dict> tensors() const {
@@ -135,7 +168,9 @@ class BridgeRun {
   }
 
   RunSession& session() { return *session_; }
-  double copy_seconds() const { return problem_->copy_seconds(); }
+  // Seconds spent in take_gradient since the start: what the bridge adds to
+  // torch's forward and backward (tests/bench/bench_bridge.py reports it).
+  double take_seconds() const { return take_s_; }
 
  private:
   void evaluate_into(size_t count, std::span<double> out) {
@@ -150,6 +185,8 @@ class BridgeRun {
 
   py::object evaluate_;
   ExternalProblem* problem_ = nullptr;  // owned by the session's simulation
+  std::vector<const float*> ptrs_;
+  double take_s_ = 0.0;
   std::unique_ptr<RunSession> session_;
 };
 
@@ -163,25 +200,39 @@ void bind_bridge(py::module_& m) {
       .def_readwrite("threads", &BridgeOptions::threads)
       .def_readwrite("quiet", &BridgeOptions::quiet)
       .def_readwrite("checkpoint_every", &BridgeOptions::checkpoint_every)
-      .def_readwrite("resume", &BridgeOptions::resume);
+      .def_readwrite("resume", &BridgeOptions::resume)
+      .def_readwrite("mpi", &BridgeOptions::mpi);
+  m.add_object("_release_transport", py::cpp_function([] { process_transport().reset(); }));
+  py::module_::import("atexit").attr("register")(m.attr("_release_transport"));
   py::class_<BridgeRun>(m, "BridgeRun")
       .def(py::init<const std::string&, py::array_t<float, py::array::c_style>,
                     std::vector<std::string>, py::object, const BridgeOptions&>())
       .def("params", [](py::object self) { return BridgeRun::params_view(self, -1); })
       .def("local_params", [](py::object self, int w) { return BridgeRun::params_view(self, w); })
-      .def("grad_row", [](py::object self, int w) { return BridgeRun::grad_row(self, w); })
-      .def("set_gradients", &BridgeRun::set_gradients)
+      .def("begin_step", &BridgeRun::begin_step)
+      .def("gradient_mean", [](py::object self) { return BridgeRun::gradient_mean(self); })
+      .def("take_gradient", &BridgeRun::take_gradient, py::arg("worker"), py::arg("data"),
+           py::arg("loss"))
       .def("step", &BridgeRun::step, py::arg("compute_s") = py::none())
       .def("finish", [](BridgeRun& b) { return b.session().finish(); })
       .def("fail", [](BridgeRun& b, const std::string& why) { return b.session().fail(why); })
       .def("warn", [](BridgeRun& b, const std::string& text) { b.session().warn(text); })
       .def_property_readonly("tensors", &BridgeRun::tensors)
-      .def_property_readonly("copy_seconds", &BridgeRun::copy_seconds)
+      .def_property_readonly("take_seconds", &BridgeRun::take_seconds)
       .def_property_readonly("dir", [](BridgeRun& b) { return b.session().dir(); })
       .def_property_readonly(
           "status", [](BridgeRun& b) { return std::string(run_status_name(b.session().status())); })
       .def_property_readonly("ended", [](BridgeRun& b) { return b.session().ended(); })
       .def_property_readonly("finished", [](BridgeRun& b) { return b.session().finished(); })
+      .def_property_readonly("local_workers",
+                             [](BridgeRun& b) {
+                               const WorkerRange r = b.session().simulation().comm().local_workers();
+                               return std::make_pair(r.begin, r.end);
+                             })
+      .def_property_readonly(
+          "rank", [](BridgeRun& b) { return b.session().simulation().comm().transport().rank(); })
+      .def_property_readonly(
+          "ranks", [](BridgeRun& b) { return b.session().simulation().comm().transport().ranks(); })
       .def_property_readonly("steps_done",
                              [](BridgeRun& b) { return b.session().simulation().steps_done(); })
       .def_property_readonly("config", [](BridgeRun& b) {

@@ -231,7 +231,10 @@ struct Cluster::Stream {
   std::vector<Tree> trees;    // [0]: opts.wire; [1]: fp32, when fp32_too and wire is not fp32
   int first = 0;              // trees [first, first + folded): what the last
   int folded = 0;             // compute_gradient_mean() folded
-  GradientSink* sink = nullptr;  // this step's sink (GradientSink::folds), or null
+  const TakeGradient* take = nullptr;  // this step's taker (the optimizer's), or null
+  // StreamedMean::handed: one intake per tree, fed by take_into_mean.
+  bool handed = false;
+  std::vector<WorkerTreeIntake> intakes;
   bool rows_fit = false;      // every row fits in the blocks at once: the rows path
   // Across ranks (comm distributed): every rank's maxima [lo, hi) in tree
   // order with their owners, this rank's [mine_lo, mine_hi) of them, and
@@ -245,8 +248,12 @@ struct Cluster::Stream {
   std::vector<float*> values;              // each maximum's value on this rank
 
   Stream(StreamedMean o, int workers, WorkerRange local, size_t stride, uint64_t optimizer_bytes)
-      : threads(std::max(1, omp_get_max_threads())) {
+      : threads(std::max(1, omp_get_max_threads())), handed(o.handed) {
+    trees.resize(o.fp32_too && o.wire != WireDtype::kFp32 ? 2 : 1);
+    trees[0].wire = o.wire;
     while ((1 << depth) < threads) ++depth;
+    // Across ranks: this rank's maxima, each cut into frontier nodes (a
+    // handed cluster gives each its own intake instead: allocate()).
     if (o.comm != nullptr && o.comm->distributed()) {
       comm = o.comm;
       find_maxima(0, workers, local.size());
@@ -254,18 +261,22 @@ struct Cluster::Stream {
         if (maxima[m][2] != comm->rank()) continue;
         if (mine_hi == 0) mine_lo = static_cast<int>(m);
         mine_hi = static_cast<int>(m) + 1;
+        if (handed) continue;
         maxima_frontier.push_back(frontier.size());
         cut(maxima[m][0], maxima[m][1], 0);
       }
-    } else {
+    } else if (!handed) {
       cut(0, workers, 0);
+    }
+    if (handed) {
+      block_rows = 0;
+      intake_n = workers;
+      return;
     }
     int largest = 0;
     for (const auto& [lo, hi] : frontier) largest = std::max(largest, hi - lo);
     block_rows = std::min(block_rows_for(o.max_block_rows, stride, optimizer_bytes), largest);
     for (int s = largest; s > block_rows; s -= s / 2) ++levels;  // the right half, ceil(s/2)
-    trees.resize(o.fp32_too && o.wire != WireDtype::kFp32 ? 2 : 1);
-    trees[0].wire = o.wire;
     rows_fit = comm == nullptr && workers <= threads * block_rows;
     if (rows_fit) levels = 0;  // the rows path needs no partial sums
   }
@@ -372,8 +383,39 @@ struct Cluster::Stream {
     cut(lo, mid, d + 1);
     cut(mid, hi, d + 1);
   }
+  // Which trees this step folds: every one (the mean and, `with_fp32`, the
+  // fp32 one), or, when the optimizer takes the gradients (`mean` false),
+  // the fp32 tree alone for the grad_norm metric (the last tree: fp32, when
+  // asked for).
+  void choose_trees(bool mean, bool with_fp32) {
+    if (!mean) {
+      const bool fp32 = with_fp32 && trees.back().wire == WireDtype::kFp32;
+      first = static_cast<int>(trees.size()) - 1;
+      folded = fp32 ? 1 : 0;
+    } else {
+      first = 0;
+      folded = with_fp32 && trees.size() > 1 ? 2 : 1;
+    }
+  }
   // Floats held, for rows of `stride` floats and `dim` parameters.
   uint64_t floats(size_t stride, size_t dim) const {
+    if (handed) {
+      // Each intake's rows when the workers come in order, and the mean
+      // (across ranks: the rank's block, and the exchange's buffers).
+      uint64_t rows = static_cast<uint64_t>(WorkerTreeIntake::rows_in_order(intake_workers()));
+      if (comm != nullptr) {
+        rows = 0;
+        for (int m = mine_lo; m < mine_hi; ++m) {
+          const auto& node = maxima[static_cast<size_t>(m)];
+          rows += static_cast<uint64_t>(WorkerTreeIntake::rows_in_order(node[1] - node[0]));
+        }
+      }
+      const uint64_t across =
+          comm == nullptr ? 0
+                          : saturating_mul(static_cast<uint64_t>(mine_hi - mine_lo), dim) +
+                                saturating_mul(maxima.size(), dim / comm->ranks() + 1);
+      return saturating_mul(rows * stride + dim, trees.size()) + across;
+    }
     const uint64_t per_tree = saturating_mul(node_buffers() + static_cast<size_t>(threads) *
                                                                    static_cast<size_t>(levels),
                                              stride) +
@@ -386,8 +428,38 @@ struct Cluster::Stream {
     return saturating_mul(static_cast<uint64_t>(threads) * block_rows, stride) +
            saturating_mul(per_tree, trees.size()) + across;
   }
+  int intake_workers() const { return intake_n; }
+  int intake_n = 1;  // handed: the workers each intake sums
   void allocate(size_t stride, size_t dim) {
+    if (handed) {
+      // One intake per tree, of the whole tree, or across ranks of each of
+      // this rank's maxima (intakes[t * mine + m]); they allocate their rows
+      // as the first step needs them.
+      intakes.clear();
+      for (Tree& t : trees) {
+        if (comm == nullptr) {
+          intakes.emplace_back(intake_n, dim, t.wire);
+        } else {
+          for (int m = mine_lo; m < mine_hi; ++m) {
+            const auto& node = maxima[static_cast<size_t>(m)];
+            intakes.emplace_back(intake_n, node[0], node[1], dim, t.wire);
+          }
+        }
+        t.mean.assign(dim, 0.0f);
+      }
+      allocate_across(dim);
+      return;
+    }
     blocks.assign(static_cast<size_t>(threads) * block_rows * stride, 0.0f);
+    allocate_across(dim);
+    for (Tree& t : trees) {
+      t.nodes.assign(node_buffers() * stride, 0.0f);
+      t.partial.assign(static_cast<size_t>(threads) * levels * stride, 0.0f);
+      t.mean.assign(dim, 0.0f);
+    }
+  }
+  // Across ranks: the exchange's counts and buffers (combine_across).
+  void allocate_across(size_t dim) {
     if (comm != nullptr) {
       const int ranks = comm->ranks(), me = comm->rank(), mine = mine_hi - mine_lo;
       const size_t len = range_begin(dim, me + 1) - range_begin(dim, me);
@@ -406,11 +478,17 @@ struct Cluster::Stream {
       recv.assign(maxima.size() * len, 0.0f);
       values.assign(static_cast<size_t>(mine), nullptr);
     }
-    for (Tree& t : trees) {
-      t.nodes.assign(node_buffers() * stride, 0.0f);
-      t.partial.assign(static_cast<size_t>(threads) * levels * stride, 0.0f);
-      t.mean.assign(dim, 0.0f);
+  }
+  // Handed: the intake of tree t that takes worker w (across ranks: the one
+  // of this rank's maxima that holds w).
+  WorkerTreeIntake& intake_of(int t, int w) {
+    if (comm == nullptr) return intakes[static_cast<size_t>(t)];
+    const int mine = mine_hi - mine_lo;
+    for (int m = 0; m < mine; ++m) {
+      WorkerTreeIntake& in = intakes[static_cast<size_t>(t * mine + m)];
+      if (w >= in.lo() && w < in.hi()) return in;
     }
+    throw std::out_of_range("Cluster: worker " + std::to_string(w) + " is not this rank's");
   }
 };
 
@@ -553,17 +631,10 @@ void Cluster::compute_gradients(int64_t step) {
   }
 }
 
-// The tree's node over workers [lo, hi) into outs[t] for each folded tree
-// (Stream, above); `level` is the first of this thread's free partial sums.
-void Cluster::set_gradient_sink(GradientSink* sink) {
-  if (!stream_) throw std::logic_error("Cluster::set_gradient_sink: not a streamed cluster");
-  sink_ = sink;
-}
-
-void Cluster::fold_into_sink(int lo, int hi, const float* rows) {
-  if (!stream_->sink) return;
+void Cluster::hand_to_taker(int lo, int hi, const float* rows) {
+  if (!stream_->take) return;
   for (int i = lo; i < hi; ++i) {
-    stream_->sink->fold(i, {rows + static_cast<size_t>(i - lo) * stride_, dim_});
+    (*stream_->take)(i, {rows + static_cast<size_t>(i - lo) * stride_, dim_});
   }
 }
 
@@ -575,7 +646,7 @@ void Cluster::fold_subtree(int lo, int hi, int level, int thread, float* const* 
   if (hi - lo <= st.block_rows) {
     float* block = st.blocks.data() + static_cast<size_t>(thread) * st.block_rows * stride_;
     fill_gradients(lo, hi, step, block, *workspaces_[thread]);
-    fold_into_sink(lo, hi, block);
+    hand_to_taker(lo, hi, block);
     for (int t = 0; t < st.folded; ++t) {
       sum_over_workers({block, stride_, dim_, hi - lo}, {outs[t], dim_},
                        st.trees[st.first + t].wire);
@@ -598,20 +669,13 @@ void Cluster::fold_subtree(int lo, int hi, int level, int thread, float* const* 
   }
 }
 
-void Cluster::compute_gradient_mean(int64_t step, bool with_fp32) {
-  if (!stream_) throw std::logic_error("Cluster::compute_gradient_mean: not a streamed cluster");
-  Stream& st = *stream_;
-  st.sink = sink_ && sink_->folds(step) ? sink_ : nullptr;
-  if (st.sink) {
-    // The sink takes the gradients; only the grad_norm metric's fp32 mean is
-    // folded (the last tree: fp32, when asked for).
-    const bool fp32 = with_fp32 && st.trees.back().wire == WireDtype::kFp32;
-    st.first = static_cast<int>(st.trees.size()) - 1;
-    st.folded = fp32 ? 1 : 0;
-  } else {
-    st.first = 0;
-    st.folded = with_fp32 && st.trees.size() > 1 ? 2 : 1;
+void Cluster::compute_gradient_mean(int64_t step, bool with_fp32, const TakeGradient* take) {
+  if (!stream_ || stream_->handed) {
+    throw std::logic_error("Cluster::compute_gradient_mean: not a streamed cluster that computes");
   }
+  Stream& st = *stream_;
+  st.take = take;
+  st.choose_trees(take == nullptr, with_fp32);
   if (st.rows_fit) {
     // Every row fits in the threads' blocks at once (up to 32 workers on 2
     // threads): the rows path itself, workers in parallel, then the tree
@@ -623,7 +687,7 @@ void Cluster::compute_gradient_mean(int64_t step, bool with_fp32) {
     for (int k = 0; k < groups; ++k) {
       const int lo = k * group, hi = std::min(workers_, lo + group);
       fill_gradients(lo, hi, step, rows[lo].data(), *workspaces_[omp_get_thread_num()]);
-      fold_into_sink(lo, hi, rows[lo].data());
+      hand_to_taker(lo, hi, rows[lo].data());
     }
     for (int t = 0; t < st.folded; ++t) {
       mean_over_workers(rows, st.trees[st.first + t].mean, st.trees[st.first + t].wire);
@@ -662,6 +726,47 @@ void Cluster::compute_gradient_mean(int64_t step, bool with_fp32) {
     float* left = st.combine(tree.nodes.data(), stride_, dim_, 0, mid, 1, next);
     float* right = st.combine(tree.nodes.data(), stride_, dim_, mid, workers_, 1, next);
     finish_mean({left, dim_}, {right, dim_}, workers_, tree.mean, tree.wire);
+  }
+}
+
+bool Cluster::takes_handed_gradients() const { return stream_ && stream_->handed; }
+
+void Cluster::begin_taking(bool mean, bool with_fp32) {
+  if (!takes_handed_gradients()) {
+    throw std::logic_error("Cluster::begin_taking: not a cluster of handed-in gradients");
+  }
+  Stream& st = *stream_;
+  st.choose_trees(mean, with_fp32);
+  for (WorkerTreeIntake& in : st.intakes) in.begin();
+}
+
+bool Cluster::folds_taken_mean() const { return stream_->folded > 0; }
+
+bool Cluster::take_into_mean(int worker, std::span<const RowPiece> pieces) {
+  Stream& st = *stream_;
+  bool finite = true;
+  for (int t = st.first; t < st.first + st.folded; ++t) {
+    finite &= st.intake_of(t, worker).take(worker, pieces);
+  }
+  return finite;
+}
+
+void Cluster::finish_taken_mean() {
+  Stream& st = *stream_;
+  for (int t = st.first; t < st.first + st.folded; ++t) {
+    Stream::Tree& tree = st.trees[static_cast<size_t>(t)];
+    if (st.comm == nullptr) {
+      st.intakes[static_cast<size_t>(t)].finish(tree.mean);
+      continue;
+    }
+    // This rank's maxima, then the tree above them across the ranks (as
+    // compute_gradient_mean does with the maxima it folds).
+    const int mine = st.mine_hi - st.mine_lo;
+    for (int m = 0; m < mine; ++m) {
+      const std::span<const float> root = st.intakes[static_cast<size_t>(t * mine + m)].root();
+      st.values[static_cast<size_t>(m)] = const_cast<float*>(root.data());
+    }
+    st.combine_across(dim_, workers_, tree.mean, tree.wire);
   }
 }
 

@@ -13,6 +13,8 @@
 
 #include "problems/problem.hpp"
 #include "sim/comm/comm.hpp"
+#include "sim/kernels/worker_intake.hpp"
+#include "sim/core/function_ref.hpp"
 #include "sim/core/schema.hpp"
 #include "sim/core/state_archive.hpp"
 
@@ -102,26 +104,21 @@ struct StreamedMean {
   bool fp32_too = false;
   Communicator* comm = nullptr;  // the MPI backend's; null or one rank: the simulator
   int max_block_rows = 16;
+  // The gradients are made outside bitlab and handed in one worker at a time
+  // (the Python bridge): no blocks, no partial sums; each tree is a
+  // WorkerTreeIntake (sim/kernels/worker_intake.hpp), which holds
+  // ceil(log2 n) + 1 rows when the workers come in order.
+  bool handed = false;
   static constexpr int kMinBlockRows = 4;
   static constexpr uint64_t kBlockStateShare = 32;
 };
 
-// A consumer of each worker's gradient as the cluster makes it: an optimizer
-// step that folds every worker's gradient into its own state (1-bit Adam's
-// compressed momentum, m_i = β1 m + (1−β1) g_i, into the 1-bit allreduce's
-// worker stage). A streamed cluster with a sink hands it the gradients of the
-// steps it asks for instead of folding them into the mean, so those steps
-// hold no n × d rows either.
-class GradientSink {
- public:
-  virtual ~GradientSink() = default;
-  // Before step `step`'s gradients are made: true when they go to fold()
-  // (the mean is then folded only for the grad_norm metric).
-  virtual bool folds(int64_t step) = 0;
-  // Worker `worker`'s gradient of that step, once per worker, in any order;
-  // distinct workers concurrently from the cluster's threads.
-  virtual void fold(int worker, std::span<const float> g) = 0;
-};
+// Where a step's gradients go when they do not go to the mean: worker w's
+// gradient as the cluster makes it, once per worker, in any order, distinct
+// workers concurrently from the cluster's threads (the optimizer's
+// take_gradient, optimizers/optimizer.hpp: 1-bit Adam's compressed momentum
+// m_i = β1 m + (1−β1) g_i into the 1-bit allreduce's worker stage).
+using TakeGradient = FunctionRef<void(int worker, std::span<const float> g)>;
 
 class Cluster {
  public:
@@ -196,11 +193,26 @@ class Cluster {
   // A streamed cluster: every worker's loss and gradient for `step`, folded
   // into the mean in the streamed wire (and, with `fp32_too` set and
   // `with_fp32`, also into the fp32 mean). Parallel over subtrees of the tree.
-  void compute_gradient_mean(int64_t step, bool with_fp32 = false);
+  // With `take` (the optimizer's begin_step said so), each gradient goes to
+  // it instead, and only the fp32 mean (with_fp32) is folded.
+  void compute_gradient_mean(int64_t step, bool with_fp32 = false,
+                             const TakeGradient* take = nullptr);
   bool streams_mean() const { return stream_ != nullptr; }
-  // A streamed cluster: from now on, the steps `sink` asks for go to it
-  // (GradientSink; not owned, null: none). std::logic_error otherwise.
-  void set_gradient_sink(GradientSink* sink);
+
+  // A streamed cluster built with StreamedMean::handed (the gradients made
+  // outside, the Python bridge): the same step in three calls.
+  // begin_taking: a new step; `mean`: its gradients fold into the wire's mean
+  // (false: the optimizer takes them, and only the fp32 mean is folded, when
+  // `with_fp32`). take_into_mean: worker w's gradient into the step's means
+  // (its pieces read once, checked in the same pass: false when an element
+  // is not finite). finish_taken_mean: every local worker taken, the means
+  // as compute_gradient_mean gives them (the same bits).
+  void begin_taking(bool mean, bool with_fp32);
+  bool take_into_mean(int worker, std::span<const RowPiece> pieces);
+  // Whether this step folds any mean (take_into_mean has work to do).
+  bool folds_taken_mean() const;
+  void finish_taken_mean();
+  bool takes_handed_gradients() const;
   // The mean of the last compute_gradient_mean() in `wire`: the streamed wire,
   // or fp32 when it was folded in that call. Throws std::logic_error otherwise.
   std::span<const float> streamed_mean(WireDtype wire) const;
@@ -231,8 +243,8 @@ class Cluster {
   struct Stream;
   [[noreturn]] static void throw_streamed(const char* what);
   void fold_subtree(int lo, int hi, int level, int thread, float* const* outs, int64_t step);
-  // The workers [lo, hi) of `rows` (stride_ apart) to the step's sink, if any.
-  void fold_into_sink(int lo, int hi, const float* rows);
+  // The workers [lo, hi) of `rows` (stride_ apart) to the step's taker, if any.
+  void hand_to_taker(int lo, int hi, const float* rows);
   void fill_gradient(int worker, int64_t step, std::span<float> g, Workspace& ws);
   // Workers [lo, hi) (at most kGroupWorkers), worker i's gradient into
   // rows + (i − lo)·stride_: one Problem::loss_grad_workers call when they
@@ -256,7 +268,6 @@ class Cluster {
   std::vector<std::vector<uint32_t>> batches_;
   std::vector<std::unique_ptr<Workspace>> workspaces_;  // per worker, or per thread if streamed
   std::unique_ptr<Stream> stream_;
-  GradientSink* sink_ = nullptr;
 };
 
 }  // namespace bitlab

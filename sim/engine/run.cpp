@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include <cstdio>
 #include <optional>
 
 #include "sim/engine/run_parts.hpp"
@@ -64,7 +65,7 @@ struct RunSession::Impl {
   Impl(const Experiment& e, const RunCliOptions& o, std::unique_ptr<Problem> problem)
       : experiment(e),
         options(o),
-        sim(experiment, std::move(problem)),
+        sim(experiment, o.transport, std::move(problem)),
         run(experiment, options, sim),
         progress(e.run.steps, o.quiet) {}
   Experiment experiment;
@@ -80,7 +81,7 @@ struct RunSession::Impl {
 
 RunSession::RunSession(const Experiment& e, const RunCliOptions& o,
                        std::unique_ptr<Problem> problem) {
-  if (o.transport != nullptr || e.run.baseline != "none") {
+  if (e.run.baseline != "none") {
     throw ConfigError("baseline = \"" + e.run.baseline +
                           "\": a twin baseline is not available in a driven run (bitlab.torch); "
                           "run the twin as a second Simulation",
@@ -90,8 +91,12 @@ RunSession::RunSession(const Experiment& e, const RunCliOptions& o,
   g_interrupted.store(0);  // a signal an earlier CLI run in this process saw is not ours
   impl_ = std::make_unique<Impl>(e, o, std::move(problem));
   Impl& s = *impl_;
-  s.run.dir = make_run_dir(s.experiment, s.options);
-  s.lock.emplace(s.run.dir, ".bitlab.lock", "bitlab run of " + e.run.name + " (Python)");
+  // Under MPI (options.transport) rank 0 makes and writes the folder; every
+  // rank knows it.
+  s.run.dir = agree_on_run_dir(s.run);
+  if (s.run.writer) {
+    s.lock.emplace(s.run.dir, ".bitlab.lock", "bitlab run of " + e.run.name + " (Python)");
+  }
   s.tally.last_eval.assign(s.run.eval_cols.size(), std::numeric_limits<double>::quiet_NaN());
   if (o.resume) {
     resume_from_checkpoint(s.run, s.files, s.tally);
@@ -128,6 +133,8 @@ int RunSession::finish() {
   }
   end_steps(s.files, s.tally, s.progress);
   const int status = finish_run(s.run, s.tally, Json());
+  // Under MPI no rank leaves before rank 0 has written summary.json.
+  if (s.run.measured) s.run.transport.max(0.0);
   s.lock.reset();
   s.ended = s.finished = true;
   return status;
@@ -136,6 +143,14 @@ int RunSession::finish() {
 int RunSession::fail(const std::string& why) {
   Impl& s = *impl_;
   if (s.finished) throw ConfigError("the run is already finished: " + s.run.dir);
+  if (s.run.measured && s.run.transport.ranks() > 1) {
+    // One rank's failure (a refused gradient of its own workers) is not
+    // seen by the others, which would wait in the next exchange forever:
+    // end every rank now, saying why (rank 0 cannot write this rank's reason).
+    std::fprintf(stderr, "bitlab: rank %d failed: %s; ending every rank\n",
+                 s.run.transport.rank(), why.c_str());
+    s.run.transport.abort(4);
+  }
   s.tally.status = RunStatus::kFailed;
   s.tally.failure = why;
   s.ended = true;

@@ -75,8 +75,10 @@ ResumePoint resume_point(const std::string& dir);
 // bitlab.torch, docs/python.md): what run_experiment does, with the same
 // results folder, files, checkpoints, divergence and summary, but the caller
 // decides when each step happens (after handing in the workers' gradients).
-// Neither MPI nor a twin baseline; no signal handlers (the caller's own
-// Ctrl-C ends its loop; finish() then records the run as interrupted).
+// Under MPI (options.transport) every rank drives the same steps for its own
+// workers and rank 0 writes the folder, as run_experiment. No twin baseline;
+// no signal handlers (the caller's own Ctrl-C ends its loop; finish() then
+// records the run as interrupted).
 class RunSession {
  public:
   // Builds the simulation (with `problem` in place of the registry's when

@@ -230,7 +230,7 @@ bool step_once(const RunContext& run, RunFiles& files, RunTally& tally, Progress
   progress.update(m.step, m.train_loss);
   if (write_failed(run, files, tally)) return false;
   const std::string why =
-      divergence_reason(run.experiment.run, tally, m, run.sim.problem().losses_measured());
+      divergence_reason(run.experiment.run, tally, m, run.sim.losses_measured());
   if (!why.empty()) {
     tally.status = RunStatus::kDiverged;
     tally.divergence =

@@ -1,6 +1,9 @@
 #include "sim/engine/simulation.hpp"
 
+#include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "sim/kernels/reduce.hpp"
 
@@ -35,12 +38,15 @@ Simulation::Simulation(const Experiment& experiment, Transport* transport,
   optimizer_ = oe->make(experiment.optimizer);
   // The gradients are streamed into their mean when that is all the
   // optimizer reads (memory: log n rows, not n), under MPI too (the tree's
-  // nodes above the ranks' blocks are combined across them).
-  // A given problem (the Python bridge's) is handed its gradients into the
-  // cluster's rows, so it keeps them (problems/external.hpp).
+  // nodes above the ranks' blocks are combined across them). A problem whose
+  // gradients are handed in (the Python bridge's) streams them the same way,
+  // one worker at a time (begin_step / take_gradient). Any other given
+  // problem (the tests' simulation_with_rows) keeps every worker's row.
+  handed_ = given_problem && given_problem->gradients_handed_in();
   std::optional<StreamedMean> streamed;
-  if (const auto wire = optimizer_->gradient_mean_wire(); wire && !given_problem) {
+  if (const auto wire = optimizer_->gradient_mean_wire(); wire && (!given_problem || handed_)) {
     streamed = StreamedMean{*wire, experiment.run.grad_norm_every > 0, &comm_};
+    streamed->handed = handed_;
   }
   timed_ = experiment.network.timed();
   if (timed_) topology_ = make_topology(experiment.network, experiment.cluster.workers);
@@ -59,6 +65,10 @@ Simulation::Simulation(const Experiment& experiment, Transport* transport,
   if (timed_) cluster_->set_gpus_per_node(gpus_per_node);
   optimizer_->setup(*cluster_);
   if (!cluster_->streams_mean()) mean_grad_.assign(cluster_->dim(), 0.0f);
+  if (handed_) {
+    worker_taken_.assign(static_cast<size_t>(cluster_->workers()), 0);
+    pieces_.reserve(cluster_->tensors().size());
+  }
   if (timed_) {
     // Each worker's compute scales with its batch (problems without data
     // count one sample).
@@ -80,6 +90,7 @@ std::vector<double> Simulation::evaluate() const {
 }
 
 const StepMetrics& Simulation::step() {
+  if (handed_) check_handed_ready();
   ++step_;
   last_.step = step_;
   compute_gradients();
@@ -96,17 +107,25 @@ void Simulation::compute_gradients() {
   StepMetrics& m = last_;
   const int64_t every = experiment_.run.grad_norm_every;
   const bool norm_due = every > 0 && step_ % every == 0;
-  if (cluster_->streams_mean()) {
+  if (handed_) {
+    finish_handed_gradients();
+  } else if (cluster_->streams_mean()) {
+    // The optimizer's begin_step says where the gradients go: to it
+    // (take_gradient, as the cluster makes each), or into their mean.
     // Under MPI the streamed mean's exchange across ranks (the optimizer's
     // allreduce, folded into the gradients' computation) happens here: its
     // seconds count with the optimizer's exchanges.
+    const bool to_optimizer = optimizer_->begin_step(step_);
+    auto hand_over = [this](int worker, std::span<const float> g) {
+      optimizer_->take_gradient(worker, g);
+    };
+    const TakeGradient take(hand_over);
     const TransportStats before = comm_.transport().stats();
-    cluster_->compute_gradient_mean(step_, norm_due);
+    cluster_->compute_gradient_mean(step_, norm_due, to_optimizer ? &take : nullptr);
     streamed_transport_ = stats_since(comm_.transport().stats(), before);
   } else {
     cluster_->compute_gradients(step_);
   }
-  problem_->check_gradients(step_);
   // Under MPI every rank needs every worker's loss (8 bytes each) for the
   // same tree mean.
   comm_.share_rows(cluster_->losses().data(), sizeof(double));
@@ -125,12 +144,125 @@ void Simulation::compute_gradients() {
   }
 }
 
+void Simulation::begin_step() {
+  if (!handed_) {
+    throw std::logic_error("Simulation::begin_step: this problem computes its own gradients");
+  }
+  if (began_) throw std::logic_error("Simulation::begin_step: step already begun");
+  const int64_t t = step_ + 1;
+  const int64_t every = experiment_.run.grad_norm_every;
+  norm_due_ = every > 0 && t % every == 0;
+  optimizer_takes_ = false;
+  if (cluster_->streams_mean()) {
+    optimizer_takes_ = optimizer_->begin_step(t);
+    cluster_->begin_taking(!optimizer_takes_, norm_due_);
+    if (optimizer_takes_ && take_row_.empty()) take_row_.assign(cluster_->dim(), 0.0f);
+  }
+  std::fill(worker_taken_.begin(), worker_taken_.end(), 0);
+  taken_ = 0;
+  take_failed_ = false;
+  losses_measured_ = true;
+  began_ = true;
+}
+
+void Simulation::take_gradient(int worker, std::span<const float* const> data, double loss) {
+  const WorkerRange local = cluster_->local_workers();
+  if (!began_) throw std::logic_error("Simulation::take_gradient: begin_step() first");
+  if (worker < local.begin || worker >= local.end) {
+    throw std::out_of_range("Simulation::take_gradient: worker " + std::to_string(worker) +
+                            " is not in [" + std::to_string(local.begin) + ", " +
+                            std::to_string(local.end) + ")");
+  }
+  auto& taken = worker_taken_[static_cast<size_t>(worker)];
+  if (taken) {
+    throw std::logic_error("Simulation::take_gradient: worker " + std::to_string(worker) +
+                           " taken twice in step " + std::to_string(step_ + 1));
+  }
+  const auto& tensors = cluster_->tensors();
+  if (data.size() != tensors.size()) {
+    throw std::invalid_argument("Simulation::take_gradient: " + std::to_string(data.size()) +
+                                " buffers for " + std::to_string(tensors.size()) + " tensors");
+  }
+  pieces_.clear();
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    pieces_.push_back({tensors[k].offset, tensors[k].size, data[k]});
+  }
+  // Where `bitlab run` puts a computed gradient: the worker's row, the
+  // optimizer's worker stage (checked before it changes any state), or the
+  // mean's tree.
+  bool finite = true;
+  if (!cluster_->streams_mean()) {
+    finite = gather_row_checked(pieces_, cluster_->grad(worker));
+  } else if (optimizer_takes_) {
+    finite = gather_row_checked(pieces_, take_row_);
+    if (finite) {
+      const RowPiece row{0, take_row_.size(), take_row_.data()};
+      if (cluster_->folds_taken_mean()) cluster_->take_into_mean(worker, {&row, 1});
+      optimizer_->take_gradient(worker, take_row_);
+    }
+  } else {
+    finite = cluster_->take_into_mean(worker, pieces_);
+  }
+  if (!finite) {
+    take_failed_ = true;
+    throw_non_finite(worker);
+  }
+  cluster_->losses()[static_cast<size_t>(worker)] = loss;
+  if (std::isnan(loss)) losses_measured_ = false;
+  taken = 1;
+  ++taken_;
+}
+
+void Simulation::throw_non_finite(int worker) const {
+  const int64_t e = first_non_finite(pieces_);
+  const auto& tensors = cluster_->tensors();
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const TensorInfo& t = tensors[k];
+    if (e < static_cast<int64_t>(t.offset) || e >= static_cast<int64_t>(t.offset + t.size)) {
+      continue;
+    }
+    const float v = pieces_[k].data[e - static_cast<int64_t>(t.offset)];
+    throw ConfigError("step " + std::to_string(step_ + 1) + ", worker " + std::to_string(worker) +
+                          ", parameter '" + t.name + "': gradient element " +
+                          std::to_string(e - static_cast<int64_t>(t.offset)) + " is " +
+                          (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf") +
+                          ": gradients must be finite (lower the lr, check the loss, or "
+                          "clip before the worker block ends)",
+                      t.name);
+  }
+  throw std::logic_error("Simulation::take_gradient: a non-finite element the pieces lack");
+}
+
+void Simulation::check_handed_ready() const {
+  const int local = cluster_->local_workers().size();
+  std::string why;
+  if (!began_) {
+    why = "begin_step() was not called";
+  } else if (take_failed_) {
+    why = "a gradient was refused";
+  } else if (taken_ != local) {
+    why = std::to_string(taken_) + " of " + std::to_string(local) + " workers' gradients taken";
+  }
+  if (!why.empty()) throw std::logic_error("Simulation::step: " + why);
+}
+
+void Simulation::finish_handed_gradients() {
+  if (cluster_->streams_mean()) {
+    // Under MPI the mean's nodes above the ranks' blocks are combined here:
+    // its seconds count with the optimizer's exchanges, as in a computed step.
+    const TransportStats before = comm_.transport().stats();
+    cluster_->finish_taken_mean();
+    streamed_transport_ = stats_since(comm_.transport().stats(), before);
+  }
+  began_ = false;
+}
+
 void Simulation::step_optimizer() {
   // Every byte the optimizer moves is logged by the communicator.
   comm_.begin_step(step_);
   StepContext ctx{step_, *cluster_, comm_};
   const TransportStats before = comm_.transport().stats();
-  optimizer_->step(ctx);
+  optimizer_->finish_step(ctx);
   const TransportStats own = stats_since(comm_.transport().stats(), before);
   last_.transport_s = streamed_transport_.seconds + own.seconds;
   last_.transport_wait_s = streamed_transport_.wait_seconds + own.wait_seconds;

@@ -1,14 +1,19 @@
 // The step loop as a library (docs/design.md "The way data flows"):
-//   1. every worker: loss + gradient on its batch (parallel)
-//   2. optimizer.step(): the communicator does the math of each collective and
-//      records it in the CommLog
+//   1. optimizer.begin_step(), then every worker: loss + gradient on its
+//      batch (parallel), each handed to the optimizer (take_gradient) or
+//      folded into the gradients' mean as it is made
+//   2. optimizer.finish_step(): the communicator does the math of each
+//      collective and records it in the CommLog
 //   3. a metrics row (StepMetrics), evaluation when due
+// A problem whose gradients are made outside (the Python bridge) drives step
+// 1 itself: begin_step(), take_gradient() per worker, then step().
 // Tests and benchmarks drive Simulation step by step; run_experiment()
 // (sim/engine/run.hpp) adds the results folder, progress and signals.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,6 +22,7 @@
 #include "sim/cluster/cluster.hpp"
 #include "sim/comm/comm.hpp"
 #include "sim/engine/config.hpp"
+#include "sim/kernels/worker_intake.hpp"
 #include "sim/timing/network.hpp"
 
 namespace bitlab {
@@ -54,9 +60,34 @@ class Simulation {
   // experiment.problem (the Python bridge's ExternalProblem, whose data the
   // experiment cannot hold). The simulator only (no transport).
   Simulation(const Experiment& experiment, std::unique_ptr<Problem> problem);
+  // The same as one rank of the MPI backend (`transport`; nullptr: the
+  // simulator): a problem whose gradients are handed in takes this rank's
+  // workers only (comm().local_workers()).
+  Simulation(const Experiment& experiment, Transport* transport, std::unique_ptr<Problem> problem);
 
-  // Runs one step and returns its metrics (eval filled when due).
+  // Runs one step and returns its metrics (eval filled when due). With a
+  // problem whose gradients are handed in, finishes the step that
+  // begin_step() began, once every local worker's gradient was taken.
   const StepMetrics& step();
+
+  // The per-worker path for a problem whose gradients are made outside
+  // bitlab (Problem::gradients_handed_in, the Python bridge): begin_step()
+  // before the step's first worker runs (an optimizer may give the workers
+  // parameters of their own here: 0/1 Adam's local steps), take_gradient()
+  // for every local worker once, in any order, then step(). Each gradient
+  // (`pieces`: the tensors' buffers, problem tensor order) is read once,
+  // straight into the optimizer's worker stage, the gradients' mean or the
+  // worker's row (what the optimizer reads, as in `bitlab run`), with the
+  // finiteness check in the same pass. A gradient with an element that is
+  // not finite throws ConfigError naming step, worker, tensor and element
+  // (field: the tensor); the step cannot be finished then. `loss`: NaN
+  // when not measured (train_loss is then NaN). Not thread-safe.
+  void begin_step();
+  void take_gradient(int worker, std::span<const float* const> pieces, double loss);
+  bool handed_in() const { return handed_; }
+  // Whether every worker's loss of the last step was measured (handed in;
+  // always true for a problem that computes its own).
+  bool losses_measured() const { return losses_measured_; }
   int64_t steps_done() const { return step_; }
   const Experiment& experiment() const { return experiment_; }
   const Problem& problem() const { return *problem_; }
@@ -88,12 +119,14 @@ class Simulation {
  private:
   // The parts of step(), in order; each fills its fields of last_.
   void compute_gradients();
+  void check_handed_ready() const;
+  void finish_handed_gradients();
+  [[noreturn]] void throw_non_finite(int worker) const;
   void step_optimizer();
   void count_traffic(size_t log_before);
   void price_step_time(size_t log_before);
   void evaluate_if_due();
 
-  Simulation(const Experiment& experiment, Transport* transport, std::unique_ptr<Problem> problem);
   Experiment experiment_;
   std::unique_ptr<Problem> problem_;
   std::unique_ptr<Cluster> cluster_;
@@ -104,6 +137,17 @@ class Simulation {
   // exchange across ranks), added to StepMetrics::transport_s and _wait_s.
   TransportStats streamed_transport_;
   bool timed_ = false;
+  // The handed-in path (begin_step / take_gradient).
+  bool handed_ = false;
+  bool began_ = false;         // begin_step() called for step_ + 1
+  bool optimizer_takes_ = false;  // this step's gradients go to the optimizer
+  bool norm_due_ = false;
+  bool take_failed_ = false;
+  bool losses_measured_ = true;
+  int taken_ = 0;
+  std::vector<char> worker_taken_;
+  std::vector<RowPiece> pieces_;
+  std::vector<float> take_row_;  // one row, for the optimizer's take_gradient
   bool evaluates_ = true;
   Topology topology_;
   std::vector<double> compute_base_s_, compute_s_;

@@ -34,7 +34,7 @@
 //   (compression)   (the signs, N·d/8 bytes, the server stage's d-sized
 //                   rows and the update are not counted: a lower bound)
 // Every optimizer here streams each gradient as it is made (into the mean, or
-// into the 1-bit family's worker stage: GradientSink, sim/cluster), so the
+// into the 1-bit family's worker stage: Optimizer::take_gradient), so the
 // gradient rows are never held; what stays per worker is the algorithm's own
 // state (1-bit Adam, 1-bit LAMB and 0/1 Adam without local steps: the error
 // row; 0/1 Adam with local steps: x_i, m_i, u_i too). The memory check

@@ -232,14 +232,18 @@ def test_nan_gradient_fails_the_run_and_leaves_no_complete_folder(tmp_path):
     x, y = data()
     sim = simulation(model, tmp_path, name="nan")
     train(sim, model, x, y, last=2)
-    for w in range(WORKERS):
-        with sim.worker(w):
-            torch.nn.functional.mse_loss(model(x[3, w]), y[3, w]).backward()
-            if w == 2:
-                model[0].weight.grad[1, 3] = float("nan")
-    with pytest.raises(bitlab.GradientError, match=r"worker 2, parameter '0.weight'.*nan") as e:
-        sim.step()
+    # Refused as worker 2's block ends (bitlab takes each gradient then, checked
+    # in the same pass), naming the worker, the parameter and the element.
+    with pytest.raises(bitlab.GradientError,
+                       match=r"step 3, worker 2, parameter '0.weight': gradient element 8 is nan") as e:
+        for w in range(WORKERS):
+            with sim.worker(w):
+                torch.nn.functional.mse_loss(model(x[3, w]), y[3, w]).backward()
+                if w == 2:
+                    model[0].weight.grad[1, 3] = float("nan")
     assert e.value.field == "0.weight" and e.value.worker == 2 and e.value.rule == "must be finite"
+    with pytest.raises(RuntimeError, match="closed"):
+        sim.step()
     summary = json.loads((tmp_path / "nan" / "summary.json").read_text())
     assert summary["status"] == "failed" and "0.weight" in summary["failure"]
     assert summary["failure"].startswith("GradientError")
