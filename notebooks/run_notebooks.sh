@@ -1,7 +1,11 @@
 #!/bin/bash
 # Executes the notebooks headless, as CI does, and prints each one's wall time.
 #
-#   notebooks/run_notebooks.sh [NOTEBOOK.ipynb ...]     (default: all four)
+#   notebooks/run_notebooks.sh [--smoke] [NOTEBOOK.ipynb ...]     (default: all four)
+#
+# --smoke: the notebooks' smoke size (BITLAB_NOTEBOOK_SMOKE=1: the same cells on a quarter to a
+# fifth of the steps; every cell and figure still runs, the curves say little). CTest's
+# `notebooks` entry runs this; the full runs stay one command away (no flag).
 #
 # Environment:
 #   BITLAB_BINARY     the bitlab executable (default: <repo>/build/bitlab, found by the notebooks)
@@ -34,6 +38,11 @@ if [ ! -x "$jupyter" ] || ! /usr/bin/python3 -c "import nbconvert, ipykernel, pa
   echo "run_notebooks.sh: needs Debian's Jupyter for /usr/bin/python3:" \
        "apt-get install jupyter-nbconvert python3-ipykernel python3-pandas python3-matplotlib" >&2
   exit 2
+fi
+
+if [ "${1:-}" = "--smoke" ]; then
+  export BITLAB_NOTEBOOK_SMOKE=1
+  shift
 fi
 
 if [ $# -gt 0 ]; then

@@ -358,7 +358,7 @@ class Simulation:
         """
         return self._local_range
 
-    def run_workers(self, loss_fn, batches):
+    def run_workers(self, loss_fn, batches, *, route="batched"):
         """Every worker's forward and backward of this step, in one batched pass where it can.
 
         ``loss_fn(model, *batch)`` returns a worker's loss (a scalar tensor) on
@@ -374,6 +374,9 @@ class Simulation:
 
         The gradients equal the loop's to float rounding (a batched product
         may sum in another order), and are the same bits run to run.
+        ``route="loop"`` runs the loop always: on torch 1.13 a convolution's
+        per-worker weight gradient becomes a grouped convolution that can be
+        several times slower than the loop on a busy machine (docs/python.md).
 
         >>> losses = sim.run_workers(lambda m, x, y: F.cross_entropy(m(x), y),
         ...                          [(x[w], y[w]) for w in range(sim.workers)])  # doctest: +SKIP
@@ -398,9 +401,14 @@ class Simulation:
             raise ConfigError(f"batches: {given} batches for {self.workers} workers: give one per "
                               f"worker", field="batches", value=str(given),
                               rule=f"must hold {self.workers} batches")
+        if route not in ("batched", "loop"):
+            raise ConfigError(f'route = {route!r}: must be "batched" or "loop"', field="route",
+                              value=repr(route), rule='must be "batched" or "loop"')
         if not self._begun:
             self._run.begin_step()
             self._begun = True
+        if route == "loop":
+            return self._run_looped(loss_fn, batches, workers)
         reason = self._unbatchable_reason(workers)
         if reason is None:
             try:

@@ -13,6 +13,9 @@
 namespace bitlab {
 namespace {
 
+// Levels of a tree over at most 2^30 workers, its root included.
+constexpr size_t kWorkerTreeDepth = 32;
+
 inline float to_wire(float v, WireDtype wire) {
   switch (wire) {
     case WireDtype::kFp16:
@@ -25,54 +28,75 @@ inline float to_wire(float v, WireDtype wire) {
   return v;
 }
 
-// dst[i] = wire(src[i]) (kAdd: dst[i] += wire(src[i])) over n elements, in
-// one pass with the finiteness check (x − x ≠ 0 for inf and NaN). Elementwise,
-// so splitting it over threads leaves the bits alone.
-template <bool kAdd>
-bool piece_pass(const float* src, float* dst, size_t n, WireDtype wire) {
-  const int64_t m = static_cast<int64_t>(n);
-  bool finite = true;
-  const auto run = [&]<WireDtype W>() {
-#pragma omp parallel for simd schedule(static) reduction(&& : finite) if (m > kParallelMinElements)
-    for (int64_t i = 0; i < m; ++i) {
-      const float v = src[i];
-      finite = finite && (v - v) == 0.0f;
-      const float w = W == WireDtype::kFp32   ? v
-                      : W == WireDtype::kFp16 ? round_to_half(v)
-                                              : round_to_bf16(v);
-      if constexpr (kAdd) {
-        dst[i] += w;
-      } else {
-        dst[i] = w;
-      }
+// Elements a block of the fused pass keeps in a thread's scratch (8 KiB: L1).
+constexpr size_t kBlock = 2048;
+
+// dst[i] = wire(src[i]) over n elements (src null: 0), in one pass with the
+// finiteness check; returns false when an element is not finite. (v − v is
+// 0 for a finite v and NaN for inf and NaN, so the block's sum of them is 0
+// exactly when every element is finite.)
+template <WireDtype W>
+bool wire_block(const float* src, float* dst, size_t n) {
+  if (src == nullptr) {
+    std::fill(dst, dst + n, 0.0f);
+    return true;
+  }
+  float check = 0.0f;
+#pragma omp simd reduction(+ : check)
+  for (size_t i = 0; i < n; ++i) {
+    const float v = src[i];
+    check += v - v;
+    if constexpr (W == WireDtype::kFp32) {
+      dst[i] = v;
+    } else if constexpr (W == WireDtype::kFp16) {
+      dst[i] = round_to_half(v);
+    } else {
+      dst[i] = round_to_bf16(v);
     }
-  };
-  switch (wire) {
-    case WireDtype::kFp32:
-      run.template operator()<WireDtype::kFp32>();
-      break;
-    case WireDtype::kFp16:
-      run.template operator()<WireDtype::kFp16>();
-      break;
-    case WireDtype::kBf16:
-      run.template operator()<WireDtype::kBf16>();
-      break;
+  }
+  return check == 0.0f;
+}
+
+// One pass over a row: for every element, x = wire(row), then x = c + x for
+// each complete node c of `chain` in order (the leaf's sibling first, then
+// each ancestor's: the tree's additions, one float add per level), and
+// out = x. `out` may be the last node of the chain (each element is read
+// before it is written). Returns false when an element is not finite.
+template <WireDtype W>
+bool fused_row(std::span<const RowPiece> pieces, std::span<const float* const> chain, float* out) {
+  bool finite = true;
+  for (const RowPiece& p : pieces) {
+    const int64_t blocks = static_cast<int64_t>((p.size + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static) reduction(&& : finite) \
+    if (static_cast<int64_t>(p.size) > kParallelMinElements)
+    for (int64_t b = 0; b < blocks; ++b) {
+      alignas(64) float x[kBlock];
+      const size_t lo = static_cast<size_t>(b) * kBlock;
+      const size_t n = std::min(kBlock, p.size - lo);
+      finite = wire_block<W>(p.data == nullptr ? nullptr : p.data + lo, x, n) && finite;
+      const size_t at = p.offset + lo;
+      for (const float* c : chain) {
+        const float* __restrict node = c + at;
+#pragma omp simd
+        for (size_t i = 0; i < n; ++i) x[i] = node[i] + x[i];
+      }
+      std::copy(x, x + n, out + at);
+    }
   }
   return finite;
 }
 
-// Every piece of a row through piece_pass; zero pieces give wire(0) = 0.
-template <bool kAdd>
-bool row_pass(std::span<const RowPiece> pieces, float* dst, WireDtype wire) {
-  bool finite = true;
-  for (const RowPiece& p : pieces) {
-    if (p.data != nullptr) {
-      finite &= piece_pass<kAdd>(p.data, dst + p.offset, p.size, wire);
-    } else if (!kAdd) {
-      std::fill(dst + p.offset, dst + p.offset + p.size, 0.0f);
-    }
+bool fused_row(std::span<const RowPiece> pieces, std::span<const float* const> chain, float* out,
+               WireDtype wire) {
+  switch (wire) {
+    case WireDtype::kFp16:
+      return fused_row<WireDtype::kFp16>(pieces, chain, out);
+    case WireDtype::kBf16:
+      return fused_row<WireDtype::kBf16>(pieces, chain, out);
+    case WireDtype::kFp32:
+      break;
   }
-  return finite;
+  return fused_row<WireDtype::kFp32>(pieces, chain, out);
 }
 
 }  // namespace
@@ -88,7 +112,7 @@ int64_t first_non_finite(std::span<const RowPiece> pieces) {
 }
 
 bool gather_row_checked(std::span<const RowPiece> pieces, std::span<float> dst) {
-  return row_pass<false>(pieces, dst.data(), WireDtype::kFp32);
+  return fused_row(pieces, {}, dst.data(), WireDtype::kFp32);
 }
 
 WorkerTreeIntake::WorkerTreeIntake(int workers, size_t dim, WireDtype wire)
@@ -169,32 +193,26 @@ bool WorkerTreeIntake::take(int worker, std::span<const RowPiece> pieces) {
                ? parent_start + left_places + 2 * static_cast<size_t>(parent.hi - mid) - 2
                : parent_start + left_places - 1;
   };
+  // The complete nodes this row completes the tree with, bottom up: the
+  // leaf's sibling, then each ancestor's sibling while it is complete. One
+  // fused pass adds the row and them (fused_row); the topmost node's buffer
+  // takes the result, the others are freed.
   size_t i = path_.size() - 1;
-  int buffer = -1;
-  bool finite = true;
-  // The leaf: into its complete sibling (the parent's value), or a node of its own.
-  if (i > 0 && waiting_[sibling_id(i)] >= 0) {
-    buffer = std::exchange(waiting_[sibling_id(i)], -1);
-    finite = row_pass<true>(pieces, buffers_[static_cast<size_t>(buffer)].data(), wire_);
-    --i;
-  } else {
-    buffer = acquire();
-    finite = row_pass<false>(pieces, buffers_[static_cast<size_t>(buffer)].data(), wire_);
-  }
-  // Up the tree while the sibling is complete: sibling += node.
+  int chain_buffers[kWorkerTreeDepth];
+  const float* chain[kWorkerTreeDepth];
+  size_t links = 0;
   while (i > 0) {
     const size_t s = sibling_id(i);
     if (waiting_[s] < 0) break;
-    const int into = std::exchange(waiting_[s], -1);
-    float* __restrict dst = buffers_[static_cast<size_t>(into)].data();
-    const float* __restrict src = buffers_[static_cast<size_t>(buffer)].data();
-    const int64_t m = static_cast<int64_t>(dim_);
-#pragma omp parallel for simd schedule(static) if (m > kParallelMinElements)
-    for (int64_t k = 0; k < m; ++k) dst[k] += src[k];
-    free_.push_back(buffer);
-    buffer = into;
+    chain_buffers[links] = std::exchange(waiting_[s], -1);
+    chain[links] = buffers_[static_cast<size_t>(chain_buffers[links])].data();
+    ++links;
     --i;
   }
+  const int buffer = links > 0 ? chain_buffers[links - 1] : acquire();
+  const bool finite =
+      fused_row(pieces, {chain, links}, buffers_[static_cast<size_t>(buffer)].data(), wire_);
+  for (size_t k = 0; k + 1 < links; ++k) free_.push_back(chain_buffers[k]);
   if (i == 0) {
     root_buffer_ = buffer;
   } else {
