@@ -520,10 +520,14 @@ Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t se
   check_memory_fits(memory_estimate(),
                     "cluster.workers = " + std::to_string(workers_) +
                         " workers of d = " + std::to_string(dim_) + " parameters",
-                    std::string(stream_ ? "4-byte floats: the streamed gradient mean's blocks "
-                                          "and partial sums, and the parameters"
-                                        : "4-byte floats: one gradient row per worker and the "
-                                          "parameters") +
+                    std::string(!stream_ ? "4-byte floats: one gradient row per worker and the "
+                                           "parameters"
+                                : stream_->handed
+                                    ? "4-byte floats: the handed-in gradients' tree rows "
+                                      "(log2 n + 1 when the workers come in order) and the "
+                                      "parameters"
+                                    : "4-byte floats: the streamed gradient mean's blocks "
+                                      "and partial sums, and the parameters") +
                         (optimizer_bytes_ > 0 ? "; the optimizer's state " +
                                                     human_bytes(static_cast<double>(optimizer_bytes_))
                                               : std::string()),

@@ -358,3 +358,23 @@ def test_sparse_gradient_is_refused(tmp_path):
             model(torch.tensor([1, 2])).sum().backward()
     assert e.value.field == "weight"
     sim.close()
+
+
+# -- memory: a bridge run holds what `bitlab run` holds, and is refused up front otherwise ---------
+
+def test_a_run_that_cannot_fit_is_refused_with_the_figure(tmp_path):
+    # LoCo reads per-worker gradients, so it holds a row per worker (and its error
+    # buffers): 200 000 workers of a 1 M-parameter model need terabytes, refused before
+    # anything is allocated or written. Adam on the same model holds the mean's tree rows
+    # only (log2 n + 1 = 19 rows) and starts.
+    model = torch.nn.Linear(1000, 1000)
+    with pytest.raises(bitlab.ConfigError,
+                       match=r"cluster.workers = 200000 workers of d = 1001000 parameters need "
+                             r"at least [\d.]+ TB \(4-byte floats: one gradient row per worker"):
+        bitlab.torch.Simulation(model, workers=200000, steps=2, optimizer="loco",
+                                out=tmp_path / "loco")
+    assert not (tmp_path / "loco").exists()
+    sim = bitlab.torch.Simulation(model, workers=200000, steps=2, optimizer="adam",
+                                  out=tmp_path / "adam")
+    assert (tmp_path / "adam" / "config.json").exists()
+    sim.close()
