@@ -28,6 +28,7 @@ no copy). The run folder is the usual one: ``bitlab plot``, ``report``,
 docs/python.md is the guide (the rules, checkpoints, measured compute time).
 """
 
+import contextlib
 import json
 import os
 import time
@@ -157,6 +158,11 @@ class Simulation:
         options.checkpoint_every = int(checkpoint_every)
         options.resume = _resume is not None
         options.mpi = self._uses_mpi(backend)
+        # bitlab takes each gradient on a thread of its own while torch computes the next
+        # worker when torch leaves a core idle (docs/building.md, "The Python bridge": 20 %
+        # -> 12 % of torch's time here at 1 torch thread; with every core busy in torch the
+        # extra thread only competes, so the take then runs inline). The bits are the same.
+        options.background_take = _torch.get_num_threads() < (os.cpu_count() or 1)
         if options.mpi and self._measured:
             raise ConfigError('compute = "measured": not under MPI (each rank times only its own '
                               'workers); use a compute section ({"step_ms": ...})',
@@ -175,6 +181,7 @@ class Simulation:
         self._bind(self._run.params())
         self._local_views = {}
         self._begun = False
+        self._pending = None  # the gradients bitlab is taking in the background
         self._entered = set()
         self._losses = {}
         self._compute_s = [0.0] * self.workers
@@ -460,15 +467,37 @@ class Simulation:
             self._run.warn(text)
 
     def _hand_in(self, index, grads, loss):
-        """Worker ``index``'s gradients (contiguous float32, one per trained parameter) to bitlab."""
-        try:
+        """Worker ``index``'s gradients (contiguous float32, one per trained parameter) to bitlab.
+
+        bitlab takes them on a thread of its own while this thread goes on to the next
+        worker; the tensors are kept alive until that take is done (the next hand-in,
+        :meth:`step` or :meth:`close` waits for it). A gradient bitlab refuses (not
+        finite) is raised at the next of those, naming its worker.
+        """
+        with self._take_errors():
             self._run.take_gradient(index, [g.data_ptr() for g in grads], loss)
+        self._pending = grads
+
+    @contextlib.contextmanager
+    def _take_errors(self):
+        """bitlab's refusal of a handed-in gradient (field: the parameter) as a GradientError;
+        the run then ends "failed"."""
+        try:
+            yield
         except ConfigError as e:
-            # bitlab refuses a gradient that is not finite (field: the
-            # parameter); the run ends "failed".
-            error = GradientError(e.message, field=e.field, rule="must be finite", worker=index)
+            worker = self._run.failed_worker
+            if worker < 0:
+                raise
+            self._pending = None
+            error = GradientError(e.message, field=e.field, rule="must be finite", worker=worker)
             self._fail(error)
             raise error from None
+
+    def _sync(self):
+        """Waits for the gradient bitlab is taking in the background (raising its refusal)."""
+        with self._take_errors():
+            self._run.wait()
+        self._pending = None
 
     def _local(self, index):
         """Worker ``index``'s own parameters as views, or None while it reads the shared ones
@@ -586,6 +615,7 @@ class Simulation:
             raise ValueError(f"step {self.steps_done + 1}: workers {without} set no wk.loss while "
                              f"others did: set it in every worker's block or in none")
         compute = list(self._compute_s) if self._measured else None
+        self._sync()
         try:
             go_on = self._run.step(compute)
         except BaseException as e:
@@ -617,6 +647,7 @@ class Simulation:
         model keeps its final parameters (in memory of its own again).
         """
         if not self._run.finished:
+            self._sync()
             self._run.finish()
         self._detach()
         return self.summary
@@ -640,6 +671,11 @@ class Simulation:
         return False
 
     def __del__(self):
+        try:
+            if hasattr(self, "_run"):
+                self._run.wait()  # no take may outlive the gradients it reads
+        except Exception:
+            pass
         try:
             if getattr(self, "ranks", 1) > 1:
                 return  # ending a run is collective under MPI: close() it in the script

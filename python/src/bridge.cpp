@@ -13,7 +13,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <omp.h>
+
 #include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <utility>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -40,6 +48,10 @@ struct BridgeOptions {
   int64_t checkpoint_every = 0;
   bool resume = false;  // continue the run in out_dir from its checkpoint
   bool mpi = false;     // this process is one rank of an MPI job (mpirun, srun)
+  // Take each gradient on a thread of its own (BackgroundTaker) while torch
+  // computes the next worker: when torch leaves a core idle (bitlab.torch
+  // decides); else inline.
+  bool background_take = false;
 };
 
 // The MPI transport of this process, made on the first MPI bridge run and
@@ -68,11 +80,84 @@ ExternalOptions external_options(const Experiment& e) {
   return ExternalOptions::schema().read(options, "problem");
 }
 
+// Runs each worker's take on a thread of its own, in the order posted, while
+// the caller's thread goes on to the next worker's forward and backward in
+// torch (which leaves a core idle when it runs fewer threads than the
+// machine has; docs/building.md, "The Python bridge"). One take in flight at
+// a time: post() first waits for the one before, so the takes run in the
+// workers' exit order, one after another, as if taken inline (the same bits).
+// The take runs one OpenMP thread (its own ICV), beside torch's.
+class BackgroundTaker {
+ public:
+  BackgroundTaker() = default;
+  BackgroundTaker(const BackgroundTaker&) = delete;
+  BackgroundTaker& operator=(const BackgroundTaker&) = delete;
+  ~BackgroundTaker() {
+    {
+      std::unique_lock lock(mutex_);
+      done_.wait(lock, [this] { return !busy_; });
+      stop_ = true;
+    }
+    ready_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  // Waits for the take in flight; rethrows what it threw (failed_worker()
+  // then names its worker).
+  void wait() {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [this] { return !busy_; });
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+  void post(int worker, std::function<void()> job) {
+    wait();
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    {
+      std::lock_guard lock(mutex_);
+      job_ = std::move(job);
+      worker_ = worker;
+      busy_ = true;
+    }
+    ready_.notify_one();
+  }
+  int failed_worker() const { return failed_; }
+
+ private:
+  void loop() {
+    omp_set_num_threads(1);
+    std::unique_lock lock(mutex_);
+    while (true) {
+      ready_.wait(lock, [this] { return busy_ || stop_; });
+      if (!busy_) return;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        job_();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      if (error) {
+        error_ = error;
+        failed_ = worker_;
+      }
+      busy_ = false;
+      done_.notify_all();
+    }
+  }
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable ready_, done_;
+  std::function<void()> job_;
+  bool busy_ = false, stop_ = false;
+  int worker_ = -1, failed_ = -1;
+  std::exception_ptr error_;
+};
+
 class BridgeRun {
  public:
   BridgeRun(const std::string& resolved_json, py::array_t<float, py::array::c_style> initial,
             std::vector<std::string> eval_columns, py::object evaluate, const BridgeOptions& bo)
-      : evaluate_(std::move(evaluate)) {
+      : evaluate_(std::move(evaluate)), background_(bo.background_take) {
     RunCliOptions o;
     o.out_dir = bo.out_dir;
     o.results_root = bo.results_root;
@@ -122,7 +207,20 @@ class BridgeRun {
                               self_obj);
   }
 
-  void begin_step() { session_->simulation().begin_step(); }
+  void begin_step() {
+    wait();
+    session_->simulation().begin_step();
+  }
+
+  // Waits for the take in flight (the GIL released meanwhile); rethrows its
+  // error (failed_worker names the worker).
+  void wait() {
+    py::gil_scoped_release release;
+    taker_.wait();
+  }
+  int failed_worker() const {
+    return failed_inline_ >= 0 ? failed_inline_ : taker_.failed_worker();
+  }
 
   // The gradients' mean of the last step as the optimizer read it (a float32
   // array over the cluster's memory, valid until the next step; None when
@@ -145,15 +243,34 @@ class BridgeRun {
   // Worker w's gradient: `data[k]` is the address of tensor k's .grad
   // (contiguous float32 of the tensor's size, kept alive by the caller for
   // the call). NaN `loss`: not measured.
+  // The take runs in the background (BackgroundTaker): the caller keeps the
+  // buffers alive until the next take_gradient, wait() or step() returns.
+  // Throws what the previous take threw.
   void take_gradient(int worker, const std::vector<uintptr_t>& data, std::optional<double> loss) {
-    const auto start = std::chrono::steady_clock::now();
-    ptrs_.clear();
-    for (const uintptr_t p : data) ptrs_.push_back(reinterpret_cast<const float*>(p));
-    session_->simulation().take_gradient(worker, ptrs_, loss.value_or(std::nan("")));
-    take_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::vector<const float*> ptrs;
+    ptrs.reserve(data.size());
+    for (const uintptr_t p : data) ptrs.push_back(reinterpret_cast<const float*>(p));
+    const double value = loss.value_or(std::nan(""));
+    auto take = [this, worker, ptrs = std::move(ptrs), value] {
+      const auto start = std::chrono::steady_clock::now();
+      session_->simulation().take_gradient(worker, ptrs, value);
+      take_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    if (!background_) {
+      try {
+        take();
+      } catch (...) {
+        failed_inline_ = worker;
+        throw;
+      }
+      return;
+    }
+    py::gil_scoped_release release;
+    taker_.post(worker, std::move(take));
   }
 
   bool step(std::optional<std::vector<double>> compute_s) {
+    wait();
     if (compute_s) session_->simulation().set_next_compute_s(std::move(*compute_s));
     return session_->step();
   }
@@ -170,7 +287,10 @@ class BridgeRun {
   RunSession& session() { return *session_; }
   // Seconds spent in take_gradient since the start: what the bridge adds to
   // torch's forward and backward (tests/bench/bench_bridge.py reports it).
-  double take_seconds() const { return take_s_; }
+  double take_seconds() {
+    wait();
+    return take_s_;
+  }
 
  private:
   void evaluate_into(size_t count, std::span<double> out) {
@@ -185,9 +305,11 @@ class BridgeRun {
 
   py::object evaluate_;
   ExternalProblem* problem_ = nullptr;  // owned by the session's simulation
-  std::vector<const float*> ptrs_;
-  double take_s_ = 0.0;
+  double take_s_ = 0.0;   // written by the taker's thread, read after wait()
+  bool background_ = false;
+  int failed_inline_ = -1;
   std::unique_ptr<RunSession> session_;
+  BackgroundTaker taker_;  // destroyed first: no take outlives the session
 };
 
 }  // namespace
@@ -201,7 +323,8 @@ void bind_bridge(py::module_& m) {
       .def_readwrite("quiet", &BridgeOptions::quiet)
       .def_readwrite("checkpoint_every", &BridgeOptions::checkpoint_every)
       .def_readwrite("resume", &BridgeOptions::resume)
-      .def_readwrite("mpi", &BridgeOptions::mpi);
+      .def_readwrite("mpi", &BridgeOptions::mpi)
+      .def_readwrite("background_take", &BridgeOptions::background_take);
   m.add_object("_release_transport", py::cpp_function([] { process_transport().reset(); }));
   py::module_::import("atexit").attr("register")(m.attr("_release_transport"));
   py::class_<BridgeRun>(m, "BridgeRun")
@@ -210,12 +333,26 @@ void bind_bridge(py::module_& m) {
       .def("params", [](py::object self) { return BridgeRun::params_view(self, -1); })
       .def("local_params", [](py::object self, int w) { return BridgeRun::params_view(self, w); })
       .def("begin_step", &BridgeRun::begin_step)
+      .def("wait", &BridgeRun::wait)
+      .def_property_readonly("failed_worker", &BridgeRun::failed_worker)
       .def("gradient_mean", [](py::object self) { return BridgeRun::gradient_mean(self); })
       .def("take_gradient", &BridgeRun::take_gradient, py::arg("worker"), py::arg("data"),
            py::arg("loss"))
       .def("step", &BridgeRun::step, py::arg("compute_s") = py::none())
-      .def("finish", [](BridgeRun& b) { return b.session().finish(); })
-      .def("fail", [](BridgeRun& b, const std::string& why) { return b.session().fail(why); })
+      .def("finish",
+           [](BridgeRun& b) {
+             b.wait();  // a failed take is the caller's to report first (bitlab.torch does)
+             return b.session().finish();
+           })
+      .def("fail",
+           [](BridgeRun& b, const std::string& why) {
+             try {
+               b.wait();
+             } catch (...) {
+               // already failing: this run's reason is `why`
+             }
+             return b.session().fail(why);
+           })
       .def("warn", [](BridgeRun& b, const std::string& text) { b.session().warn(text); })
       .def_property_readonly("tensors", &BridgeRun::tensors)
       .def_property_readonly("take_seconds", &BridgeRun::take_seconds)

@@ -378,3 +378,30 @@ def test_a_run_that_cannot_fit_is_refused_with_the_figure(tmp_path):
                                   out=tmp_path / "adam")
     assert (tmp_path / "adam" / "config.json").exists()
     sim.close()
+
+
+def test_a_refused_last_gradient_is_raised_by_step_and_by_close(tmp_path):
+    # bitlab takes each gradient on a thread of its own while the next worker runs (when
+    # torch leaves a core idle), so a refusal surfaces at the next hand-in, or, for the last
+    # worker, at step() or close(); inline (torch on every core) it surfaces at once. Both.
+    x, y = data()
+    threads = torch.get_num_threads()
+    for torch_threads, end in ((1, "step"), (1, "close"), (os.cpu_count(), "step")):
+        torch.set_num_threads(torch_threads)
+        model = make_model()
+        sim = simulation(model, tmp_path, name=f"last-{end}-{torch_threads}")
+        with pytest.raises(bitlab.GradientError, match=r"worker 3, parameter '2.bias'.*is inf") as e:
+            hand_in_last(sim, model, x, y)  # inline: raised here, as the block ends
+            sim.step() if end == "step" else sim.close()
+        assert e.value.worker == WORKERS - 1 and e.value.field == "2.bias"
+        summary = json.loads((tmp_path / f"last-{end}-{torch_threads}" / "summary.json").read_text())
+        assert summary["status"] == "failed" and "2.bias" in summary["failure"]
+    torch.set_num_threads(threads)
+
+
+def hand_in_last(sim, model, x, y):
+    for w in range(WORKERS):
+        with sim.worker(w):
+            torch.nn.functional.mse_loss(model(x[1, w]), y[1, w]).backward()
+            if w == WORKERS - 1:
+                model[2].bias.grad[0] = float("inf")
