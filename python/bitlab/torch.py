@@ -159,8 +159,8 @@ class Simulation:
         options.resume = _resume is not None
         options.mpi = self._uses_mpi(backend)
         # bitlab takes each gradient on a thread of its own while torch computes the next
-        # worker when torch leaves a core idle (docs/building.md, "The Python bridge": 20 %
-        # -> 12 % of torch's time here at 1 torch thread; with every core busy in torch the
+        # worker when torch leaves a core idle (docs/building.md, "The Python bridge": about 20 %
+        # -> 10 % of torch's time there at 1 torch thread; with every core busy in torch the
         # extra thread only competes, so the take then runs inline). The bits are the same.
         options.background_take = _torch.get_num_threads() < (os.cpu_count() or 1)
         if options.mpi and self._measured:

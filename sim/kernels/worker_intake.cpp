@@ -2,11 +2,11 @@
 // (worker_intake.hpp says why and what it holds).
 #include "sim/kernels/worker_intake.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 #include <utility>
-#include <algorithm>
 
 #include "sim/kernels/reduce.hpp"
 

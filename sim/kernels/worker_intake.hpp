@@ -10,9 +10,11 @@
 // The bits are mean_over_workers': a leaf is the worker's row rounded to the
 // wire (to_wire), an inner node left + right (one float add, which is
 // commutative, so which sibling arrives first does not matter), the root
-// wire(node / n), as finish_mean. The worker's row is read once: rounded into
-// a node of its own, or added straight into its complete sibling, with the
-// finiteness check in the same pass.
+// wire(node / n), as finish_mean. The worker's row is read once: one pass
+// rounds it and adds, level by level, every complete node it completes (its
+// sibling, then each ancestor's sibling), writing the result into the
+// topmost of them (or a node of its own), with the finiteness check in the
+// same pass.
 #pragma once
 
 #include <cstddef>

@@ -405,3 +405,23 @@ def hand_in_last(sim, model, x, y):
             torch.nn.functional.mse_loss(model(x[1, w]), y[1, w]).backward()
             if w == WORKERS - 1:
                 model[2].bias.grad[0] = float("inf")
+
+
+def test_backend_choice(tmp_path, monkeypatch):
+    from bitlab import _launch
+    assert _launch.launched_ranks({"OMPI_COMM_WORLD_SIZE": "4"}) == 4
+    assert _launch.launched_ranks({"PMI_SIZE": "2"}) == 2
+    assert _launch.launched_ranks({"SLURM_NTASKS": "8"}) == 1  # sbatch's own shell: no step
+    assert _launch.launched_ranks({"SLURM_NTASKS": "8", "SLURM_STEP_ID": "0"}) == 8
+    model = make_model()
+    with pytest.raises(bitlab.ConfigError, match='backend = .gpu.: must be "auto", "sim" or "mpi"') as e:
+        simulation(model, tmp_path, name="b1", backend="gpu")
+    assert e.value.field == "backend"
+    for key in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE",
+                "SLURM_STEP_ID"):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(bitlab.ConfigError, match="not started by an MPI launcher"):
+        simulation(model, tmp_path, name="b2", backend="mpi")
+    sim = simulation(model, tmp_path, name="b3", backend="sim")
+    assert sim.ranks == 1 and list(sim.local_workers) == list(range(WORKERS))
+    sim.close()
