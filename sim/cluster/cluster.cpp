@@ -744,8 +744,6 @@ void Cluster::begin_taking(bool mean, bool with_fp32) {
   for (WorkerTreeIntake& in : st.intakes) in.begin();
 }
 
-bool Cluster::folds_taken_mean() const { return stream_->folded > 0; }
-
 bool Cluster::take_into_mean(int worker, std::span<const RowPiece> pieces) {
   Stream& st = *stream_;
   bool finite = true;

@@ -209,8 +209,6 @@ class Cluster {
   // as compute_gradient_mean gives them (the same bits).
   void begin_taking(bool mean, bool with_fp32);
   bool take_into_mean(int worker, std::span<const RowPiece> pieces);
-  // Whether this step folds any mean (take_into_mean has work to do).
-  bool folds_taken_mean() const;
   void finish_taken_mean();
   bool takes_handed_gradients() const;
   // The mean of the last compute_gradient_mean() in `wire`: the streamed wire,

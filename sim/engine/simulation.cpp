@@ -105,8 +105,7 @@ const StepMetrics& Simulation::step() {
 void Simulation::compute_gradients() {
   // Every worker: loss and gradient on its batch.
   StepMetrics& m = last_;
-  const int64_t every = experiment_.run.grad_norm_every;
-  const bool norm_due = every > 0 && step_ % every == 0;
+  const bool norm_due = grad_norm_due(step_);
   if (handed_) {
     finish_handed_gradients();
   } else if (cluster_->streams_mean()) {
@@ -144,18 +143,21 @@ void Simulation::compute_gradients() {
   }
 }
 
+bool Simulation::grad_norm_due(int64_t t) const {
+  const int64_t every = experiment_.run.grad_norm_every;
+  return every > 0 && t % every == 0;
+}
+
 void Simulation::begin_step() {
   if (!handed_) {
     throw std::logic_error("Simulation::begin_step: this problem computes its own gradients");
   }
   if (began_) throw std::logic_error("Simulation::begin_step: step already begun");
   const int64_t t = step_ + 1;
-  const int64_t every = experiment_.run.grad_norm_every;
-  norm_due_ = every > 0 && t % every == 0;
   optimizer_takes_ = false;
   if (cluster_->streams_mean()) {
     optimizer_takes_ = optimizer_->begin_step(t);
-    cluster_->begin_taking(!optimizer_takes_, norm_due_);
+    cluster_->begin_taking(!optimizer_takes_, grad_norm_due(t));
     if (optimizer_takes_ && take_row_.empty()) take_row_.assign(cluster_->dim(), 0.0f);
   }
   std::fill(worker_taken_.begin(), worker_taken_.end(), 0);
@@ -197,7 +199,7 @@ void Simulation::take_gradient(int worker, std::span<const float* const> data, d
     finite = gather_row_checked(pieces_, take_row_);
     if (finite) {
       const RowPiece row{0, take_row_.size(), take_row_.data()};
-      if (cluster_->folds_taken_mean()) cluster_->take_into_mean(worker, {&row, 1});
+      cluster_->take_into_mean(worker, {&row, 1});  // the fp32 tree of the grad_norm metric, if due
       optimizer_->take_gradient(worker, take_row_);
     }
   } else {

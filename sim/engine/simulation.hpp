@@ -119,6 +119,8 @@ class Simulation {
  private:
   // The parts of step(), in order; each fills its fields of last_.
   void compute_gradients();
+  // Whether step t measures the grad_norm metric (run.grad_norm_every).
+  bool grad_norm_due(int64_t t) const;
   void check_handed_ready() const;
   void finish_handed_gradients();
   [[noreturn]] void throw_non_finite(int worker) const;
@@ -141,7 +143,6 @@ class Simulation {
   bool handed_ = false;
   bool began_ = false;         // begin_step() called for step_ + 1
   bool optimizer_takes_ = false;  // this step's gradients go to the optimizer
-  bool norm_due_ = false;
   bool take_failed_ = false;
   bool losses_measured_ = true;
   int taken_ = 0;

@@ -9,24 +9,13 @@
 #include <utility>
 
 #include "sim/kernels/reduce.hpp"
+#include "sim/kernels/worker_mean.hpp"
 
 namespace bitlab {
 namespace {
 
 // Levels of a tree over at most 2^30 workers, its root included.
 constexpr size_t kWorkerTreeDepth = 32;
-
-inline float to_wire(float v, WireDtype wire) {
-  switch (wire) {
-    case WireDtype::kFp16:
-      return round_to_half(v);
-    case WireDtype::kBf16:
-      return round_to_bf16(v);
-    case WireDtype::kFp32:
-      break;
-  }
-  return v;
-}
 
 // Elements a block of the fused pass keeps in a thread's scratch (8 KiB: L1).
 constexpr size_t kBlock = 2048;
@@ -234,14 +223,8 @@ void WorkerTreeIntake::finish(std::span<float> out) const {
   if (lo_ != 0 || hi_ != workers_) {
     throw std::logic_error("WorkerTreeIntake::finish: a node's intake has no mean (root())");
   }
-  (void)root();
-  // As mean_impl: wire(sum / float(n)).
-  const float count = static_cast<float>(workers_);
-  const float* root = buffers_[static_cast<size_t>(root_buffer_)].data();
-  const int64_t m = static_cast<int64_t>(dim_);
-  const WireDtype wire = wire_;
-#pragma omp parallel for simd schedule(static) if (m > kParallelMinElements)
-  for (int64_t k = 0; k < m; ++k) out[k] = to_wire(root[k] / count, wire);
+  // mean_over_workers' last operation: wire(root / float(n)).
+  finish_mean(root(), {}, workers_, out, wire_);
 }
 
 }  // namespace bitlab
