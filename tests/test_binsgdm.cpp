@@ -20,9 +20,13 @@
 #include "sim/engine/config.hpp"
 #include "sim/engine/simulation.hpp"
 #include "tests/fixtures.hpp"
+#include "tests/bits.hpp"
 
 namespace bitlab {
 namespace {
+using bitlab::testing::bit_equal;
+using bitlab::testing::random_vector;
+using bitlab::testing::config_error_message;
 
 using testing::FixedProblem;
 
@@ -50,28 +54,9 @@ GradFn random_grads(float scale = 1.0f, bool heavy = false) {
   };
 }
 
-std::vector<float> random_vector(size_t d, uint64_t seed, float scale) {
-  std::vector<float> x(d);
-  fill_normal(RngStream(seed, Purpose::kTest), x, scale);
-  return x;
-}
-
-bool bit_equal(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // `{}` in a braced call is a JSON null: read it as an empty object.
 BinSgdmOptions read(const Json& j) {
   return BinSgdmOptions::schema().read(j.is_null() ? Json::object() : j, "optimizer");
-}
-
-std::string config_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no ConfigError)";
 }
 
 // ---------------------------------------------------------------------------
@@ -286,7 +271,7 @@ TEST_SUITE("binsgdm") {
     REQUIRE(e != nullptr);
     CHECK(e->resolve({{"name", "binsgdm"}}, "optimizer")["denominator"] == "abs_ema");
 
-    auto err = [](Json j) { return config_error_of([&] { read(j); }); };
+    auto err = [](Json j) { return config_error_message([&] { read(j); }); };
     CHECK(err({{"lr", 0}}) == "optimizer.lr = 0: must be > 0");
     CHECK(err({{"beta", 1}}) == "optimizer.beta = 1: must be in [0, 1)");
     CHECK(err({{"eps", -1e-8}}) == "optimizer.eps = -1e-08: must be > 0");
@@ -301,7 +286,7 @@ TEST_SUITE("binsgdm") {
                       {"problem", {{"name", "logistic"}, {"dim", 10}}},
                       {"cluster", {{"workers", 6}}},
                       {"optimizer", {{"name", "binsgdm"}, {"node_size", 4}}}};
-    CHECK(config_error_of([&] { Simulation sim(resolve_experiment(bad, "t")); }) ==
+    CHECK(config_error_message([&] { Simulation sim(resolve_experiment(bad, "t")); }) ==
           "optimizer.node_size = 4: must divide the number of workers (6)");
   }
 }

@@ -11,10 +11,12 @@
 #include "sim/collectives/compressed_collectives.hpp"
 #include "sim/compress/compressor.hpp"
 #include "sim/core/rng.hpp"
+#include "tests/bits.hpp"
 
 using namespace bitlab;
 
 namespace {
+using bitlab::testing::bit_equal;
 
 struct Inputs {
   std::vector<float> data;
@@ -29,10 +31,6 @@ struct Inputs {
 
 std::shared_ptr<const Compressor> compressor(const char* json) {
   return std::shared_ptr<const Compressor>(make_compressor(Json::parse(json), "c"));
-}
-
-bool bit_equal(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
 double total_sent(const Communicator& c) {

@@ -6,10 +6,12 @@
 
 #include "sim/comm/comm.hpp"
 #include "sim/core/rng.hpp"
+#include "tests/bits.hpp"
 
 using namespace bitlab;
 
 namespace {
+using bitlab::testing::bit_equal;
 // n buffers of len values drawn from N(0, 1) (stride padded to 16 floats).
 struct Buffers {
   std::vector<float> data;
@@ -21,9 +23,6 @@ struct Buffers {
     for (int i = 0; i < n; ++i) fill_normal(RngStream(seed, Purpose::kTest, i), view[i], 1.0f);
   }
 };
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
 }  // namespace
 
 TEST_SUITE("comm") {

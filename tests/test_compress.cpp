@@ -20,10 +20,12 @@
 #include "sim/compress/quantize.hpp"
 #include "sim/core/float16.hpp"
 #include "sim/core/rng.hpp"
+#include "tests/bits.hpp"
 
 using namespace bitlab;
 
 namespace {
+using bitlab::testing::bit_equal;
 
 constexpr double kU = 1.0 / 16777216.0;  // 2^-24: unit roundoff of fp32
 
@@ -39,10 +41,6 @@ RngStream compress_stream(uint64_t step, uint32_t worker = 0) {
 
 std::unique_ptr<Compressor> make(const std::string& json) {
   return make_compressor(Json::parse(json), "compressor");
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
 }
 
 std::string config_error(const std::string& json) {
@@ -133,11 +131,11 @@ TEST_SUITE("compress") {
         CHECK(wire0 == wire1);
         std::vector<float> decoded(n, 123.0f);
         c->decode_shared(wire0, decoded, rng);
-        CHECK(same_bits(applied, decoded));
+        CHECK(bit_equal(applied, decoded));
         // apply in place (out aliases x) gives the same.
         std::vector<float> inplace = x;
         c->apply(inplace, inplace, rng);
-        CHECK(same_bits(applied, inplace));
+        CHECK(bit_equal(applied, inplace));
         // A wrong-size wire is refused rather than overrun. (SignCompressor,
         // in sign_compressor.cpp, does not check its wire size yet.)
         if (bytes > 0 && cfg["name"] != "sign") {
@@ -446,7 +444,7 @@ TEST_SUITE("compress") {
                         compress_stream(5), 0);
     quantize_dequantize(std::span(x).subspan(100), std::span(parts).subspan(100), spec,
                         compress_stream(5), 100);
-    CHECK(same_bits(whole, parts));
+    CHECK(bit_equal(whole, parts));
   }
 
   TEST_CASE("§7 binarize: E[q] = z and Var[q] = 1 − z²") {
@@ -564,7 +562,7 @@ TEST_SUITE("compress") {
       std::vector<float> want(n, 0.0f);
       for (size_t j = 0; j < k; ++j) want[order[j]] = y[order[j]];
       CAPTURE(n);
-      CHECK(same_bits(got, want));
+      CHECK(bit_equal(got, want));
     }
   }
 

@@ -12,10 +12,12 @@
 #include "sim/cluster/cluster.hpp"
 #include "sim/core/rng.hpp"
 #include "sim/engine/config.hpp"
+#include "tests/bits.hpp"
 
 using namespace bitlab;
 
 namespace {
+using bitlab::testing::bit_equal;
 
 std::unique_ptr<Problem> make_problem(const Json& raw, const DataScope& scope = {}) {
   const auto* entry = find_entry(problem_registry(), raw.at("name").get<std::string>());
@@ -42,10 +44,6 @@ DataScope scope_of(const ClusterOptions& opts, WorkerRange local, bool evaluates
   return s;
 }
 
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // Loss and gradient of `restricted` on batches drawn from its workers' shards
 // equal those of `full`, bit for bit; a sample it does not hold is refused.
 void check_same_gradients(const Problem& full, const Problem& restricted,
@@ -69,7 +67,7 @@ void check_same_gradients(const Problem& full, const Problem& restricted,
     const double l_full = full.loss_grad(x, batch, g_full, noise, *ws_full);
     const double l_part = restricted.loss_grad(x, batch, g_part, noise, *ws_part);
     CHECK(std::memcmp(&l_full, &l_part, sizeof l_full) == 0);
-    CHECK(same_bits(g_full, g_part));
+    CHECK(bit_equal(g_full, g_part));
   }
   // A sample of a worker outside `local` that no local worker shares (and
   // that is not in the evaluation prefix).

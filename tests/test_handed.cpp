@@ -21,13 +21,11 @@
 #include "sim/kernels/worker_intake.hpp"
 #include "sim/kernels/worker_mean.hpp"
 #include "tests/fixtures.hpp"
+#include "tests/bits.hpp"
 
 namespace bitlab {
 namespace {
-
-bool bit_equal(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using bitlab::testing::bit_equal;
 
 // n rows of `dim` floats, stride `dim`, of mixed magnitudes (so that the
 // order of the additions shows in the low bits).

@@ -25,19 +25,23 @@
 #include "sim/engine/config.hpp"
 #include "sim/engine/simulation.hpp"
 #include "tests/fixtures.hpp"
+#include "tests/bits.hpp"
 
 namespace bitlab {
 namespace {
+using bitlab::testing::bit_equal;
+using bitlab::testing::random_vector;
+using bitlab::testing::config_error_message;
 
 using testing::FixedProblem;
 
 using testing::GradFn;
 // Called after each step with the optimizer (to read its state).
-using AfterStep = std::function<void(int64_t step, Optimizer& opt)>;
+using LocoAfterStep = std::function<void(int64_t step, Optimizer& opt)>;
 
-std::vector<float> run(Optimizer& opt, const Problem& problem, int workers, int steps,
+std::vector<float> run_loco(Optimizer& opt, const Problem& problem, int workers, int steps,
                        const GradFn& grads, Communicator* comm_out = nullptr,
-                       const AfterStep& after = nullptr) {
+                       const LocoAfterStep& after = nullptr) {
   testing::AfterStepFn each = nullptr;
   if (after) each = [&](int64_t t, const Cluster&, Optimizer&) { after(t, opt); };
   return testing::run_with_gradients(opt, problem, workers, steps, grads, comm_out, each);
@@ -48,12 +52,6 @@ GradFn random_grads() {
     fill_normal(RngStream(17, Purpose::kTest, static_cast<uint32_t>(i), static_cast<uint64_t>(t)),
                 g, 1.0f);
   };
-}
-
-std::vector<float> random_vector(size_t d, uint64_t seed, float scale) {
-  std::vector<float> x(d);
-  fill_normal(RngStream(seed, Purpose::kTest), x, scale);
-  return x;
 }
 
 // Gradients on the 4-bit grid of their own groups (group size 128): in every
@@ -78,10 +76,6 @@ GradFn grid_grads(bool same_for_all) {
   };
 }
 
-bool bit_equal(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // Most tests below were written for the flat and allgather exchanges (the
 // error feedback outside the exchange); they name them unless a test sets
 // `exchange` itself. The two-stage tests are at the end.
@@ -91,15 +85,6 @@ std::unique_ptr<Optimizer> make_loco(Json raw) {
   const auto* e = find_entry(optimizer_registry(), "loco");
   REQUIRE(e != nullptr);
   return e->make(e->resolve(raw, "optimizer"));
-}
-
-std::string config_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no ConfigError)";
 }
 
 // ĥ = Q(h) with LoCo's spec and nearest rounding (what the collective sends).
@@ -284,7 +269,7 @@ TEST_SUITE("loco") {
       ao.lr = 0.01;
       ao.weight_decay = 0.01;
       Adam adam(ao);
-      const auto want = run(adam, problem, n, steps, grid_grads(false));
+      const auto want = run_loco(adam, problem, n, steps, grid_grads(false));
       for (const char* gather : {"fp32", "fp16"}) {
         for (const int storage : {8, 32}) {
           for (const int bits : {4, 8}) {
@@ -296,7 +281,7 @@ TEST_SUITE("loco") {
                                    {"gather", gather},
                                    {"error_storage_bits", storage},
                                    {"bits", bits}});
-            const auto got = run(
+            const auto got = run_loco(
                 *loco, problem, n, steps, grid_grads(false), nullptr, [&](int64_t, Optimizer& opt) {
                   auto& l = dynamic_cast<Loco&>(opt);
                   for (int i = 0; i < n; ++i) {
@@ -311,20 +296,20 @@ TEST_SUITE("loco") {
       // The averaged mean is off the 4-bit grid, so "quantized" gather only
       // stays exact when every worker holds the same (on-grid) gradient.
       Adam adam_same(ao);
-      const auto want_same = run(adam_same, problem, n, steps, grid_grads(true));
+      const auto want_same = run_loco(adam_same, problem, n, steps, grid_grads(true));
       auto loco = make_loco({{"lr", 0.01}, {"weight_decay", 0.01}, {"gather", "quantized"}});
-      CHECK(bit_equal(run(*loco, problem, n, steps, grid_grads(true)), want_same));
+      CHECK(bit_equal(run_loco(*loco, problem, n, steps, grid_grads(true)), want_same));
       // The hierarchical allgather, likewise.
       auto hier = make_loco({{"lr", 0.01}, {"weight_decay", 0.01}, {"node_size", 2}});
-      CHECK(bit_equal(run(*hier, problem, n, steps, grid_grads(true)), want_same));
+      CHECK(bit_equal(run_loco(*hier, problem, n, steps, grid_grads(true)), want_same));
     }
     SUBCASE("adam without bias correction") {
       AdamOptions ao;
       ao.bias_correction = false;
       Adam adam(ao);
       auto loco = make_loco({{"bias_correction", false}, {"gather", "fp32"}});
-      CHECK(bit_equal(run(*loco, problem, n, steps, grid_grads(false)),
-                      run(adam, problem, n, steps, grid_grads(false))));
+      CHECK(bit_equal(run_loco(*loco, problem, n, steps, grid_grads(false)),
+                      run_loco(adam, problem, n, steps, grid_grads(false))));
     }
     SUBCASE("momentum_sgd, heavy ball and Nesterov") {
       for (const bool nesterov : {false, true}) {
@@ -339,8 +324,8 @@ TEST_SUITE("loco") {
                                {"weight_decay", 0.01},
                                {"nesterov", nesterov},
                                {"gather", "fp16"}});
-        CHECK(bit_equal(run(*loco, problem, n, steps, grid_grads(false)),
-                        run(sgd, problem, n, steps, grid_grads(false))));
+        CHECK(bit_equal(run_loco(*loco, problem, n, steps, grid_grads(false)),
+                        run_loco(sgd, problem, n, steps, grid_grads(false))));
       }
     }
   }
@@ -359,7 +344,7 @@ TEST_SUITE("loco") {
     const int steps = 50;
     std::vector<std::vector<double>> sum_q(n, std::vector<double>(d, 0.0)),
         sum_g(n, std::vector<double>(d, 0.0));
-    run(loco, problem, n, steps, random_grads(), nullptr, [&](int64_t t, Optimizer&) {
+    run_loco(loco, problem, n, steps, random_grads(), nullptr, [&](int64_t t, Optimizer&) {
       for (int i = 0; i < n; ++i) {
         random_grads()(t, i, g);
         for (size_t k = 0; k < d; ++k) h[k] = g[k] + e[i][k];
@@ -411,7 +396,7 @@ TEST_SUITE("loco") {
                           {"compress_seed", 99}});
     auto& loco = dynamic_cast<Loco&>(*opt);
     std::vector<float> g(d), qh(n * d);
-    run(loco, problem, n, 1, random_grads(), nullptr, [&](int64_t, Optimizer&) {
+    run_loco(loco, problem, n, 1, random_grads(), nullptr, [&](int64_t, Optimizer&) {
       for (int i = 0; i < n; ++i) {
         random_grads()(1, i, g);
         const auto q = loco.quantized(i);
@@ -433,7 +418,7 @@ TEST_SUITE("loco") {
     auto opt = make_loco({{"gather", "fp32"}});  // storage 8 by default
     auto& loco = dynamic_cast<Loco&>(*opt);
     std::vector<float> g(d);
-    run(loco, problem, 2, 1, random_grads(), nullptr, [&](int64_t, Optimizer&) {
+    run_loco(loco, problem, 2, 1, random_grads(), nullptr, [&](int64_t, Optimizer&) {
       for (int i = 0; i < 2; ++i) {
         random_grads()(1, i, g);
         const auto q = quantize_nearest(g);
@@ -458,7 +443,7 @@ TEST_SUITE("loco") {
       CAPTURE(gather_name);
       auto opt = make_loco({{"gather", gather}});
       Communicator comm(n);
-      run(*opt, problem, n, 2, random_grads(), &comm);
+      run_loco(*opt, problem, n, 2, random_grads(), &comm);
       const auto& loco = dynamic_cast<Loco&>(*opt);
       CHECK(loco.reduce_scatter_bytes_per_step() == want);
       REQUIRE(comm.log().size() == 4);  // alltoall + allgather per step
@@ -479,7 +464,7 @@ TEST_SUITE("loco") {
       // intra broadcast of 2 images: ½·1064.
       auto opt = make_loco({{"node_size", 2}});
       Communicator comm(n);
-      run(*opt, problem, n, 1, random_grads(), &comm);
+      run_loco(*opt, problem, n, 1, random_grads(), &comm);
       REQUIRE(comm.log().size() == 3);
       const auto& r = comm.log().records();
       CHECK(std::string(r[0].scope) == "intra");
@@ -506,7 +491,7 @@ TEST_SUITE("loco") {
     for (const int64_t reset : {0, 3}) {
       CAPTURE(reset);
       auto opt = make_loco({{"reset_T", reset}, {"error_storage_bits", 32}});
-      run(*opt, problem, n, 7, random_grads(), nullptr, [&](int64_t t, Optimizer& o) {
+      run_loco(*opt, problem, n, 7, random_grads(), nullptr, [&](int64_t t, Optimizer& o) {
         auto& loco = dynamic_cast<Loco&>(o);
         for (int i = 0; i < n; ++i) {
           CAPTURE(t);
@@ -561,7 +546,7 @@ TEST_SUITE("loco") {
       for (const int threads : {1, 2}) {
         omp_set_num_threads(threads);
         auto opt = make_loco(c);
-        results.push_back(run(*opt, problem, 4, 3, random_grads()));
+        results.push_back(run_loco(*opt, problem, 4, 3, random_grads()));
       }
       CHECK(bit_equal(results[0], results[1]));
     }
@@ -582,7 +567,7 @@ TEST_SUITE("loco") {
       ReferenceLoco ref(n, g, tensors, 2, 0.8f);
       std::vector<std::vector<float>> grads(n, std::vector<float>(d));
       int checked = 0;
-      run(*opt, problem, n, 6, random_grads(), nullptr, [&](int64_t t, Optimizer& o) {
+      run_loco(*opt, problem, n, 6, random_grads(), nullptr, [&](int64_t t, Optimizer& o) {
         CAPTURE(t);
         for (int r = 0; r < n; ++r) random_grads()(t, r, grads[r]);
         const std::vector<float> want = ref.step(grads);
@@ -617,7 +602,7 @@ TEST_SUITE("loco") {
     FixedProblem problem(random_vector(2338, 4, 1.0f), awkward_tensors());
     auto opt = make_loco({{"exchange", "two_stage"}, {"node_size", 4}});
     Communicator comm(8);
-    run(*opt, problem, 8, 1, random_grads(), &comm);
+    run_loco(*opt, problem, 8, 1, random_grads(), &comm);
     const auto& r = comm.log().records();
     REQUIRE(r.size() == 11);
     const std::vector<std::tuple<const char*, const char*, const char*, int, int, int64_t, double>>
@@ -719,7 +704,7 @@ TEST_SUITE("loco") {
         sum_q2(n, std::vector<double>(480));
     std::vector<float> grad(1920);
     double worst1 = 0, worst2 = 0;
-    run(*opt, problem, n, steps, random_grads(), nullptr, [&](int64_t t, Optimizer& o) {
+    run_loco(*opt, problem, n, steps, random_grads(), nullptr, [&](int64_t t, Optimizer& o) {
       const LocoTwoStageExchange& x = *dynamic_cast<Loco&>(o).two_stage();
       for (int w = 0; w < n; ++w) {
         random_grads()(t, w, grad);
@@ -759,11 +744,11 @@ TEST_SUITE("loco") {
     auto sum_opt = make_loco(
         {{"exchange", "two_stage"}, {"node_size", 4}, {"gather", "fp32"}, {"node_reduce", "sum"}});
     std::vector<float> a, b;
-    run(*mean_opt, problem, 8, 1, random_grads(), nullptr, [&](int64_t, Optimizer& o) {
+    run_loco(*mean_opt, problem, 8, 1, random_grads(), nullptr, [&](int64_t, Optimizer& o) {
       const auto m = dynamic_cast<Loco&>(o).mean_gradient();
       a.assign(m.begin(), m.end());
     });
-    run(*sum_opt, problem, 8, 1, random_grads(), nullptr, [&](int64_t, Optimizer& o) {
+    run_loco(*sum_opt, problem, 8, 1, random_grads(), nullptr, [&](int64_t, Optimizer& o) {
       const auto m = dynamic_cast<Loco&>(o).mean_gradient();
       b.assign(m.begin(), m.end());
     });
@@ -781,7 +766,7 @@ TEST_SUITE("loco") {
       omp_set_num_threads(threads);
       auto opt =
           make_loco({{"exchange", "two_stage"}, {"node_size", 2}, {"rounding", "stochastic"}});
-      results.push_back(run(*opt, problem, 8, 3, random_grads()));
+      results.push_back(run_loco(*opt, problem, 8, 3, random_grads()));
     }
     omp_set_num_threads(saved);
     CHECK(bit_equal(results[0], results[1]));
@@ -795,7 +780,7 @@ TEST_SUITE("loco") {
     co.workers = 4;
     Cluster rank_block(co, problem, 1, WorkerRange{0, 2});  // what rank 0 of 2 holds
     auto two = make_loco({{"exchange", "two_stage"}, {"node_size", 2}});
-    CHECK(config_error_of([&] { two->setup(rank_block); }) == "(no ConfigError)");
+    CHECK(config_error_message([&] { two->setup(rank_block); }) == "(no error)");
     // q1, e1 (256 floats each) and q2, e2 (256 / 2 each) of 2 workers, not 4.
     CHECK(two->held_worker_state_bytes() == 2 * (2 * 256 + 2 * 128) * 4);
     CHECK(two->held_worker_state_bytes() == LocoTwoStageExchange::resident_bytes_for(4, 2, 256, 2));
@@ -820,7 +805,7 @@ TEST_SUITE("loco") {
     CHECK(std::string(Loco(o).phase()) == "compressed");
 
     auto err = [](Json j) {
-      return config_error_of([&] { LocoOptions::schema().read(j, "optimizer"); });
+      return config_error_message([&] { LocoOptions::schema().read(j, "optimizer"); });
     };
     CHECK(err({{"bits", 0}}) == "optimizer.bits = 0: must be in [1, 8]");
     CHECK(err({{"bits", 9}}) == "optimizer.bits = 9: must be in [1, 8]");
@@ -842,14 +827,14 @@ TEST_SUITE("loco") {
                       {"problem", {{"name", "logistic"}, {"dim", 10}}},
                       {"cluster", {{"workers", 4}}},
                       {"optimizer", {{"name", "loco"}, {"node_size", 3}}}};
-    CHECK(config_error_of([&] { Simulation sim(resolve_experiment(bad, "t")); }) ==
+    CHECK(config_error_message([&] { Simulation sim(resolve_experiment(bad, "t")); }) ==
           "optimizer.node_size = 3: must divide the number of workers (4)");
     CHECK(err({{"exchange", "ring"}}).find("optimizer.exchange = \"ring\": must be one of") == 0);
     CHECK(err({{"node_reduce", "max"}}).find("optimizer.node_reduce = \"max\": must be one of") ==
           0);
     Json quantized_two_stage = bad;
     quantized_two_stage["optimizer"] = {{"name", "loco"}, {"gather", "quantized"}};
-    CHECK(config_error_of([&] {
+    CHECK(config_error_message([&] {
             Simulation sim(resolve_experiment(quantized_two_stage, "t"));
           }).find("optimizer.gather = \"quantized\": quantized applies to exchange \"flat\"") == 0);
   }

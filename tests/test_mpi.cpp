@@ -104,12 +104,12 @@ fs::path run_sim(const TempDir& dir, const std::string& file) {
 
 // What `bitlab run FILE` wrote into dir/sim: metrics.csv without the wall
 // clock column, and comm_log.csv (it must have communicated).
-struct Reference {
+struct MpiReference {
   std::string metrics, comm_log;
 };
-Reference simulate(const TempDir& dir, const std::string& file) {
+MpiReference simulate(const TempDir& dir, const std::string& file) {
   const fs::path sim = run_sim(dir, file);
-  Reference ref{without_wall_column(slurp(sim / "metrics.csv")), slurp(sim / "comm_log.csv")};
+  MpiReference ref{without_wall_column(slurp(sim / "metrics.csv")), slurp(sim / "comm_log.csv")};
   REQUIRE(ref.comm_log.size() > 100);
   return ref;
 }
@@ -275,7 +275,7 @@ TEST_SUITE("mpi") {
       CAPTURE(case_label);
       TempDir dir;
       const std::string file = dir.file("e.json", experiment(optimizer));
-      const Reference ref = simulate(dir, file);
+      const MpiReference ref = simulate(dir, file);
       for (const int ranks : {2, 4}) {
         CAPTURE(ranks);
         Result r;
@@ -374,7 +374,7 @@ TEST_SUITE("mpi") {
       CAPTURE(c.optimizer);
       TempDir dir;
       const std::string file = dir.file("e.json", experiment(c.optimizer));
-      const Reference ref = simulate(dir, file);
+      const MpiReference ref = simulate(dir, file);
       for (const int ranks : c.ranks) {
         CAPTURE(ranks);
         Result r;
@@ -655,7 +655,7 @@ TEST_SUITE("mpi") {
     // still count in mpi_comm_s (it read 0 there before).
     TempDir dir;
     const std::string file = dir.file("e.json", experiment(R"({"name": "adam", "lr": 0.01})"));
-    const Reference ref = simulate(dir, file);
+    const MpiReference ref = simulate(dir, file);
     // Column `name` of transport.csv, one value a step.
     const auto column = [](const std::string& csv, const std::string& name) {
       std::istringstream in(csv);
@@ -712,7 +712,7 @@ TEST_SUITE("mpi") {
     TempDir dir;
     const std::string file = dir.file(
         "e.json", experiment(R"({"name": "loco", "lr": 0.05, "exchange": "flat"})"));
-    const Reference ref = simulate(dir, file);
+    const MpiReference ref = simulate(dir, file);
     const fs::path out = dir.path / "ckpt";
     const std::string run = mpirun(2) + BITLAB_BINARY + " run --quiet --backend mpi ";
     Result r = run_shell(dir, run + file + " --checkpoint-every 8 --out " + out.string());

@@ -12,10 +12,12 @@
 
 #include "sim/collectives/onebit_allreduce.hpp"
 #include "sim/core/rng.hpp"
+#include "tests/bits.hpp"
 
 using namespace bitlab;
 
 namespace {
+using bitlab::testing::bit_equal;
 
 struct Inputs {
   std::vector<float> data;
@@ -35,14 +37,14 @@ struct Inputs {
 // A plain transcription of docs/algorithms.md §1, one element at a time, with the
 // same summation order (norms: double over blocks of 4096; server sum: float,
 // workers in order). The optimized implementation must match it bit for bit.
-struct Reference {
+struct OnebitReference {
   int n;
   size_t d, D;
   std::vector<std::vector<float>> e;  // worker errors
   std::vector<float> s;               // server errors, global index
   bool reuse = false;                 // padding: the previous output (else zeros)
   std::vector<float> pad;             // D − d: the padding of the next call
-  Reference(int n_, size_t d_, size_t D_)
+  OnebitReference(int n_, size_t d_, size_t D_)
       : n(n_), d(d_), D(D_), e(n_, std::vector<float>(D_)), s(D_), pad(D_ - d_) {}
   static double ss(const float* p, size_t len) {
     double total = 0;
@@ -86,12 +88,6 @@ struct Reference {
   }
 };
 
-bool bit_equal(std::span<const float> a, std::span<const float> b) {
-  // Empty spans may hold null pointers, which memcmp must not get (UBSan).
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
-}
-
 // ‖a − b‖ / ‖b‖ over [lo, hi).
 double relative_error(std::span<const float> a, std::span<const float> b, size_t lo, size_t hi) {
   double num = 0, den = 0;
@@ -134,7 +130,7 @@ TEST_SUITE("onebit") {
         CAPTURE(n);
         CAPTURE(d);
         OneBitAllreduce ob(n, d);
-        Reference ref(n, d, ob.padded_dim());
+        OnebitReference ref(n, d, ob.padded_dim());
         Communicator comm(n);
         Inputs in(n, d);
         std::vector<float> out(d);
@@ -288,7 +284,7 @@ TEST_SUITE("onebit") {
         CAPTURE(d);
         OneBitAllreduce ob(n, d);
         ob.set_pad_reuse(true);
-        Reference ref(n, d, ob.padded_dim());
+        OnebitReference ref(n, d, ob.padded_dim());
         ref.reuse = true;
         Communicator comm(n);
         Inputs in(n, d);

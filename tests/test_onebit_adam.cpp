@@ -23,21 +23,19 @@
 #include "sim/core/schema.hpp"
 #include "sim/engine/simulation.hpp"
 #include "tests/fixtures.hpp"
+#include "tests/bits.hpp"
 
 namespace bitlab {
 namespace {
+using bitlab::testing::bit_equal;
+using bitlab::testing::random_vector;
+using bitlab::testing::config_error_message;
 
 using GivenProblem = testing::FixedProblem;
 
 using testing::GradFn;
 // Called after every step with the optimizer (for per-step observations).
-using AfterStep = std::function<void(int64_t step, const Cluster& cluster)>;
-
-std::vector<float> random_vector(size_t d, uint64_t seed, float scale) {
-  std::vector<float> x(d);
-  fill_normal(RngStream(seed, Purpose::kTest), x, scale);
-  return x;
-}
+using OnebitAdamAfterStep = std::function<void(int64_t step, const Cluster& cluster)>;
 
 // Worker i's gradient at step t: N(0.3, 1) entries, different per worker (a
 // common drift, so momenta do not average out to nothing).
@@ -47,25 +45,12 @@ void worker_grad(int64_t t, int i, std::span<float> g) {
   for (float& v : g) v += 0.3f;
 }
 
-std::vector<float> run(Optimizer& opt, const Problem& problem, int workers, int steps,
+std::vector<float> run_onebit_adam(Optimizer& opt, const Problem& problem, int workers, int steps,
                        const GradFn& grads, Communicator* comm_out = nullptr,
-                       const AfterStep& after = nullptr) {
+                       const OnebitAdamAfterStep& after = nullptr) {
   testing::AfterStepFn each = nullptr;
   if (after) each = [&](int64_t t, const Cluster& cluster, Optimizer&) { after(t, cluster); };
   return testing::run_with_gradients(opt, problem, workers, steps, grads, comm_out, each);
-}
-
-bool bit_equal(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-std::string config_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no ConfigError)";
 }
 
 Experiment make(const Json& j) {
@@ -73,15 +58,15 @@ Experiment make(const Json& j) {
 }
 
 // Everything a Simulation run measures (wall time excluded) and its params.
-struct Trace {
+struct OnebitAdamTrace {
   std::vector<double> values;
   std::vector<std::string> phases;
   std::vector<float> params;
 };
 
-Trace trace(const Experiment& e) {
+OnebitAdamTrace trace(const Experiment& e) {
   Simulation sim(e);
-  Trace t;
+  OnebitAdamTrace t;
   for (int64_t s = 0; s < e.run.steps; ++s) {
     const auto& m = sim.step();
     t.values.push_back(m.train_loss);
@@ -95,7 +80,7 @@ Trace trace(const Experiment& e) {
   return t;
 }
 
-bool same_values(const Trace& a, const Trace& b) {
+bool same_values(const OnebitAdamTrace& a, const OnebitAdamTrace& b) {
   return a.values.size() == b.values.size() &&
          std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)) == 0 &&
          bit_equal(a.params, b.params);
@@ -154,9 +139,9 @@ TEST_SUITE("onebit_adam") {
                 {"problem", {{"name", c.problem}}},
                 {"cluster", {{"workers", 4}, {"batch_size", 16}}},
                 {"optimizer", c.onebit}};
-      const Trace onebit = trace(make(j));
+      const OnebitAdamTrace onebit = trace(make(j));
       j["optimizer"] = c.adam;
-      const Trace adam = trace(make(j));
+      const OnebitAdamTrace adam = trace(make(j));
       CHECK(same_values(onebit, adam));
       for (const auto& p : onebit.phases) CHECK(p == "warmup");
     }
@@ -184,7 +169,7 @@ TEST_SUITE("onebit_adam") {
     o.compression = "none";
     OneBitAdam opt(o);
     Communicator comm(n);
-    const auto x = run(opt, problem, n, steps, worker_grad, &comm);
+    const auto x = run_onebit_adam(opt, problem, n, steps, worker_grad, &comm);
     CHECK(opt.compressed());
     CHECK(opt.switch_step() == freeze);
     CHECK(opt.allreduce() == nullptr);
@@ -262,7 +247,7 @@ TEST_SUITE("onebit_adam") {
       OneBitAdam opt(o);
       std::vector<float> prev(x0);
       std::vector<double> step_norm(static_cast<size_t>(freeze) + 3, 0.0);
-      run(opt, problem, n, freeze + 2, worker_grad, nullptr,
+      run_onebit_adam(opt, problem, n, freeze + 2, worker_grad, nullptr,
           [&](int64_t t, const Cluster& cluster) {
             const auto x = cluster.params();
             double ss = 0.0;
@@ -300,7 +285,7 @@ TEST_SUITE("onebit_adam") {
     OneBitAdam opt(o);
     Communicator comm(n);
     std::vector<float> v_at_switch;
-    const auto x = run(opt, problem, n, steps, worker_grad, &comm, [&](int64_t t, const Cluster&) {
+    const auto x = run_onebit_adam(opt, problem, n, steps, worker_grad, &comm, [&](int64_t t, const Cluster&) {
       CHECK(std::string(opt.phase()) == (t <= freeze ? "warmup" : "compressed"));
       if (t == freeze) {
         v_at_switch.assign(opt.v().begin(), opt.v().end());
@@ -373,7 +358,7 @@ TEST_SUITE("onebit_adam") {
       o.granularity = granularity;
       o.compression = compression;
       OneBitAdam opt(o);
-      const auto x = run(opt, problem, n, steps, grads, &comm);
+      const auto x = run_onebit_adam(opt, problem, n, steps, grads, &comm);
       std::vector<float> m(opt.m().begin(), opt.m().end());
       m.insert(m.end(), x.begin(), x.end());  // momentum, then parameters
       return m;
@@ -517,7 +502,7 @@ TEST_SUITE("onebit_adam") {
       CHECK(o.switch_rule == "variance_stable");
       OneBitAdam opt(o);
       std::vector<float> v_prev(d, 0.0f);
-      run(opt, problem, n, static_cast<int>(freeze) + 5, worker_grad, nullptr,
+      run_onebit_adam(opt, problem, n, static_cast<int>(freeze) + 5, worker_grad, nullptr,
           [&](int64_t t, const Cluster&) {
             if (!rho || t > static_cast<int64_t>(rho->size()) + 1) return;
             if (std::string(opt.phase()) != "warmup") return;
@@ -570,7 +555,7 @@ TEST_SUITE("onebit_adam") {
     OneBitAdam opt(o);
     std::vector<float> x_at_switch;
     const auto x =
-        run(opt, problem, n, steps, worker_grad, nullptr, [&](int64_t t, const Cluster& c) {
+        run_onebit_adam(opt, problem, n, steps, worker_grad, nullptr, [&](int64_t t, const Cluster& c) {
           if (t == freeze) x_at_switch.assign(c.params().begin(), c.params().end());
           if (t <= freeze) return;
           for (size_t k = 0; k < d; ++k) {
@@ -607,7 +592,7 @@ TEST_SUITE("onebit_adam") {
       o.momentum_mask.assign(d, 1.0);
       o.momentum_mask[5] = 0.0;
       OneBitAdam opt(o);
-      results.push_back(run(opt, problem, n, 6, worker_grad));
+      results.push_back(run_onebit_adam(opt, problem, n, 6, worker_grad));
     }
     omp_set_num_threads(saved);
     CHECK(bit_equal(results[0], results[1]));
@@ -649,7 +634,7 @@ TEST_SUITE("onebit_adam") {
     }
 
     auto err = [&](Json raw) {
-      return config_error_of([&] {
+      return config_error_message([&] {
         raw["name"] = "onebit_adam";
         ob->resolve(raw, "optimizer");
       });
@@ -679,14 +664,14 @@ TEST_SUITE("onebit_adam") {
                        {"optimizer", {{"name", "onebit_adam"}}}};
     Json bad = base;
     bad["optimizer"]["pad_multiple"] = 20;
-    CHECK(config_error_of([&] { Simulation sim(make(bad)); }) ==
+    CHECK(config_error_message([&] { Simulation sim(make(bad)); }) ==
           "optimizer.pad_multiple = 20: must be 0 (the reference's n·lcm(n, 8) = 32) or a "
           "multiple of 8·workers = 32");
     bad["optimizer"]["pad_multiple"] = 64;
     CHECK_NOTHROW(Simulation(make(bad)));
     bad = base;
     bad["optimizer"]["momentum_mask"] = {1, 0, 1};
-    CHECK(config_error_of([&] { Simulation sim(make(bad)); }) ==
+    CHECK(config_error_message([&] { Simulation sim(make(bad)); }) ==
           "optimizer.momentum_mask = [1.0,0.0,1.0]: must have one value per parameter: 21 "
           "values, got 3");
   }

@@ -20,11 +20,14 @@
 #include "sim/kernels/reduce.hpp"
 #include "sim/engine/simulation.hpp"
 #include "tests/fixtures.hpp"
+#include "tests/bits.hpp"
 
 namespace bitlab {
 namespace {
+using bitlab::testing::bit_equal;
+using bitlab::testing::config_error_message;
 
-Experiment make(const std::string& text) {
+Experiment make_lamb(const std::string& text) {
   return resolve_experiment(Json::parse(text), "t");
 }
 
@@ -41,29 +44,25 @@ std::vector<double> copy_of(std::span<const double> s) {
   return {s.begin(), s.end()};
 }
 
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // Everything a run measures (wall time excluded) and its final parameters.
-struct Trace {
+struct LambTrace {
   std::vector<double> values;
   std::vector<float> params;
   std::vector<std::string> phases;
   std::vector<double> last_eval;  // the eval columns of the last eval step
   std::vector<std::string> eval_columns;
-  bool operator==(const Trace& o) const {
+  bool operator==(const LambTrace& o) const {
     return values.size() == o.values.size() &&
            std::memcmp(values.data(), o.values.data(), values.size() * sizeof(double)) == 0 &&
            bit_equal(params, o.params) && phases == o.phases;
   }
 };
 
-Trace trace(const Experiment& e, int threads = 0, bool with_bytes = true) {
+LambTrace trace_lamb(const Experiment& e, int threads = 0, bool with_bytes = true) {
   const int saved = omp_get_max_threads();
   if (threads > 0) omp_set_num_threads(threads);
   Simulation sim(e);
-  Trace t;
+  LambTrace t;
   for (int64_t s = 0; s < e.run.steps; ++s) {
     const StepMetrics& m = sim.step();
     t.values.push_back(m.train_loss);
@@ -78,15 +77,6 @@ Trace trace(const Experiment& e, int threads = 0, bool with_bytes = true) {
   t.params.assign(x.begin(), x.end());
   omp_set_num_threads(saved);
   return t;
-}
-
-std::string config_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no ConfigError)";
 }
 
 // k_p = mean_q rms(m_q) / rms(m_p), rms = ‖·‖/sqrt(size), written out again.
@@ -148,15 +138,15 @@ constexpr const char* kMlp4 = R"({"steps": 30, "eval_every": 10, "problem": {"na
 
 TEST_SUITE("onebit_lamb") {
   TEST_CASE("a warm-up at least as long as the run is lamb bit-for-bit") {
-    const Experiment lamb = make(kMlp4);
+    const Experiment lamb = make_lamb(kMlp4);
     REQUIRE(lamb.run.steps == 30);
-    const Trace want = trace(lamb);
+    const LambTrace want = trace_lamb(lamb);
     for (int freeze : {30, 1000}) {
       CAPTURE(freeze);
       Json j = Json::parse(kMlp4);
       j["optimizer"]["name"] = "onebit_lamb";
       j["optimizer"]["freeze_step"] = freeze;
-      Trace got = trace(resolve_experiment(j, "t"));
+      LambTrace got = trace_lamb(resolve_experiment(j, "t"));
       for (const auto& p : got.phases) CHECK(p == "warmup");
       got.phases = want.phases;  // lamb's phase is "full"
       CHECK(got == want);        // losses, grad norms, bytes, evals, parameters
@@ -376,10 +366,10 @@ TEST_SUITE("onebit_lamb") {
     };
     for (const char* text : cases) {
       CAPTURE(text);
-      const Experiment e = make(text);
-      const Trace one = trace(e, 1);
+      const Experiment e = make_lamb(text);
+      const LambTrace one = trace_lamb(e, 1);
       CHECK(one.phases.back() == "compressed");
-      CHECK(one == trace(e, 2));
+      CHECK(one == trace_lamb(e, 2));
     }
   }
 
@@ -394,7 +384,7 @@ TEST_SUITE("onebit_lamb") {
     const std::string base = R"({"steps": 300, "problem": {"name": "mlp"},
         "cluster": {"workers": 8, "batch_size": 32},
         "optimizer": {"name": "onebit_lamb", "lr": 0.01, "freeze_step": 60}})";
-    const Trace t = trace(make(base), 0, false);
+    const LambTrace t = trace_lamb(make_lamb(base), 0, false);
     auto window_mean = [&](int64_t from, int64_t to) {  // steps from..to, 1-based
       double s = 0.0;
       for (int64_t k = from; k <= to; ++k) s += t.values[static_cast<size_t>(2 * (k - 1))];
@@ -403,7 +393,7 @@ TEST_SUITE("onebit_lamb") {
     const double w1 = window_mean(61, 100), w2 = window_mean(101, 200), w3 = window_mean(201, 300);
     Json j = Json::parse(base);
     j["optimizer"] = {{"name", "lamb"}, {"lr", 0.01}};
-    const Trace l = trace(resolve_experiment(j, "t"), 0, false);
+    const LambTrace l = trace_lamb(resolve_experiment(j, "t"), 0, false);
     double lamb_last = 0.0;
     for (int64_t k = 201; k <= 300; ++k) lamb_last += l.values[static_cast<size_t>(2 * (k - 1))];
     lamb_last /= 100.0;
@@ -438,34 +428,34 @@ TEST_SUITE("onebit_lamb") {
     CHECK(d.granularity == "flat");  // the reference fuses all momenta in one buffer
     CHECK(d.padding == "reuse");     // the reference's persistent fused buffer
     auto read = [](Json j) { return [j] { OneBitLambOptions::schema().read(j, "optimizer"); }; };
-    CHECK(config_error_of(read({{"padding", "ones"}})).find("optimizer.padding = \"ones\"") == 0);
-    CHECK(config_error_of(read({{"granularity", "layer"}}))
+    CHECK(config_error_message(read({{"padding", "ones"}})).find("optimizer.padding = \"ones\"") == 0);
+    CHECK(config_error_message(read({{"granularity", "layer"}}))
               .find("optimizer.granularity = \"layer\"") == 0);
-    CHECK(config_error_of(read({{"min_coeff", 20}, {"max_coeff", 10}})) ==
+    CHECK(config_error_message(read({{"min_coeff", 20}, {"max_coeff", 10}})) ==
           "optimizer.min_coeff = 20.0: must be <= max_coeff (10)");
-    CHECK(config_error_of(read({{"factor_min", 5}})) ==
+    CHECK(config_error_message(read({{"factor_min", 5}})) ==
           "optimizer.factor_min = 5.0: must be <= factor_max (4)");
-    CHECK(config_error_of(read({{"freeze_step", 0}})) == "optimizer.freeze_step = 0: must be >= 1");
-    CHECK(config_error_of(read({{"factor_threshold", 1}})) ==
+    CHECK(config_error_message(read({{"freeze_step", 0}})) == "optimizer.freeze_step = 0: must be >= 1");
+    CHECK(config_error_message(read({{"factor_threshold", 1}})) ==
           "optimizer.factor_threshold = 1: must be in [0, 1)");
-    CHECK(config_error_of(read({{"factor_max", 0}})) == "optimizer.factor_max = 0: must be > 0");
-    CHECK(config_error_of(read({{"pad_multiple", 12}}))
+    CHECK(config_error_message(read({{"factor_max", 0}})) == "optimizer.factor_max = 0: must be > 0");
+    CHECK(config_error_message(read({{"pad_multiple", 12}}))
               .find("optimizer.pad_multiple = 12: must "
                     "be a multiple of 8") == 0);
-    CHECK(config_error_of(read({{"wire", "fp8"}})).find("optimizer.wire = \"fp8\"") == 0);
-    CHECK(config_error_of(read({{"freeze_stpe", 5}}))
+    CHECK(config_error_message(read({{"wire", "fp8"}})).find("optimizer.wire = \"fp8\"") == 0);
+    CHECK(config_error_message(read({{"freeze_stpe", 5}}))
               .find("optimizer.freeze_stpe = 5: unknown key; did you mean \"freeze_step\"?") == 0);
     // The padding multiple must also be a multiple of 8·workers: checked when
     // the cluster is known.
-    const std::string msg = config_error_of([] {
-      Simulation sim(make(R"({"steps": 1, "problem": {"name": "mlp"}, "cluster": {"workers": 4},
+    const std::string msg = config_error_message([] {
+      Simulation sim(make_lamb(R"({"steps": 1, "problem": {"name": "mlp"}, "cluster": {"workers": 4},
           "optimizer": {"name": "onebit_lamb", "pad_multiple": 40}})"));
     });
     CHECK(msg.find("optimizer.pad_multiple = 40: must be 0 (the reference's n·lcm(n, 8) = 32) or a "
                    "multiple of 8·workers = 32") == 0);
     // Through the registry, by name.
-    CHECK(config_error_of([] {
-            make(R"({"problem": {"name": "mlp"},
+    CHECK(config_error_message([] {
+            make_lamb(R"({"problem": {"name": "mlp"},
                      "optimizer": {"name": "onebit_lamb", "factor_min": 8}})");
           }) == "optimizer.factor_min = 8.0: must be <= factor_max (4)");
   }

@@ -23,9 +23,13 @@
 #include "sim/core/rng.hpp"
 #include "sim/core/schema.hpp"
 #include "tests/fixtures.hpp"
+#include "tests/bits.hpp"
 
 namespace bitlab {
 namespace {
+using bitlab::testing::bit_equal;
+using bitlab::testing::random_vector;
+using bitlab::testing::config_error_message;
 
 using testing::FixedProblem;
 
@@ -33,7 +37,7 @@ using testing::GradFn;
 
 // Runs `steps` steps of `opt` on `workers` workers and returns the final
 // parameters. `comm_out`, when given, receives the communicator.
-std::vector<float> run(Optimizer& opt, const Problem& problem, int workers, int steps,
+std::vector<float> run_optimizer(Optimizer& opt, const Problem& problem, int workers, int steps,
                        const GradFn& grads, Communicator* comm_out = nullptr) {
   return testing::run_with_gradients(opt, problem, workers, steps, grads, comm_out);
 }
@@ -53,12 +57,6 @@ GradFn random_grads(bool same_for_all_workers) {
   };
 }
 
-std::vector<float> random_vector(size_t d, uint64_t seed, float scale) {
-  std::vector<float> x(d);
-  fill_normal(RngStream(seed, Purpose::kTest), x, scale);
-  return x;
-}
-
 // Tensors t0, t1, ... of the given sizes, back to back.
 std::vector<TensorInfo> tile(const std::vector<size_t>& sizes) {
   std::vector<TensorInfo> tensors;
@@ -72,10 +70,6 @@ std::vector<TensorInfo> tile(const std::vector<size_t>& sizes) {
     off += sizes[p];
   }
   return tensors;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // Float vs a double reference. Float's unit roundoff is 2^-24 ≈ 6e-8; a step
@@ -95,15 +89,6 @@ void check_close(const std::vector<float>& got, const std::vector<double>& want)
   }
 }
 
-std::string config_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no ConfigError)";
-}
-
 // ---------------------------------------------------------------------------
 
 TEST_SUITE("optimizers") {
@@ -116,10 +101,10 @@ TEST_SUITE("optimizers") {
     o.lr = 0.1;
     o.weight_decay = 0.5;
     Sgd opt(o);
-    auto x1 = run(opt, problem, 1, 1, same_on_all({{0.5f, 1.0f}}));
+    auto x1 = run_optimizer(opt, problem, 1, 1, same_on_all({{0.5f, 1.0f}}));
     check_close(x1, {0.9, -2.0});
     Sgd opt2(o);
-    auto x2 = run(opt2, problem, 1, 2, same_on_all({{0.5f, 1.0f}, {-1.0f, 0.25f}}));
+    auto x2 = run_optimizer(opt2, problem, 1, 2, same_on_all({{0.5f, 1.0f}, {-1.0f, 0.25f}}));
     check_close(x2, {0.955, -1.925});
   }
 
@@ -132,25 +117,25 @@ TEST_SUITE("optimizers") {
     SUBCASE("heavy ball") {
       // m1 = 1, x1 = 0.9 ; m2 = 0.9 + 1 = 1.9, x2 = 0.9 − 0.19 = 0.71
       MomentumSgd a(o);
-      check_close(run(a, problem, 1, 1, ones), {0.9});
+      check_close(run_optimizer(a, problem, 1, 1, ones), {0.9});
       MomentumSgd b(o);
-      check_close(run(b, problem, 1, 2, ones), {0.71});
+      check_close(run_optimizer(b, problem, 1, 2, ones), {0.71});
     }
     SUBCASE("nesterov") {
       // d1 = 1 + 0.9·1 = 1.9, x1 = 0.81 ; m2 = 1.9, d2 = 1 + 0.9·1.9 = 2.71,
       // x2 = 0.81 − 0.271 = 0.539
       o.nesterov = true;
       MomentumSgd a(o);
-      check_close(run(a, problem, 1, 1, ones), {0.81});
+      check_close(run_optimizer(a, problem, 1, 1, ones), {0.81});
       MomentumSgd b(o);
-      check_close(run(b, problem, 1, 2, ones), {0.539});
+      check_close(run_optimizer(b, problem, 1, 2, ones), {0.539});
     }
     SUBCASE("weight decay enters the momentum") {
       // g = 0, wd = 0.1: d1 = 0.1, m1 = 0.1, x1 = 0.99 ; d2 = 0.099,
       // m2 = 0.09 + 0.099 = 0.189, x2 = 0.99 − 0.0189 = 0.9711
       o.weight_decay = 0.1;
       MomentumSgd a(o);
-      check_close(run(a, problem, 1, 2, same_on_all({{0.0f}, {0.0f}})), {0.9711});
+      check_close(run_optimizer(a, problem, 1, 2, same_on_all({{0.0f}, {0.0f}})), {0.9711});
     }
   }
 
@@ -188,7 +173,7 @@ TEST_SUITE("optimizers") {
       for (int steps = 1; steps <= 3; ++steps) {
         CAPTURE(steps);
         Adam opt(o);
-        check_close(run(opt, problem, 1, steps, grads), reference(0.1, 0.0, bc, steps));
+        check_close(run_optimizer(opt, problem, 1, steps, grads), reference(0.1, 0.0, bc, steps));
       }
     }
     SUBCASE("first corrected step moves every coordinate by lr against the gradient") {
@@ -196,14 +181,14 @@ TEST_SUITE("optimizers") {
       AdamOptions o;
       o.lr = 0.1;
       Adam opt(o);
-      check_close(run(opt, problem, 1, 1, grads), {0.9, -0.4, 1.9});
+      check_close(run_optimizer(opt, problem, 1, 1, grads), {0.9, -0.4, 1.9});
     }
     SUBCASE("decoupled weight decay") {
       AdamOptions o;
       o.lr = 0.1;
       o.weight_decay = 0.1;
       Adam opt(o);
-      check_close(run(opt, problem, 1, 3, grads), reference(0.1, 0.1, true, 3));
+      check_close(run_optimizer(opt, problem, 1, 3, grads), reference(0.1, 0.1, true, 3));
     }
   }
 
@@ -214,7 +199,7 @@ TEST_SUITE("optimizers") {
     o.bias_correction = false;
     o.weight_decay = 0.01;
     Adam opt(o);
-    const auto got = run(opt, problem, 1, 4, random_grads(true));
+    const auto got = run_optimizer(opt, problem, 1, 4, random_grads(true));
     // The same four steps written against the shared element update.
     std::vector<float> x = random_vector(d, 3, 1.0f), m(d, 0.0f), v(d, 0.0f), g(d);
     for (int64_t t = 1; t <= 4; ++t) {
@@ -237,7 +222,7 @@ TEST_SUITE("optimizers") {
     o.lr = 0.01;
     const std::vector<float> g = {0.5f, -0.25f, 2.0f, 1.0f};
     Lamb opt(o);
-    const auto x = run(opt, problem, 1, 1, same_on_all({g}));
+    const auto x = run_optimizer(opt, problem, 1, 1, same_on_all({g}));
     auto u = [&](double gk) { return 0.1 * gk / (std::sqrt(0.001 * gk * gk) + 1e-8); };
     const double r_e = 5.0 / std::abs(u(1.0));
     CHECK(opt.trust_ratios()[0] == 10.0);
@@ -262,7 +247,7 @@ TEST_SUITE("optimizers") {
     o.coeff_beta = 0.8;
     Lamb opt(o);
     const std::vector<std::vector<float>> table = {{1.0f, -1.0f}, {0.5f, 2.0f}};
-    const auto x = run(opt, problem, 1, 2, same_on_all(table));
+    const auto x = run_optimizer(opt, problem, 1, 2, same_on_all(table));
     // Double reference of the same two steps.
     std::vector<double> xd = {3.0, 4.0}, m(2, 0.0), v(2, 0.0);
     double c = 0.0;
@@ -293,7 +278,7 @@ TEST_SUITE("optimizers") {
     o.lr = 0.05;
     o.weight_decay = 0.01;
     Lamb opt(o);
-    const auto x = run(opt, whole, 2, 3, all_grads);
+    const auto x = run_optimizer(opt, whole, 2, 3, all_grads);
     for (const auto& t : tensors) {
       CAPTURE(t.name);
       FixedProblem alone({x0.begin() + t.offset, x0.begin() + t.offset + t.size}, {});
@@ -303,7 +288,7 @@ TEST_SUITE("optimizers") {
         std::copy(full.begin() + t.offset, full.begin() + t.offset + t.size, g.begin());
       };
       Lamb single(o);
-      const auto xs = run(single, alone, 2, 3, slice);
+      const auto xs = run_optimizer(single, alone, 2, 3, slice);
       CHECK(bit_equal(xs, {x.begin() + t.offset, x.begin() + t.offset + t.size}));
     }
   }
@@ -321,11 +306,11 @@ TEST_SUITE("optimizers") {
       Json raw = {{"name", entry.name}, {"weight_decay", 0.01}};
       const Json resolved = entry.resolve(raw, "optimizer");
       auto one = entry.make(resolved);
-      const auto reference = run(*one, problem, 1, 3, random_grads(true));
+      const auto reference = run_optimizer(*one, problem, 1, 3, random_grads(true));
       for (const int n : {2, 4, 8}) {
         CAPTURE(n);
         auto opt = entry.make(resolved);
-        CHECK(bit_equal(run(*opt, problem, n, 3, random_grads(true)), reference));
+        CHECK(bit_equal(run_optimizer(*opt, problem, n, 3, random_grads(true)), reference));
       }
     }
   }
@@ -349,19 +334,19 @@ TEST_SUITE("optimizers") {
       AdamOptions o;
       o.wire = "fp16";
       Adam half(o);
-      const auto got = run(half, problem, n, 3, random_grads(false));
+      const auto got = run_optimizer(half, problem, n, 3, random_grads(false));
       o.wire = "fp32";
       Adam full(o);
-      CHECK(bit_equal(got, run(full, problem, 1, 3, rounded_mean)));
+      CHECK(bit_equal(got, run_optimizer(full, problem, 1, 3, rounded_mean)));
     }
     SUBCASE("lamb") {
       LambOptions o;
       o.wire = "fp16";
       Lamb half(o);
-      const auto got = run(half, problem, n, 3, random_grads(false));
+      const auto got = run_optimizer(half, problem, n, 3, random_grads(false));
       o.wire = "fp32";
       Lamb full(o);
-      CHECK(bit_equal(got, run(full, problem, 1, 3, rounded_mean)));
+      CHECK(bit_equal(got, run_optimizer(full, problem, 1, 3, rounded_mean)));
     }
   }
 
@@ -374,7 +359,7 @@ TEST_SUITE("optimizers") {
       o.wire = wire;
       Adam opt(o);
       Communicator comm(4);
-      run(opt, problem, 4, 1, random_grads(false), &comm);
+      run_optimizer(opt, problem, 4, 1, random_grads(false), &comm);
       REQUIRE(comm.log().size() == 1);
       const CommRecord& r = comm.log().records()[0];
       const int64_t bytes = wire == "fp32" ? 4000 : 2000;
@@ -404,7 +389,7 @@ TEST_SUITE("optimizers") {
       for (const int threads : {1, 2}) {
         omp_set_num_threads(threads);
         auto opt = entry.make(resolved);
-        results.push_back(run(*opt, problem, 3, 3, random_grads(false)));
+        results.push_back(run_optimizer(*opt, problem, 3, 3, random_grads(false)));
       }
       CHECK(bit_equal(results[0], results[1]));
     }
@@ -445,33 +430,33 @@ TEST_SUITE("optimizers") {
     SUBCASE("field rules") {
       const auto adam = AdamOptions::schema();
       auto read = [&](Json j) { return [&adam, j] { adam.read(j, "optimizer"); }; };
-      CHECK(config_error_of(read({{"beta1", 1}})) == "optimizer.beta1 = 1: must be in [0, 1)");
-      CHECK(config_error_of(read({{"beta2", -0.1}})) ==
+      CHECK(config_error_message(read({{"beta1", 1}})) == "optimizer.beta1 = 1: must be in [0, 1)");
+      CHECK(config_error_message(read({{"beta2", -0.1}})) ==
             "optimizer.beta2 = -0.1: must be in [0, 1)");
-      CHECK(config_error_of(read({{"lr", 0}})) == "optimizer.lr = 0: must be > 0");
-      CHECK(config_error_of(read({{"eps", 0.0}})) == "optimizer.eps = 0.0: must be > 0");
-      CHECK(config_error_of(read({{"weight_decay", -1}})) ==
+      CHECK(config_error_message(read({{"lr", 0}})) == "optimizer.lr = 0: must be > 0");
+      CHECK(config_error_message(read({{"eps", 0.0}})) == "optimizer.eps = 0.0: must be > 0");
+      CHECK(config_error_message(read({{"weight_decay", -1}})) ==
             "optimizer.weight_decay = -1: must be >= 0");
-      CHECK(config_error_of(read({{"wire", "fp8"}}))
+      CHECK(config_error_message(read({{"wire", "fp8"}}))
                 .find("optimizer.wire = \"fp8\": must be one of \"fp32\", \"fp16\", \"bf16\"") ==
             0);
-      CHECK(config_error_of(read({{"bias_correction", 1}})) ==
+      CHECK(config_error_message(read({{"bias_correction", 1}})) ==
             "optimizer.bias_correction = 1: must be true or false");
-      CHECK(config_error_of([] {
+      CHECK(config_error_message([] {
               MomentumSgdOptions::schema().read({{"momentum", 1.0}}, "optimizer");
             }) == "optimizer.momentum = 1.0: must be in [0, 1)");
-      CHECK(config_error_of([] {
+      CHECK(config_error_message([] {
               SgdOptions::schema().read({{"lr", -0.5}}, "optimizer");
             }) == "optimizer.lr = -0.5: must be > 0");
     }
     SUBCASE("unknown option: did you mean") {
-      const std::string msg = config_error_of([] {
+      const std::string msg = config_error_message([] {
         AdamOptions::schema().read({{"betta1", 0.9}}, "optimizer");
       });
       CHECK(msg.find("optimizer.betta1 = 0.9: unknown key; did you mean \"beta1\"?") == 0);
     }
     SUBCASE("lamb: min_coeff <= max_coeff") {
-      const std::string msg = config_error_of([] {
+      const std::string msg = config_error_message([] {
         LambOptions::schema().read({{"min_coeff", 20}, {"max_coeff", 10}}, "optimizer");
       });
       CHECK(msg == "optimizer.min_coeff = 20.0: must be <= max_coeff (10)");
@@ -498,7 +483,7 @@ TEST_SUITE("optimizers") {
     CHECK(adam["beta2"] == 0.999);
     CHECK(adam["bias_correction"] == true);
     CHECK(find_entry(reg, "lamb")->resolve({{"name", "lamb"}}, "o")["bias_correction"] == false);
-    CHECK(config_error_of([&] {
+    CHECK(config_error_message([&] {
             find_entry(reg, "sgd")->resolve({{"name", "sgd"}, {"momentum", 0.9}}, "optimizer");
           }).find("optimizer.momentum = 0.9: unknown key") == 0);
   }

@@ -38,7 +38,7 @@ std::string resolve_error(const Json& raw) {
 }
 
 // Small instances of every real model (every MLP activation) on small data.
-std::vector<Json> small_cases() {
+std::vector<Json> small_real_cases() {
   return {
       {{"name", "softmax_regression"}, {"dataset", "wine"}},
       {{"name", "softmax_regression"}, {"dataset", "breast_cancer"}},
@@ -75,7 +75,7 @@ TEST_SUITE("real_problems") {
     // coordinates. (Checked by mutation, at h = 1e-3: dropping the CNN's relu mask, or
     // scaling gelu's z·φ(z) term by 0.9, fails this test.)
     constexpr double kH = 3e-4, kRel = 1e-2, kAbs = 2e-3;
-    for (const Json& c : small_cases()) {
+    for (const Json& c : small_real_cases()) {
       CAPTURE(c.dump());
       const auto p = make_problem(c);
       auto ws = p->make_workspace();
@@ -105,18 +105,18 @@ TEST_SUITE("real_problems") {
   }
 
   TEST_CASE("tensor layout, initialisation and evaluation columns") {
-    const auto m = make_problem(small_cases()[2]);
+    const auto m = make_problem(small_real_cases()[2]);
     REQUIRE(m->tensors().size() == 6);
     CHECK(m->tensors()[0].name == "fc1.weight");
     CHECK(m->tensors()[0].size == 9 * 64);
     CHECK(m->tensors()[5].name == "fc3.bias");
     CHECK(m->dim() == 9 * 64 + 9 + 6 * 9 + 6 + 10 * 6 + 10);
-    const auto c = make_problem(small_cases()[5]);
+    const auto c = make_problem(small_real_cases()[5]);
     REQUIRE(c->tensors().size() == 6);
     CHECK(c->tensors()[2].name == "conv2.weight");
     CHECK(c->tensors()[2].size == 4 * 25 * 3);
     CHECK(c->tensors()[4].size == 10 * 4 * 4 * 4);  // fc over 4 × 4 × c2
-    for (const Json& raw : small_cases()) {
+    for (const Json& raw : small_real_cases()) {
       CAPTURE(raw.dump());
       const auto p = make_problem(raw);
       size_t next = 0;
@@ -149,7 +149,7 @@ TEST_SUITE("real_problems") {
     // loss_grad gives it alone, for any grouping (the cluster groups by
     // thread count). Unequal batches and an empty one.
     const std::vector<size_t> sizes = {4, 0, 7, 1, 5};
-    for (const Json& raw : small_cases()) {
+    for (const Json& raw : small_real_cases()) {
       CAPTURE(raw.dump());
       const auto p = make_problem(raw);
       std::vector<float> x(p->dim());

@@ -20,6 +20,7 @@
 #include "sim/lab/recost.hpp"
 #include "sim/timing/network.hpp"
 #include "tests/fixtures.hpp"
+#include "tests/cli_fixtures.hpp"
 
 using namespace bitlab;
 namespace fs = std::filesystem;
@@ -29,21 +30,7 @@ using testing::config_error_path;
 
 namespace {
 
-std::atomic<int> g_dir_counter{0};
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("bitlab_test_recost_" + std::to_string(getpid()) + "_" +
-                                        std::to_string(g_dir_counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using testing::TempDir;
 
 void write_file(const fs::path& p, const std::string& text) {
   std::ofstream out(p, std::ios::binary);

@@ -15,21 +15,21 @@ Experiment make(const std::string& text) {
 }
 
 // Everything a run measures, for bit-for-bit comparison (wall time excluded).
-struct Trace {
+struct RunTrace {
   std::vector<double> values;
   std::vector<float> params;
-  bool operator==(const Trace& o) const {
+  bool operator==(const RunTrace& o) const {
     return values.size() == o.values.size() && params.size() == o.params.size() &&
            std::memcmp(values.data(), o.values.data(), values.size() * 8) == 0 &&
            std::memcmp(params.data(), o.params.data(), params.size() * 4) == 0;
   }
 };
 
-Trace trace(const Experiment& e, int threads, bool with_bytes = true) {
+RunTrace trace(const Experiment& e, int threads, bool with_bytes = true) {
   const int saved = omp_get_max_threads();
   omp_set_num_threads(threads);
   Simulation sim(e);
-  Trace t;
+  RunTrace t;
   for (int64_t s = 0; s < e.run.steps; ++s) {
     const auto& m = sim.step();
     t.values.push_back(m.train_loss);
@@ -67,7 +67,7 @@ TEST_SUITE("run") {
         "cluster": {"workers": 1, "batch_size": "full", "sharding": "replicated"},
         "optimizer": {"name": "adam", "lr": 0.05}})";
     // Bytes differ (more workers talk): compare losses, norms, evals, params.
-    const Trace one = trace(make(base), 2, false);
+    const RunTrace one = trace(make(base), 2, false);
     for (int n : {2, 4, 8}) {
       Json j = Json::parse(base);
       j["cluster"]["workers"] = n;

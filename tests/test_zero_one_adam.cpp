@@ -23,26 +23,19 @@
 #include "sim/engine/config.hpp"
 #include "sim/engine/simulation.hpp"
 #include "tests/fixtures.hpp"
+#include "tests/bits.hpp"
 
 namespace bitlab {
 namespace {
+using bitlab::testing::bit_equal;
+using bitlab::testing::random_vector;
 
 using testing::FixedProblem;
-
-std::vector<float> random_vector(size_t d, uint64_t seed, float scale) {
-  std::vector<float> x(d);
-  fill_normal(RngStream(seed, Purpose::kTest), x, scale);
-  return x;
-}
 
 // N(0, 1) gradient of worker i at step t, different on every worker.
 void random_grad(int64_t t, int i, std::span<float> g) {
   fill_normal(RngStream(7, Purpose::kTest, static_cast<uint32_t>(i), static_cast<uint64_t>(t)), g,
               1.0f);
-}
-
-bool bit_equal(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 std::vector<float> copy_of(std::span<const float> x) {

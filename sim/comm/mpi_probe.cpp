@@ -13,16 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "sim/comm/mpi_call.hpp"
 #include "sim/comm/mpi_probe.hpp"
 #include "sim/core/schema.hpp"
 
 namespace bitlab {
 
 namespace {
-
-void check(int rc, const char* call) {
-  if (rc != MPI_SUCCESS) throw std::runtime_error(std::string("MPI call failed: ") + call);
-}
 
 // The known inputs. Small whole numbers, so that every sum over ranks is
 // exact in float32 (below 2^24 for up to 2^18 ranks) and the expected result
@@ -60,7 +57,7 @@ class MpiProbeImpl final : public MpiProbe {
                         "ranks");
     }
     group(ranks_per_node);
-    check(MPI_Comm_split(MPI_COMM_WORLD, nodes_.node, nodes_.node_rank, &node_comm_),
+    check_mpi(MPI_Comm_split(MPI_COMM_WORLD, nodes_.node, nodes_.node_rank, &node_comm_),
           "MPI_Comm_split");
     node_ = world_->split(nodes_.node, nodes_.node_rank);
   }
@@ -91,14 +88,14 @@ class MpiProbeImpl final : public MpiProbe {
                          const ProbeLoop& loop) override;
   int64_t sum(int64_t value) override {
     long long in = value, out = 0;
-    check(MPI_Allreduce(&in, &out, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    check_mpi(MPI_Allreduce(&in, &out, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
     return out;
   }
 
  private:
   double world_max(double v) {
     double out = v;
-    check(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+    check_mpi(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
     return out;
   }
   // The warm-up calls; returns how many calls to time (fewer past
@@ -123,7 +120,7 @@ std::vector<std::string> MpiProbeImpl::host_names() {
   int length = 0;
   MPI_Get_processor_name(mine, &length);
   std::vector<char> all(static_cast<size_t>(ranks_) * MPI_MAX_PROCESSOR_NAME);
-  check(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+  check_mpi(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
                       MPI_CHAR, MPI_COMM_WORLD),
         "MPI_Allgather");
   std::vector<std::string> names;
@@ -149,12 +146,12 @@ void MpiProbeImpl::group(int ranks_per_node) {
                       " consecutive ranks (--ranks-per-node)";
   } else {
     MPI_Comm shm = MPI_COMM_NULL;
-    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &shm),
+    check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &shm),
           "MPI_Comm_split_type");
     int leader = rank_;
-    check(MPI_Bcast(&leader, 1, MPI_INT, 0, shm), "MPI_Bcast");
+    check_mpi(MPI_Bcast(&leader, 1, MPI_INT, 0, shm), "MPI_Bcast");
     MPI_Comm_free(&shm);
-    check(MPI_Allgather(&leader, 1, MPI_INT, leader_of.data(), 1, MPI_INT, MPI_COMM_WORLD),
+    check_mpi(MPI_Allgather(&leader, 1, MPI_INT, leader_of.data(), 1, MPI_INT, MPI_COMM_WORLD),
           "MPI_Allgather");
     nodes_.grouping = "ranks that share memory (MPI_Comm_split_type)";
   }
@@ -186,19 +183,19 @@ void MpiProbeImpl::group(int ranks_per_node) {
 
 ProbeTiming MpiProbeImpl::time(const std::function<void()>& call, const ProbeLoop& loop,
                                const std::function<void()>& prepare) {
-  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
   const int iterations = warm_up(call, loop);
-  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
   if (loop.cold_bytes > 0) return time_cold(call, prepare, loop, iterations);
   const double t0 = MPI_Wtime();
   for (int i = 0; i < iterations; ++i) call();
   double mine = (MPI_Wtime() - t0) / iterations;
   ProbeTiming t;
   t.iterations = iterations;
-  check(MPI_Allreduce(&mine, &t.time_s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(&mine, &t.time_s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
   t.time_s /= ranks_;
-  check(MPI_Allreduce(&mine, &t.min_s, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
-  check(MPI_Allreduce(&mine, &t.max_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(&mine, &t.min_s, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(&mine, &t.max_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
   return t;
 }
 
@@ -244,13 +241,13 @@ ProbeTiming MpiProbeImpl::time_cold(const std::function<void()>& call,
   for (int i = 0; i < iterations; ++i) {
     std::memset(cold_.data(), i & 0xff, cold_.size());
     if (prepare) prepare();
-    check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
     const double t0 = MPI_Wtime();
     call();
     mine[static_cast<size_t>(i)] = MPI_Wtime() - t0;
   }
   std::vector<double> over_ranks(mine.size());
-  check(MPI_Allreduce(mine.data(), over_ranks.data(), iterations, MPI_DOUBLE, MPI_SUM,
+  check_mpi(MPI_Allreduce(mine.data(), over_ranks.data(), iterations, MPI_DOUBLE, MPI_SUM,
                       MPI_COMM_WORLD),
         "MPI_Allreduce");
   for (double& v : over_ranks) v /= ranks_;
@@ -259,8 +256,8 @@ ProbeTiming MpiProbeImpl::time_cold(const std::function<void()>& call,
   t.time_s = median_of(over_ranks);
   const double my_median = median_of(mine);
   t.min_s = my_median, t.max_s = my_median;
-  check(MPI_Allreduce(&my_median, &t.min_s, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
-  check(MPI_Allreduce(&my_median, &t.max_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(&my_median, &t.min_s, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(&my_median, &t.max_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
   return t;
 }
 
@@ -284,20 +281,20 @@ StandardProbe MpiProbeImpl::standard(ProbeLevel level, const std::string& collec
   if (collective == "allreduce") {
     send.resize(block), recv.assign(block, 0.0f);
     for (int64_t i = 0; i < block; ++i) send[i] = summand(q, i);
-    call = [&] { check(MPI_Allreduce(send.data(), recv.data(), n, MPI_FLOAT, MPI_SUM, comm), "MPI_Allreduce"); };
+    call = [&] { check_mpi(MPI_Allreduce(send.data(), recv.data(), n, MPI_FLOAT, MPI_SUM, comm), "MPI_Allreduce"); };
   } else if (collective == "allgather") {
     send.resize(block), recv.assign(block * p, 0.0f);
     for (int64_t i = 0; i < block; ++i) send[i] = gathered(q, 0, i);
-    call = [&] { check(MPI_Allgather(send.data(), n, MPI_FLOAT, recv.data(), n, MPI_FLOAT, comm), "MPI_Allgather"); };
+    call = [&] { check_mpi(MPI_Allgather(send.data(), n, MPI_FLOAT, recv.data(), n, MPI_FLOAT, comm), "MPI_Allgather"); };
   } else if (collective == "reduce_scatter") {
     send.resize(block * p), recv.assign(block, 0.0f);
     for (int64_t i = 0; i < block * p; ++i) send[i] = summand(q, i);
-    call = [&] { check(MPI_Reduce_scatter_block(send.data(), recv.data(), n, MPI_FLOAT, MPI_SUM, comm), "MPI_Reduce_scatter_block"); };
+    call = [&] { check_mpi(MPI_Reduce_scatter_block(send.data(), recv.data(), n, MPI_FLOAT, MPI_SUM, comm), "MPI_Reduce_scatter_block"); };
   } else if (collective == "alltoall") {
     send.resize(block * p), recv.assign(block * p, 0.0f);
     for (int to = 0; to < p; ++to)
       for (int64_t i = 0; i < block; ++i) send[to * block + i] = gathered(q, to, i);
-    call = [&] { check(MPI_Alltoall(send.data(), n, MPI_FLOAT, recv.data(), n, MPI_FLOAT, comm), "MPI_Alltoall"); };
+    call = [&] { check_mpi(MPI_Alltoall(send.data(), n, MPI_FLOAT, recv.data(), n, MPI_FLOAT, comm), "MPI_Alltoall"); };
   } else {
     throw std::logic_error("probe: unknown standard collective " + collective);
   }

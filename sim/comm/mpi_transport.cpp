@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/comm/mpi_call.hpp"
 #include "sim/comm/transport.hpp"
 
 namespace bitlab {
@@ -27,17 +28,13 @@ int to_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-void check(int rc, const char* call) {
-  if (rc != MPI_SUCCESS) throw std::runtime_error(std::string("MPI call failed: ") + call);
-}
-
 class MpiTransport final : public Transport {
  public:
   MpiTransport() {
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
-      check(MPI_Init(nullptr, nullptr), "MPI_Init");
+      check_mpi(MPI_Init(nullptr, nullptr), "MPI_Init");
       owns_init_ = true;
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -81,7 +78,7 @@ class MpiTransport final : public Transport {
     }
     ++counts_->calls;
     timed([&] {
-      check(MPI_Alltoallv(send, sc_.data(), sd_.data(), MPI_BYTE, recv, rc_.data(), rd_.data(),
+      check_mpi(MPI_Alltoallv(send, sc_.data(), sd_.data(), MPI_BYTE, recv, rc_.data(), rd_.data(),
                           MPI_BYTE, comm_),
             "MPI_Alltoallv");
     });
@@ -94,7 +91,7 @@ class MpiTransport final : public Transport {
     counts_->bytes_sent += counts[rank_] * (ranks_ - 1);
     ++counts_->calls;
     timed([&] {
-      check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, buf, rc_.data(), rd_.data(), MPI_BYTE,
+      check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, buf, rc_.data(), rd_.data(), MPI_BYTE,
                            comm_),
             "MPI_Allgatherv");
     });
@@ -104,7 +101,7 @@ class MpiTransport final : public Transport {
     if (rank_ == root) counts_->bytes_sent += bytes * (ranks_ - 1);
     ++counts_->calls;
     timed([&] {
-      check(MPI_Bcast(buf, to_int(bytes, "broadcast"), MPI_BYTE, root, comm_), "MPI_Bcast");
+      check_mpi(MPI_Bcast(buf, to_int(bytes, "broadcast"), MPI_BYTE, root, comm_), "MPI_Bcast");
     });
   }
 
@@ -121,19 +118,19 @@ class MpiTransport final : public Transport {
 
   std::unique_ptr<Transport> split(int color, int key) override {
     MPI_Comm sub = MPI_COMM_NULL;
-    check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split");
+    check_mpi(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split");
     if (sub == MPI_COMM_NULL) return nullptr;
     return std::make_unique<MpiTransport>(sub, counts_, barrier_);
   }
 
   double max(double v) override {
     double out = v;
-    check(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm_), "MPI_Allreduce");
+    check_mpi(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm_), "MPI_Allreduce");
     return out;
   }
   double sum(double v) override {
     double out = v;
-    check(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce");
+    check_mpi(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce");
     return out;
   }
 
@@ -143,7 +140,7 @@ class MpiTransport final : public Transport {
   void timed(const Call& call) {
     if (*barrier_) {
       const double w0 = MPI_Wtime();
-      check(MPI_Barrier(comm_), "MPI_Barrier");
+      check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
       counts_->wait_seconds += MPI_Wtime() - w0;
     }
     const double t0 = MPI_Wtime();

@@ -56,7 +56,7 @@ ConvKernels kernels_for(Isa isa) {
        conv_avx512_unpool_relu_nhwc, conv_avx512_bias_relu_rows});
 }
 
-const ConvKernels& active() {
+const ConvKernels& active_conv() {
   static const ConvKernels k = kernels_for(active_isa());
   return k;
 }
@@ -69,28 +69,28 @@ ConvKernels checked(Isa isa, const char* what) {
 }
 }  // namespace
 
-void im2col(const ConvShape& s, const float* in, float* cols) { active().im2col(s, in, cols); }
-void col2im(const ConvShape& s, const float* cols, float* in) { active().col2im(s, cols, in); }
+void im2col(const ConvShape& s, const float* in, float* cols) { active_conv().im2col(s, in, cols); }
+void col2im(const ConvShape& s, const float* cols, float* in) { active_conv().col2im(s, cols, in); }
 void im2col_t(size_t h, size_t w, size_t k, const float* in, float* cols_t) {
-  active().im2col_t(h, w, k, in, cols_t);
+  active_conv().im2col_t(h, w, k, in, cols_t);
 }
 
 void max_pool_plane(const float* t, size_t h, size_t w, float* out) {
-  active().max_pool_plane(t, h, w, out);
+  active_conv().max_pool_plane(t, h, w, out);
 }
 void unpool_relu_plane(const float* t, size_t h, size_t w, const float* dpooled, float* dt) {
-  active().unpool_relu_plane(t, h, w, dpooled, dt);
+  active_conv().unpool_relu_plane(t, h, w, dpooled, dt);
 }
-void bias_relu(float* v, size_t n, float bias) { active().bias_relu(v, n, bias); }
+void bias_relu(float* v, size_t n, float bias) { active_conv().bias_relu(v, n, bias); }
 void max_pool_nhwc(const float* t, size_t h, size_t w, size_t c, float* out) {
-  active().max_pool_nhwc(t, h, w, c, out);
+  active_conv().max_pool_nhwc(t, h, w, c, out);
 }
 void unpool_relu_nhwc(const float* t, size_t h, size_t w, size_t c, const float* dpooled,
                       float* dt) {
-  active().unpool_relu_nhwc(t, h, w, c, dpooled, dt);
+  active_conv().unpool_relu_nhwc(t, h, w, c, dpooled, dt);
 }
 void bias_relu_rows(float* v, size_t rows, size_t cols, const float* bias) {
-  active().bias_relu_rows(v, rows, cols, bias);
+  active_conv().bias_relu_rows(v, rows, cols, bias);
 }
 
 void im2col_isa(Isa isa, const ConvShape& s, const float* in, float* cols) {
