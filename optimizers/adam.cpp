@@ -17,12 +17,15 @@ Schema<AdamOptions> AdamOptions::schema() {
           "divide m, v by 1−β1^t, 1−β2^t (PyTorch's default; the DeepSpeed 1-bit family "
           "applies none)");
   add_wire_field(s);
+  add_gradient_exchange_field(s);
   return s;
 }
 
-Adam::Adam(const AdamOptions& opts) : opts_(opts), wire_(parse_wire_dtype(opts.wire)) {}
+Adam::Adam(const AdamOptions& opts) : opts_(opts), wire_(parse_wire_dtype(opts.wire)),
+      exchange_(opts.gradient_exchange, wire_) {}
 
 void Adam::setup(Cluster& cluster) {
+  exchange_.setup(cluster);
   g_mean_.assign(cluster.dim(), 0.0f);
   m_.assign(cluster.dim(), 0.0f);
   v_.assign(cluster.dim(), 0.0f);
@@ -30,7 +33,7 @@ void Adam::setup(Cluster& cluster) {
 
 void Adam::finish_step(StepContext& ctx) {
   // ḡ = mean_i g_i
-  const std::span<const float> g_mean = allreduce_gradients(ctx, g_mean_, wire_);
+  const std::span<const float> g_mean = exchange_.mean(ctx, g_mean_);
   // m, v, then x = x − lr·(m̂ ⊘ (sqrt(v̂)+ε) + wd·x)
   const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
                                         opts_.weight_decay, opts_.bias_correction, ctx.step);
@@ -39,10 +42,11 @@ void Adam::finish_step(StepContext& ctx) {
 
 // One phase: the gradient allreduce of every step.
 CommPlan Adam::comm_plan(const PlanShape& shape) const {
-  return full_allreduce_plan(shape, wire_);
+  return exchange_.plan(shape);
 }
 
 void Adam::serialize(StateArchive& io) {
+  exchange_.serialize(io);
   io.field("adam.m", m_);
   io.field("adam.v", v_);
 }

@@ -1,5 +1,6 @@
 // BinSGDM (ICLR 2023 submission; docs/algorithms.md §7, [verify]); see binsgdm.hpp.
 #include "optimizers/binsgdm.hpp"
+#include "optimizers/gradient_exchange.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -34,6 +35,7 @@ Schema<BinSgdmOptions> BinSgdmOptions::schema() {
   s.field("compress_seed", &O::compress_seed,
           "extra seed of the binarization's random streams, mixed with the run seed, the step and "
           "the worker");
+  refuse_gradient_exchange(s, "the 1-bit binarization of its scaled momentum");
   return s;
 }
 

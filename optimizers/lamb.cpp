@@ -33,6 +33,7 @@ Schema<LambOptions> LambOptions::schema() {
           "divide m, v by 1−β1^t, 1−β2^t as the LAMB paper does; off by default because "
           "DeepSpeed's 1-bit LAMB applies none");
   add_wire_field(s);
+  add_gradient_exchange_field(s);
   s.check([](const LambOptions& o, const std::string& path) {
     if (o.min_coeff > o.max_coeff) {
       config_fail(join_path(path, "min_coeff"), Json(o.min_coeff),
@@ -42,9 +43,11 @@ Schema<LambOptions> LambOptions::schema() {
   return s;
 }
 
-Lamb::Lamb(const LambOptions& opts) : opts_(opts), wire_(parse_wire_dtype(opts.wire)) {}
+Lamb::Lamb(const LambOptions& opts) : opts_(opts), wire_(parse_wire_dtype(opts.wire)),
+      exchange_(opts.gradient_exchange, wire_) {}
 
 void Lamb::setup(Cluster& cluster) {
+  exchange_.setup(cluster);
   const size_t d = cluster.dim();
   tensors_ = cluster.tensors();
   if (tensors_.empty()) tensors_.push_back({"all", 0, d});
@@ -71,7 +74,7 @@ void Lamb::setup(Cluster& cluster) {
 
 void Lamb::finish_step(StepContext& ctx) {
   // ḡ = mean_i g_i
-  const std::span<const float> g_mean = allreduce_gradients(ctx, g_mean_, wire_);
+  const std::span<const float> g_mean = exchange_.mean(ctx, g_mean_);
 
   // m = β1 m + (1−β1) ḡ ; v = β2 v + (1−β2) ḡ² ; u = m ⊘ (sqrt(v)+ε) + wd·x
   // (the Adam element update without its step, so 1-bit LAMB can share it)
@@ -98,10 +101,11 @@ void Lamb::finish_step(StepContext& ctx) {
 
 // One phase: the gradient allreduce of every step.
 CommPlan Lamb::comm_plan(const PlanShape& shape) const {
-  return full_allreduce_plan(shape, wire_);
+  return exchange_.plan(shape);
 }
 
 void Lamb::serialize(StateArchive& io) {
+  exchange_.serialize(io);
   io.field("lamb.m", m_);
   io.field("lamb.v", v_);
   io.field("lamb.trust_ratio", trust_ratio_);

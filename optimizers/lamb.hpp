@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "optimizers/adam.hpp"
+#include "optimizers/gradient_exchange.hpp"
 #include "optimizers/optimizer.hpp"
 #include "sim/core/float16.hpp"
 #include "sim/core/schema.hpp"
@@ -25,6 +26,7 @@ struct LambOptions {
   double coeff_beta = 0.9;
   bool bias_correction = false;
   std::string wire = "fp32";
+  GradientExchangeOptions gradient_exchange;
   static Schema<LambOptions> schema();
   // Does not compress: its own baseline (docs/results.md "A twin baseline").
   static TwinDeclaration twin(const Json& resolved) { return uncompressed_twin(resolved); }
@@ -63,9 +65,16 @@ class Lamb : public Optimizer {
   explicit Lamb(const LambOptions& opts);
   void setup(Cluster& cluster) override;
   void finish_step(StepContext& ctx) override;
-  std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
+  std::optional<WireDtype> gradient_mean_wire() const override {
+    return exchange_.streamed_wire();
+  }
+  const char* phase() const override { return exchange_.phase(); }
+  size_t held_worker_state_bytes() const override { return exchange_.held_worker_bytes(); }
+  PowerSgdExchange* powersgd_exchange() override { return exchange_.powersgd(); }
   // ḡ, m, v, u (d floats each); per tensor two doubles, left out.
-  uint64_t planned_state_bytes(const StateShape& s) const override { return 16 * uint64_t{s.dim}; }
+  uint64_t planned_state_bytes(const StateShape& s) const override {
+    return 16 * uint64_t{s.dim} + exchange_.planned_bytes(s);
+  }
   CommPlan comm_plan(const PlanShape& shape) const override;
   void serialize(StateArchive& io) override;
 
@@ -80,6 +89,7 @@ class Lamb : public Optimizer {
  private:
   LambOptions opts_;
   WireDtype wire_;
+  GradientExchange exchange_;
   std::vector<TensorInfo> tensors_;
   std::vector<float> g_mean_;  // ḡ
   std::vector<float> m_;

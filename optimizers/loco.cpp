@@ -1,5 +1,6 @@
 // LoCo (Xie et al. 2024; docs/algorithms.md §6); see loco.hpp.
 #include "optimizers/loco.hpp"
+#include "optimizers/gradient_exchange.hpp"
 
 #include "optimizers/adam.hpp"
 #include "optimizers/common.hpp"
@@ -79,6 +80,7 @@ Schema<LocoOptions> LocoOptions::schema() {
   s.field("compress_seed", &O::compress_seed,
           "extra seed of the compressors' random streams (stochastic rounding), mixed with the run "
           "seed, the step and the worker");
+  refuse_gradient_exchange(s, "the 4-bit quantized exchange with error compensation");
   return s;
 }
 

@@ -17,20 +17,23 @@ Schema<MomentumSgdOptions> MomentumSgdOptions::schema() {
           "torch.optim.SGD)",
           {rules::at_least(0.0)});
   add_wire_field(s);
+  add_gradient_exchange_field(s);
   return s;
 }
 
 MomentumSgd::MomentumSgd(const MomentumSgdOptions& opts)
-    : opts_(opts), wire_(parse_wire_dtype(opts.wire)) {}
+    : opts_(opts), wire_(parse_wire_dtype(opts.wire)),
+      exchange_(opts.gradient_exchange, wire_) {}
 
 void MomentumSgd::setup(Cluster& cluster) {
+  exchange_.setup(cluster);
   g_mean_.assign(cluster.dim(), 0.0f);
   m_.assign(cluster.dim(), 0.0f);
 }
 
 void MomentumSgd::finish_step(StepContext& ctx) {
   // ḡ = mean_i g_i
-  const std::span<const float> g_mean = allreduce_gradients(ctx, g_mean_, wire_);
+  const std::span<const float> g_mean = exchange_.mean(ctx, g_mean_);
 
   // d = ḡ + wd·x ; m = μ m + d ; d = nesterov ? d + μ m : m ; x = x − lr·d
   const MomentumSgdCoeffs c{static_cast<float>(opts_.lr), static_cast<float>(opts_.momentum),
@@ -41,10 +44,11 @@ void MomentumSgd::finish_step(StepContext& ctx) {
 
 // One phase: the gradient allreduce of every step.
 CommPlan MomentumSgd::comm_plan(const PlanShape& shape) const {
-  return full_allreduce_plan(shape, wire_);
+  return exchange_.plan(shape);
 }
 
 void MomentumSgd::serialize(StateArchive& io) {
+  exchange_.serialize(io);
   io.field("momentum_sgd.m", m_);
 }
 

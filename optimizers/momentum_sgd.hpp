@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "optimizers/gradient_exchange.hpp"
 #include "optimizers/optimizer.hpp"
 #include "sim/core/float16.hpp"
 #include "sim/core/schema.hpp"
@@ -17,6 +18,7 @@ struct MomentumSgdOptions {
   bool nesterov = false;
   double weight_decay = 0.0;
   std::string wire = "fp32";
+  GradientExchangeOptions gradient_exchange;
   static Schema<MomentumSgdOptions> schema();
   // Does not compress: its own baseline (docs/results.md "A twin baseline").
   static TwinDeclaration twin(const Json& resolved) { return uncompressed_twin(resolved); }
@@ -34,9 +36,16 @@ class MomentumSgd : public Optimizer {
   explicit MomentumSgd(const MomentumSgdOptions& opts);
   void setup(Cluster& cluster) override;
   void finish_step(StepContext& ctx) override;
-  std::optional<WireDtype> gradient_mean_wire() const override { return wire_; }
+  std::optional<WireDtype> gradient_mean_wire() const override {
+    return exchange_.streamed_wire();
+  }
+  const char* phase() const override { return exchange_.phase(); }
+  size_t held_worker_state_bytes() const override { return exchange_.held_worker_bytes(); }
+  PowerSgdExchange* powersgd_exchange() override { return exchange_.powersgd(); }
   // ḡ, m (d floats each).
-  uint64_t planned_state_bytes(const StateShape& s) const override { return 8 * uint64_t{s.dim}; }
+  uint64_t planned_state_bytes(const StateShape& s) const override {
+    return 8 * uint64_t{s.dim} + exchange_.planned_bytes(s);
+  }
   CommPlan comm_plan(const PlanShape& shape) const override;
   void serialize(StateArchive& io) override;
 
@@ -45,6 +54,7 @@ class MomentumSgd : public Optimizer {
  private:
   MomentumSgdOptions opts_;
   WireDtype wire_;
+  GradientExchange exchange_;
   std::vector<float> g_mean_;  // ḡ
   std::vector<float> m_;       // momentum buffer
 };

@@ -1,4 +1,5 @@
 #include "optimizers/onebit_adam.hpp"
+#include "optimizers/gradient_exchange.hpp"
 
 #include <omp.h>
 
@@ -99,6 +100,7 @@ Schema<O> make_onebit_adam_schema() {
       }
     }
   });
+  refuse_gradient_exchange(s, "the error-compensated 1-bit allreduce of the momentum after freeze_step");
   return s;
 }
 

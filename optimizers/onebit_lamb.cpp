@@ -1,4 +1,5 @@
 #include "optimizers/onebit_lamb.hpp"
+#include "optimizers/gradient_exchange.hpp"
 
 #include <omp.h>
 
@@ -79,6 +80,7 @@ Schema<OneBitLambOptions> OneBitLambOptions::schema() {
                   "must be <= factor_max (" + rules::num(o.factor_max) + ")");
     }
   });
+  refuse_gradient_exchange(s, "the error-compensated 1-bit allreduce of the momentum after freeze_step");
   return s;
 }
 

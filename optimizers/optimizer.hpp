@@ -20,6 +20,7 @@
 namespace bitlab {
 
 class Optimizer;
+class PowerSgdExchange;
 
 // What an optimizer declares about its uncompressed twin, for a fair
 // comparison (docs/results.md "A twin baseline"): the optimizer `name` (its
@@ -111,6 +112,7 @@ class Optimizer {
     int resident = 1;        // workers this process holds (all in the simulator)
     size_t dim = 0;          // parameters
     int gpus_per_node = 0;   // the network's (Cluster::gpus_per_node), 0: one node
+    const std::vector<TensorInfo>* tensors = nullptr;  // the problem's layout (null: unknown)
   };
   virtual uint64_t planned_state_bytes(const StateShape& /*shape*/) const { return 0; }
   // Phase of the last step (algorithm-specific; the baselines are "full").
@@ -144,6 +146,10 @@ class Optimizer {
   // or "" when nothing stands out: put first in summary.json's divergence
   // hint. Computed from the state when asked (deterministic, no extra state).
   virtual std::string divergence_cause() const { return ""; }
+  // The PowerSGD exchange when the optimizer's gradient_exchange is powersgd
+  // (after setup()), else null: the Python bridge hands it the model's
+  // gradient order and torch's random starts (sim/collectives/powersgd.hpp).
+  virtual PowerSgdExchange* powersgd_exchange() { return nullptr; }
 };
 
 // Every optimizer `bitlab` knows by name (optimizers/registry.cpp), then those

@@ -12,18 +12,21 @@ Schema<SgdOptions> SgdOptions::schema() {
           "L2 weight decay wd, added to the gradient (coupled, as torch.optim.SGD)",
           {rules::at_least(0.0)});
   add_wire_field(s);
+  add_gradient_exchange_field(s);
   return s;
 }
 
-Sgd::Sgd(const SgdOptions& opts) : opts_(opts), wire_(parse_wire_dtype(opts.wire)) {}
+Sgd::Sgd(const SgdOptions& opts) : opts_(opts), wire_(parse_wire_dtype(opts.wire)),
+      exchange_(opts.gradient_exchange, wire_) {}
 
 void Sgd::setup(Cluster& cluster) {
+  exchange_.setup(cluster);
   g_mean_.assign(cluster.dim(), 0.0f);
 }
 
 void Sgd::finish_step(StepContext& ctx) {
   // ḡ = mean_i g_i (exact allreduce, rounded to the wire type).
-  const std::span<const float> g_mean = allreduce_gradients(ctx, g_mean_, wire_);
+  const std::span<const float> g_mean = exchange_.mean(ctx, g_mean_);
 
   // x = x − lr·(ḡ + wd·x)
   const float lr = static_cast<float>(opts_.lr);
@@ -33,9 +36,9 @@ void Sgd::finish_step(StepContext& ctx) {
 
 // One phase: the gradient allreduce of every step.
 CommPlan Sgd::comm_plan(const PlanShape& shape) const {
-  return full_allreduce_plan(shape, wire_);
+  return exchange_.plan(shape);
 }
 
-void Sgd::serialize(StateArchive&) {}  // stateless between steps
+void Sgd::serialize(StateArchive& io) { exchange_.serialize(io); }  // ḡ's exchange only
 
 }  // namespace bitlab

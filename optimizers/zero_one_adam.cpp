@@ -1,4 +1,5 @@
 #include "optimizers/zero_one_adam.hpp"
+#include "optimizers/gradient_exchange.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -52,6 +53,7 @@ Schema<ZeroOneAdamOptions> ZeroOneAdamOptions::schema() {
   s.check([](const O& o, const std::string& path) {
     make_onebit_stages(o.worker_compressor, o.server_compressor, true, path);
   });
+  refuse_gradient_exchange(s, "the 1-bit allreduce of its gradients, then of its local steps' updates");
   return s;
 }
 

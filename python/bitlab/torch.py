@@ -68,6 +68,31 @@ def _trained_parameters(model):
     return params
 
 
+class _HookDraws:
+    """Q's random starts exactly as torch 1.13's powerSGD_hook draws them: one
+    ``randint(1_000_000_000)`` of ``numpy.random.RandomState(random_seed)`` per draw seeds
+    torch's generator (forked, so the user's stream is untouched), then one ``torch.randn``
+    per Q (or per shape when batched), in the bucket's order."""
+
+    def __init__(self):
+        self._rng, self._seed, self._next = None, None, 0
+
+    def __call__(self, seed, draw, shapes):
+        import numpy
+        if self._rng is None or self._seed != seed or self._next != draw:
+            # A resumed run: replay the stream to this draw.
+            self._rng, self._seed = numpy.random.RandomState(seed), seed
+            for _ in range(draw):
+                self._rng.randint(1_000_000_000)
+        torch_seed = self._rng.randint(1_000_000_000)
+        self._next = draw + 1
+        with _torch.random.fork_rng(devices=[]):
+            _torch.manual_seed(torch_seed)
+            parts = [_torch.randn(b, m, r, device="cpu", dtype=_torch.float32).reshape(-1)
+                     for b, m, r in shapes]
+        return _torch.cat(parts).numpy()
+
+
 def _flat_views(array, params):
     """Each parameter's shape as a view of one flat float32 numpy array (no copy)."""
     flat = _torch.from_numpy(array)
@@ -186,6 +211,7 @@ class Simulation:
         self._losses = {}
         self._compute_s = [0.0] * self.workers
         self._active = None
+        self._order_hooks = self._record_gradient_order()
         if self._measured:
             self._run.warn("compute_s is measured (the wall time of each worker's block on this "
                            "machine): metrics.csv's time columns are not reproducible, and "
@@ -521,6 +547,8 @@ class Simulation:
             # the next worker (holding every worker's .grad until step() cost
             # 10-20 % more backward time: fresh memory each time).
             self._hand_in(index, grads, loss)
+            if self._order_hooks:
+                self._hand_gradient_order()
             self._losses[index] = wk.loss is not None
             self._compute_s[index] = elapsed
             self._entered.add(index)
@@ -529,6 +557,33 @@ class Simulation:
                 p.grad = None
             if self._local_views.get(index) is not None:
                 self._bind_shared()
+
+    def _record_gradient_order(self):
+        """With gradient_exchange powersgd: hooks that note the order in which the first
+        backward produces each parameter's gradient, the order DDP rebuilds its buckets in
+        (docs/algorithms.md §11)."""
+        exchange = self._config["optimizer"].get("gradient_exchange") or {}
+        if exchange.get("name") != "powersgd":
+            return []
+        self._ready_order = []
+
+        def noted(k):
+            def hook(_grad):
+                if k not in self._ready_order:
+                    self._ready_order.append(k)
+            return hook
+        return [p.register_hook(noted(k)) for k, (_, p) in enumerate(self._params)]
+
+    def _hand_gradient_order(self):
+        for h in self._order_hooks:
+            h.remove()
+        self._order_hooks = []
+        order = self._ready_order
+        if len(order) != len(self._params):
+            # A parameter's gradient came from elsewhere (set by hand): the
+            # model's reverse order, as bitlab's own problems use.
+            order = list(range(len(self._params)))[::-1]
+        self._run.set_powersgd_hooks(order, _HookDraws())
 
     def _bind_shared(self):
         shared = _flat_views(self._run.params(), self._params)

@@ -30,6 +30,7 @@
 
 #include "problems/external.hpp"
 #include "python/src/bindings.hpp"
+#include "sim/collectives/powersgd.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/run.hpp"
 #include "sim/comm/transport.hpp"
@@ -312,6 +313,29 @@ class BridgeRun {
   BackgroundTaker taker_;  // destroyed first: no take outlives the session
 };
 
+// PowerSGD's hooks (sim/collectives/powersgd.hpp): the gradient order and
+// torch's random start, called with the GIL for each draw.
+bool set_powersgd_hooks(BridgeRun& b, std::vector<int> ready_order, py::object random_start) {
+  PowerSgdExchange* x = b.session().simulation().optimizer().powersgd_exchange();
+  if (x == nullptr) return false;
+  x->set_ready_order(std::move(ready_order));
+  const int64_t seed = x->random_seed();
+  x->set_random_start([random_start, seed](int64_t draw, const PowerSgdBucket& bucket,
+                                           std::span<float> q) {
+    py::gil_scoped_acquire gil;
+    py::list shapes;
+    for (const auto& s : bucket.draw_shapes) shapes.append(py::make_tuple(s[0], s[1], s[2]));
+    const auto drawn =
+        random_start(seed, draw, shapes).cast<py::array_t<float, py::array::c_style | py::array::forcecast>>();
+    if (static_cast<size_t>(drawn.size()) != q.size()) {
+      throw std::runtime_error("PowerSGD random start: " + std::to_string(drawn.size()) +
+                               " values for a Q of " + std::to_string(q.size()));
+    }
+    std::copy_n(drawn.data(), q.size(), q.begin());
+  });
+  return true;
+}
+
 }  // namespace
 
 void bind_bridge(py::module_& m) {
@@ -354,6 +378,12 @@ void bind_bridge(py::module_& m) {
              return b.session().fail(why);
            })
       .def("warn", [](BridgeRun& b, const std::string& text) { b.session().warn(text); })
+      .def("set_powersgd_hooks", &set_powersgd_hooks, py::arg("ready_order"),
+           py::arg("random_start"),
+           "Hands a PowerSGD exchange the model's gradient order (tensor indices, as the first "
+           "backward produced them) and `random_start(seed, draw, shapes)`, which returns Q's "
+           "random start as torch's powerSGD_hook draws it (a float32 array). Returns False "
+           "when the optimizer's gradient_exchange is not powersgd.")
       .def_property_readonly("tensors", &BridgeRun::tensors)
       .def_property_readonly("take_seconds", &BridgeRun::take_seconds)
       .def_property_readonly("dir", [](BridgeRun& b) { return b.session().dir(); })

@@ -27,12 +27,12 @@
 #include "sim/compress/compressor.hpp"
 #include "sim/core/files.hpp"
 #include "sim/engine/run.hpp"
+#include "sim/lab/measurements.hpp"
 
 namespace bitlab {
 
 namespace {
 
-constexpr const char* kProbeFormat = "bitlab-probe-1";
 // MPI's counts are int (elements of 4 bytes): 1 GiB keeps every buffer well
 // inside them and inside a laptop's memory (all-to-all holds 2 of them).
 constexpr int64_t kMaxProbeBytes = int64_t{1} << 30;

@@ -27,6 +27,7 @@ enum class Purpose : uint32_t {
   kGradNoise = 5,  // additive gradient noise (quadratic problem)
   kCompress = 6,   // stochastic compressors (stochastic rounding, random-k, binarization)
   kJitter = 7,     // compute-time jitter of the network model
+  kLowRank = 8,    // PowerSGD's random start of Q (sim/collectives/powersgd.hpp)
   kTest = 100,     // tests only
 };
 

@@ -258,6 +258,13 @@ class Schema {
     return *this;
   }
 
+  // A key this object refuses with its own reason (an option that belongs to
+  // other objects of the same kind), instead of "unknown key".
+  Schema& refuse_key(std::string key, std::string rule) {
+    refused_keys_.emplace_back(std::move(key), std::move(rule));
+    return *this;
+  }
+
   // A field's former name: still read as `new_name` (files and results
   // folders written before the rename hold it), never written. Both names in
   // one object is an error naming the old one.
@@ -303,6 +310,9 @@ class Schema {
     for (const auto& f : fields_) known.push_back(f.info.name);
     for (const auto& k : extra_keys_) known.push_back(k);
     for (auto it = obj.begin(); it != obj.end(); ++it) {
+      for (const auto& [key, rule] : refused_keys_) {
+        if (key == it.key()) config_fail(join_path(path, key), it.value(), rule);
+      }
       bool found = false;
       for (const auto& k : known) found = found || k == it.key();
       if (!found) {
@@ -333,6 +343,7 @@ class Schema {
   std::vector<std::function<void(const T&, const std::string&)>> checks_;
   std::vector<std::string> extra_keys_;
   std::vector<std::pair<std::string, std::string>> aliases_;  // (former name, name)
+  std::vector<std::pair<std::string, std::string>> refused_keys_;  // (key, rule)
 };
 
 }  // namespace bitlab

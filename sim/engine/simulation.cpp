@@ -58,7 +58,8 @@ Simulation::Simulation(const Experiment& experiment, Transport* transport,
     // buffers before either allocates.
     optimizer_->set_run_steps(experiment.run.steps);
     const uint64_t optimizer_bytes = optimizer_->planned_state_bytes(
-        {workers, comm_.local_workers().size(), problem_->dim(), gpus_per_node});
+        {workers, comm_.local_workers().size(), problem_->dim(), gpus_per_node,
+         &problem_->tensors()});
     cluster_ = std::make_unique<Cluster>(experiment.cluster, *problem_, experiment.run.seed,
                                          comm_.local_workers(), streamed, optimizer_bytes);
   });

@@ -266,7 +266,6 @@ std::vector<Measurement> read_csv(const std::string& path, const std::vector<std
 
 // ---- probe.json (bitlab probe) ----------------------------------------------
 
-constexpr const char* kProbeFormat = "bitlab-probe-1";
 
 // Field `name` of result `i`, which must be there and of the right kind.
 const Json& probe_field(const Json& row, const std::string& where, const char* name,

@@ -28,6 +28,9 @@
 
 namespace bitlab {
 
+// The "format" of the file `bitlab probe` writes (and this reader reads).
+inline constexpr const char* kProbeFormat = "bitlab-probe-1";
+
 struct MeasurementReadOptions {
   std::string format = "auto";  // auto | nccl-tests | csv | probe (auto: .json or "{" is a probe)
   std::string collective;       // nccl-tests: when the file does not say

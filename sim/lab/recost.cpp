@@ -30,7 +30,7 @@ constexpr const char* kCommLogColumns[] = {"step",       "op",      "algorithm",
 constexpr size_t kCommLogWidth = 10;
 
 // Shortest text that reads back to the same double (as run.cpp writes them).
-std::string fmt(double v) {
+std::string fmt_number(double v) {
   if (std::isnan(v)) return "nan";
   char buf[32];
   auto res = std::to_chars(buf, buf + sizeof buf, v);
@@ -462,7 +462,7 @@ void reprice_rows(LineReader& metrics, CommLogReader& comm_log, const MetricsLay
 
     for (size_t k = 0; k < m.width; ++k) row[k].assign(fields[k]);
     const double values[4] = {st.compute_s, st.comm_s, st.step_s, sim_time_s};
-    for (size_t j = 0; j < 4; ++j) row[m.out_index[j]] = fmt(values[j]);
+    for (size_t j = 0; j < 4; ++j) row[m.out_index[j]] = fmt_number(values[j]);
     for (size_t k = 0; k < m.out_width; ++k) {
       if (k) out << ',';
       out << row[k];
@@ -640,7 +640,7 @@ std::string csv_with_columns(const fs::path& csv, const std::vector<std::string>
     const auto it = values.find(dir_col < cells.size() ? unquoted(cells[dir_col]) : "");
     cells.resize(std::max(cells.size(), width));
     for (size_t k = 0; k < columns.size(); ++k) {
-      cells[index[k]] = it != values.end() ? fmt(it->second[k]) : "";
+      cells[index[k]] = it != values.end() ? fmt_number(it->second[k]) : "";
     }
     append(cells);
   }
