@@ -4,7 +4,7 @@
 //   {"name": "powersgd", ...} PyTorch DDP's PowerSGD communication hook, with
 //                           the field names and defaults of torch 1.13's
 //                           PowerSGDState (sim/collectives/powersgd.hpp,
-//                           docs/algorithms.md §11)
+//                           docs/algorithms.md §10)
 // DDP's fp16_compress_hook and bf16_compress_hook are the allreduce with
 // wire fp16 and bf16 (docs/experiments.md).
 #pragma once
@@ -40,7 +40,7 @@ inline constexpr const char* kGradientExchangeDoc =
     "{\"name\": \"powersgd\", ...} (DDP's PowerSGD hook, torch 1.13's PowerSGDState fields: "
     "matrix_approximation_rank 1, start_powerSGD_iter 1000, min_compression_rate 2, "
     "use_error_feedback true, warm_start true, orthogonalization_epsilon 0, random_seed 0, "
-    "batch_tensors_with_same_shape false, and DDP's bucket_cap_mb 25; docs/algorithms.md §11)";
+    "batch_tensors_with_same_shape false, and DDP's bucket_cap_mb 25; docs/algorithms.md §10)";
 
 // Adds `gradient_exchange` (GradientExchangeOptions Options::gradient_exchange)
 // and the cross-field rule that PowerSGD exchanges fp32 (the `wire` field).

@@ -60,6 +60,9 @@ std::vector<Case> cases() {
       {"mlp_zero_one_adam.json",
        with({"optimizer.var_freeze_step=20", "optimizer.local_step_scaler=8",
              "optimizer.granularity=tensor"})},
+      // PowerSGD's state: the error rows, Q's warm start, the draws made.
+      {"mlp_adam.json", with({R"(optimizer.gradient_exchange={"name": "powersgd",
+                                 "start_powerSGD_iter": 10, "matrix_approximation_rank": 2})"})},
       {"mlp_loco.json", small},
       {"mlp_binsgdm.json", small},
   };

@@ -509,7 +509,11 @@ TEST_SUITE("layers") {
     }
     MESSAGE(units << " translation units, " << from_build << " from the build's lists; "
                   << alone.size() << " files preprocessed alone");
-    CHECK(from_build + 3 >= units);  // the .cu and a file added since the last build at most
+    // A unity build (CMakeLists.txt: UNITY_BUILD) compiles batches of files as
+    // one unit, whose list cannot say which file included what: there every
+    // file is preprocessed alone (c++ -M, about 25 s on 2 cores), the same check.
+    const bool unity = fs::exists(fs::path(BITLAB_BINARY_DIR) / "CMakeFiles/bitlab_core.dir/Unity");
+    if (!unity) CHECK(from_build + 3 >= units);  // the .cu and a file added since the last build
     for (const auto& [file, list] : deps) {
       CHECK_MESSAGE(!list.empty(), file << ": the compiler listed no dependency");
     }

@@ -561,7 +561,7 @@ class Simulation:
     def _record_gradient_order(self):
         """With gradient_exchange powersgd: hooks that note the order in which the first
         backward produces each parameter's gradient, the order DDP rebuilds its buckets in
-        (docs/algorithms.md §11)."""
+        (docs/algorithms.md §10)."""
         exchange = self._config["optimizer"].get("gradient_exchange") or {}
         if exchange.get("name") != "powersgd":
             return []

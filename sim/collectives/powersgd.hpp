@@ -4,7 +4,7 @@
 // the Reducer's rebuild_buckets and compute_bucket_assignment_by_size,
 // torch/csrc/distributed/c10d/reducer.cpp). Paper: Vogels, Karimireddy &
 // Jaggi, "PowerSGD: Practical Low-Rank Gradient Compression for Distributed
-// Optimization", NeurIPS 2019, Algorithm 1 (docs/algorithms.md §11).
+// Optimization", NeurIPS 2019, Algorithm 1 (docs/algorithms.md §10).
 //
 // * Buckets. Step 1 (DDP's first iteration) has one bucket holding every
 //   tensor in the model's order (1.13 disables bucketing until the rebuild).
@@ -30,7 +30,7 @@
 //   rows × cols view, groups in order of first appearance (the hook's
 //   shape_to_tensors); Q's draws follow this order.
 //
-// Departures (docs/algorithms.md §11): the sums over workers are the
+// Departures (docs/algorithms.md §10): the sums over workers are the
 // simulator's fixed tree (P's sum is the tree mean times n: the sum itself
 // for a power-of-two n, within one rounding of it otherwise); the products
 // sum in double (kernels/low_rank.hpp); Q's random start on bitlab's own
