@@ -72,7 +72,9 @@ def read_table(path):
 
 def kind(row):
     command = row["command"]
-    if re.search(r"\bbitlab (sweep|run)\b", command):
+    # A training row runs `bitlab sweep` / `bitlab run`, or a bridge script that trains a
+    # PyTorch model through bitlab.torch (experiments/powersgd-vs-onebit/run.py).
+    if re.search(r"\bbitlab (sweep|run)\b|/run\.py\b", command):
         return "train"
     if re.search(r"\bbitlab cost\b", command):
         return "cost"

@@ -671,6 +671,10 @@ class Simulation:
                              f"others did: set it in every worker's block or in none")
         compute = list(self._compute_s) if self._measured else None
         self._sync()
+        if self._order_hooks:
+            # No block's backward ran the hooks (run_workers' batched route): PowerSGD gets
+            # the model's reverse order, and torch's random starts all the same.
+            self._hand_gradient_order()
         try:
             go_on = self._run.step(compute)
         except BaseException as e:
