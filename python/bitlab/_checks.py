@@ -106,7 +106,7 @@ def steps(value):
 
 def worker_index(value, count, name="worker"):
     """A worker's index: an integer in [0, count)."""
-    return integer(name, value, 0, count - 1, f"must be an integer in [0, {count})")
+    return integer(name, value, 0, count - 1, f"must be an int in [0, {count}) (any integer type)")
 
 
 def path(name, value, *, optional=False):
@@ -133,7 +133,12 @@ def path(name, value, *, optional=False):
 def _number(where, value):
     """A JSON number from a Python, numpy or 0-d torch number; NaN and inf refused."""
     if isinstance(value, numbers.Integral):
-        return int(value)
+        n = int(value)
+        if not -(1 << 63) <= n <= MAX_SEED:
+            _fail(where, value, "is outside the 64-bit integer range bitlab reads (from -2^63 "
+                                "to 2^64 - 1; a larger JSON integer would be read as a rounded "
+                                "float)")
+        return n
     number = float(value)
     if not math.isfinite(number):
         _fail(where, value, f"must be a finite number ({number} is not a JSON value)")
@@ -182,8 +187,10 @@ def to_json(value, where, depth=0):
         return [to_json(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value)]
     if isinstance(value, os.PathLike):
         return os.fspath(value)
+    name = type(value).__name__
     kind = {set: "a set", frozenset: "a frozenset", bytes: "bytes",
-            complex: "a complex number"}.get(type(value), f"a {type(value).__name__}")
+            complex: "a complex number"}.get(type(value),
+                                             f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}")
     _fail(where or "experiment", value, f"{kind} is not a JSON value")
 
 

@@ -434,8 +434,9 @@ class Simulation:
         copy under 0/1 Adam's local steps) and no gradients; on a clean exit
         every trained parameter's ``.grad`` goes to bitlab (checked: present,
         float32, CPU, contiguous, its parameter's shape) and is cleared.
+        ``w`` is any integer (``int``, numpy's, a 0-d tensor; not a ``bool``).
         """
-        return _WorkerBlock(self, index)
+        return _WorkerBlock(self, _checks.worker_index(index, self.workers))
 
     def _enter(self, index):
         self._check_open("sim.worker(w)")
