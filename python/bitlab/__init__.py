@@ -187,7 +187,9 @@ def cost(spec, *, set=None, **overrides):
     if isinstance(spec, (str, bytes, os.PathLike)):
         # read by bitlab's reader, as `bitlab cost FILE`: a missing or non-JSON
         # file is a ConfigError naming it
-        text = _bitlab.cost("", _checks.path("spec", spec), sets)
+        path = _checks.path("spec", spec)
+        with _checks.naming("spec", path):
+            text = _bitlab.cost("", path, sets)
     elif isinstance(spec, dict):
         text = _bitlab.cost(_checks.to_json_text(spec, ""), "", sets)
     else:

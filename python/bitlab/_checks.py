@@ -9,6 +9,7 @@ argument (or the JSON path), the value and the rule, as ``bitlab run`` does on
 exit status 2.
 """
 
+import contextlib
 import json
 import math
 import numbers
@@ -217,3 +218,16 @@ def flag(name, value):
     if isinstance(value, bool) or _is_bool_scalar(value) and getattr(value, "shape", ()) == ():
         return bool(value)
     _fail(name, value, "must be True or False")
+
+
+@contextlib.contextmanager
+def naming(argument, path_text):
+    """bitlab's reader's ConfigError, with ``argument path:`` in front when its message does
+    not name the file (``(experiment) = [1,2]: an experiment must be a JSON object``)."""
+    try:
+        yield
+    except ConfigError as e:
+        if path_text in e.message:
+            raise
+        raise ConfigError(f"{argument} {path_text}: {e.message}", field=e.field, value=e.value,
+                          rule=e.rule) from None

@@ -323,7 +323,9 @@ class Simulation:
         """The run folder ``path`` checked as ``bitlab run --resume`` checks it (bitlab's own
         reader: a config.json that is not JSON, not an experiment or lacks a section is a
         ConfigError naming the file), then its tensors against the model's."""
-        text, _ = _bitlab.resume_point(_checks.path("resume", path))
+        folder = _checks.path("resume", path)
+        with _checks.naming("resume", folder):
+            text, _ = _bitlab.resume_point(folder)
         config = json.loads(text)
         problem = config.get("problem", {})
         if problem.get("name") != "external":
