@@ -63,7 +63,8 @@ BAD_JOBS = [-1, 10**6, "2", 2.5, True, None, 1025]
 
 
 @pytest.mark.parametrize("value", BAD_JOBS, ids=repr)
-def test_sweep_refuses_jobs(value, tmp_path):
+def test_sweep_refuses_jobs(value, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     spec = {"name": "s", "base": QUICK, "grid": {"optimizer.lr": [0.01]}}
     config_error(lambda: bitlab.sweep(spec, out=tmp_path / "s", jobs=value), "jobs")
     assert not (tmp_path / "s").exists()
@@ -127,7 +128,8 @@ def test_run_refuses_bad_paths_lists_and_flags(kwargs, field, tmp_path, monkeypa
 @pytest.mark.parametrize("kwargs,field", [({"out": 5}, "out"), ({"resume": "yes"}, "resume"),
                                           ({"quiet": None}, "quiet"), ({"results": b""}, "results")],
                          ids=repr)
-def test_sweep_refuses_bad_paths_and_flags(kwargs, field, tmp_path):
+def test_sweep_refuses_bad_paths_and_flags(kwargs, field, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     spec = {"name": "s", "base": QUICK, "grid": {"optimizer.lr": [0.01]}}
     config_error(lambda: bitlab.sweep(spec, **kwargs), field)
 
@@ -303,3 +305,12 @@ def test_cost_of_a_good_file_still_prices(tmp_path):
     spec = {"params": 1e6, "workers": 8, "steps": 100, "network": {"preset": "ethernet_40g_v100x4"},
             "optimizer": {"name": "adam"}}
     assert bitlab.cost(write_json(tmp_path / "c.json", spec)).summary == bitlab.cost(spec).summary
+
+
+@pytest.mark.parametrize("argument", ["out", "results"])
+def test_an_out_folder_that_cannot_be_made_is_the_clis_refusal(argument, tmp_path):
+    # (a read-only folder gives the same refusal for a user that is not root; root may write
+    # anywhere, so a path under a regular file stands in for it here)
+    (tmp_path / "file").write_text("")
+    e = config_error(lambda: bitlab.run(QUICK, **{argument: tmp_path / "file" / "run"}))
+    assert str(tmp_path / "file") in e.message and "cannot create" in e.message
