@@ -73,7 +73,25 @@ def _trained_parameters(model):
         if p.layout != _torch.strided:
             raise ConfigError(f"model parameter '{name}' = {p.layout}: must be dense (strided)",
                               field=name, value=str(p.layout), rule="must be dense")
+    _check_no_shared_memory(params)
     return params
+
+
+def _check_no_shared_memory(params):
+    """Two parameters that are views of one memory (not one Parameter registered twice, which
+    named_parameters() lists once) would come apart silently: bitlab gives each its own
+    place in its parameter vector."""
+    owner = {}
+    for name, p in params:
+        storage = getattr(p, "untyped_storage", None) or p.storage  # torch 2 / torch 1.13
+        base = storage().data_ptr() if p.numel() else None
+        if base is not None and base in owner:
+            raise ConfigError(f"model parameters '{owner[base]}' and '{name}' share memory (one "
+                              f"is a view of the other): bitlab gives each parameter memory of "
+                              f"its own, so they would come apart; tie them as one Parameter "
+                              f"(m.b = m.a) or give each its own (.clone())", field=name,
+                              value=f"a view of '{owner[base]}'", rule="must not share memory")
+        owner.setdefault(base, name)
 
 
 def _flat_views(array, params):
@@ -201,7 +219,7 @@ class Simulation:
                  name=None, description="", out=None, results="results", eval_every=0,
                  evaluate=None, eval_columns=None, checkpoint_every=0, threads=0, quiet=True,
                  deepspeed=None, backend="auto", _resume=None):
-        self._in_evaluate = False
+        self._in_evaluate = self._evaluate_failed = False
         threads = _checks.threads(threads)
         checkpoint_every = _checks.checkpoint_every(checkpoint_every)
         quiet = _checks.flag("quiet", quiet)

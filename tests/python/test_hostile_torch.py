@@ -410,6 +410,25 @@ def test_a_sparse_gradient_is_refused_by_name(tmp_path):
     sim.close()
 
 
+def test_parameters_sharing_memory_through_a_view_are_refused(tmp_path):
+    model = torch.nn.Linear(4, 4)
+    base = torch.zeros(8)
+    model.weight = torch.nn.Parameter(torch.zeros(4, 4))
+    model.a = torch.nn.Parameter(base)
+    model.b = torch.nn.Parameter(base[4:])  # a view of a's memory
+    with pytest.raises(bitlab.ConfigError, match="share memory") as e:
+        simulation(model, tmp_path)
+    assert e.value.field == "b" and "'a'" in e.value.message
+
+
+def test_one_parameter_registered_twice_still_works(tmp_path):
+    model = make_model()
+    model.tied = model[0].weight  # the same Parameter: named_parameters() lists it once
+    sim = simulation(model, tmp_path, steps=1)
+    assert not one_step(sim, model)
+    sim.close()
+
+
 @pytest.mark.parametrize("loss", ["abc", [1.0], torch.ones(2), True, {"a": 1}], ids=repr)
 def test_bad_worker_losses(loss, tmp_path):
     model = make_model()
