@@ -124,6 +124,18 @@ def _check_gradient_form(g, where, name, index):
                             worker=index)
 
 
+def _takes_one_argument(function):
+    """Whether ``function(model)`` binds (True when its signature cannot be read)."""
+    import inspect
+    try:
+        inspect.signature(function).bind(None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins)
+        return True
+    return True
+
+
 def _check_column_name(column):
     """An eval column's name: a non-empty str, csv-safe, not one of metrics.csv's own."""
     shown = _checks.short_repr(column)
@@ -317,10 +329,12 @@ class Simulation:
         if isinstance(optimizer, str):
             optimizer = {"name": optimizer}
         if not isinstance(optimizer, dict):
-            raise ConfigError(f"optimizer = {optimizer!r}: must be a dict or a name",
-                              field="optimizer", value=repr(optimizer),
+            raise ConfigError(f"optimizer = {_checks.short_repr(optimizer)}: must be a dict or a "
+                              f"name", field="optimizer", value=_checks.short_repr(optimizer),
                               rule="must be a dict or a name")
-        raw.update({"name": name or "torch-model", "description": description, "seed": seed,
+        if name is None or (isinstance(name, str) and not name):
+            name = "torch-model"
+        raw.update({"name": name, "description": description, "seed": seed,
                     "steps": steps, "eval_every": eval_every,
                     "problem": {"name": "external", "tensors": tensors}})
         raw["cluster"] = {**raw.get("cluster", {}), "workers": workers}
@@ -366,7 +380,7 @@ class Simulation:
         ``evaluate`` (whose values are then checked as at every step)."""
         if evaluate is None:
             return []
-        if not callable(evaluate):
+        if not callable(evaluate) or not _takes_one_argument(evaluate):
             raise ConfigError(f"evaluate = {_checks.short_repr(evaluate)}: must be callable as "
                               f"evaluate(model)", field="evaluate", rule="must be callable")
         if eval_columns is None:

@@ -230,6 +230,22 @@ def test_bad_evaluate_returns_at_a_step_name_the_key_and_step(returned, rule, tm
     assert sim.summary["status"] == "failed"
 
 
+@pytest.mark.parametrize("evaluate", [lambda: {"acc": 1.0}, lambda m, extra: {"acc": 1.0}, 5,
+                                      "evaluate"], ids=repr)
+def test_evaluate_must_be_callable_with_the_model(evaluate, tmp_path):
+    with pytest.raises(bitlab.ConfigError) as e:
+        simulation(make_model(), tmp_path, evaluate=evaluate)
+    assert e.value.field == "evaluate"
+
+
+@pytest.mark.parametrize("name", [torch.ones(2), {1}, 5, ["a"]], ids=repr)
+def test_a_name_that_is_no_string_is_refused(name, tmp_path):
+    with pytest.raises(bitlab.ConfigError) as e:
+        bitlab.torch.Simulation(make_model(), workers=2, steps=2, optimizer="adam", name=name,
+                                results=tmp_path)
+    assert e.value.field == "name"
+
+
 @pytest.mark.parametrize("columns,rule", [
     ("acc", "list of str"), (["acc", "acc"], "repeat"), (["train_loss"], "built-in"),
     ([3], "csv-safe"), (["a\nb"], "csv-safe"), ({"acc"}, "list of str"),
