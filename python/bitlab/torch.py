@@ -124,6 +124,24 @@ def _check_gradient_form(g, where, name, index):
                             worker=index)
 
 
+def _scalar_loss(loss, worker):
+    """``loss_fn``'s value for ``worker``: a one-element tensor that depends on the parameters
+    (else ``backward()`` would fail inside bitlab with torch's own message)."""
+    if not isinstance(loss, _torch.Tensor) or loss.numel() != 1:
+        shown = (f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, _torch.Tensor)
+                 else _checks.short_repr(loss))
+        raise ConfigError(f"loss_fn(model, *batch) for worker {worker} returned {shown}: must "
+                          f"return the worker's loss as a scalar tensor", field="loss_fn",
+                          value=shown, rule="must return a scalar tensor")
+    if loss.grad_fn is None and not loss.requires_grad:
+        raise ConfigError(f"loss_fn(model, *batch) for worker {worker} returned a tensor that "
+                          f"does not depend on the parameters (no grad_fn): compute it from "
+                          f"model(...) without .detach() or torch.no_grad()", field="loss_fn",
+                          value="a tensor without grad_fn",
+                          rule="must depend on the model's parameters")
+    return loss
+
+
 def _takes_one_argument(function):
     """Whether ``function(model)`` binds (True when its signature cannot be read)."""
     import inspect
@@ -596,7 +614,7 @@ class Simulation:
             batch = batches[w]
             batch = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
             with self.worker(w) as wk:
-                loss = loss_fn(self._model, *batch)
+                loss = _scalar_loss(loss_fn(self._model, *batch), w)
                 loss.backward()
                 wk.loss = loss.item()
             out.append(wk.loss)

@@ -338,6 +338,24 @@ def test_evaluate_may_not_reenter_the_run(reentry, tmp_path):
         one_step(sim, model)
 
 
+@pytest.mark.parametrize("returned", [None, 2.5, "x", (1,), torch.ones(2), torch.tensor(1.0)],
+                         ids=repr)
+@pytest.mark.parametrize("route", ["batched", "loop"])
+def test_run_workers_refuses_a_loss_that_is_no_scalar_tensor(returned, route, tmp_path):
+    model = make_model()
+    sim = simulation(model, tmp_path)
+    batches = [batch(1, w) for w in range(WORKERS)]
+    if route == "batched" and isinstance(returned, torch.Tensor) and returned.numel() == 1:
+        # one pass gives a loss the parameters do not enter a zero gradient (docs/python.md)
+        assert sim.run_workers(lambda m, x, y: returned, batches, route=route) == [1.0, 1.0]
+        assert sim.step()
+    else:
+        with pytest.raises(bitlab.ConfigError) as e:
+            sim.run_workers(lambda m, x, y: returned, batches, route=route)
+        assert e.value.field == "loss_fn" and "worker 0" in e.value.message
+    sim.close()
+
+
 # -- 5. no silent failure ------------------------------------------------------------------------
 
 def test_status_is_running_until_the_run_ends(tmp_path):
