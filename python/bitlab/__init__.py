@@ -63,11 +63,8 @@ def _overrides_to_sets(overrides):
 def _experiment_source(experiment):
     """(raw JSON text, file path) of an experiment given as a dict or a path."""
     if isinstance(experiment, (str, bytes, os.PathLike)):
-        path = _checks.path("experiment", experiment)
-        if not os.path.exists(path):
-            raise ConfigError(f"{path}: no such experiment file", field=None, value=path,
-                              rule="must be an existing file")
-        return "", path
+        # read by bitlab's reader (its messages are the CLI's: "no such file", ...)
+        return "", _checks.path("experiment", experiment)
     if isinstance(experiment, dict):
         return _checks.to_json_text(experiment, ""), ""
     raise ConfigError(

@@ -280,6 +280,13 @@ def test_the_first_bad_value_is_named_by_its_path(keys, bad):
 
 # -- 3. files through bitlab's readers ----------------------------------------------------------
 
+@pytest.mark.parametrize("function", ["validate", "run", "from_deepspeed", "sweep"])
+def test_a_missing_file_is_the_clis_message(function, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    e = config_error(lambda: getattr(bitlab, function)(tmp_path / "missing.json"))
+    assert f"{tmp_path / 'missing.json'}: no such file" in e.message
+
+
 def test_cost_of_a_missing_file_names_it(tmp_path):
     e = config_error(lambda: bitlab.cost(tmp_path / "missing.json"))
     assert "missing.json" in e.message
