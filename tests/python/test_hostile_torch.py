@@ -516,3 +516,39 @@ def test_a_run_larger_than_the_available_memory_is_refused_up_front(tmp_path):
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
     assert e.value.field == "cluster.workers"
     assert not (tmp_path / "loco").exists()
+
+
+# -- a property: the options are accepted exactly when the CLI's rules allow them ---------------
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+OPTION_VALUES = st.one_of(st.integers(min_value=-5, max_value=40), st.integers(),
+                          st.floats(allow_nan=True), st.booleans(), st.none(),
+                          st.text(max_size=3), st.sampled_from([np.int64(3), np.float64(3.0)]))
+RULES = {"workers": (1, 2**20), "steps": (1, 2**32), "seed": (0, 2**64 - 1),
+         "checkpoint_every": (0, 2**40), "threads": (0, 1024)}
+
+
+@settings(max_examples=120, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(sorted(RULES)), value=OPTION_VALUES)
+def test_options_are_accepted_exactly_within_the_rules(name, value, tmp_path_factory):
+    low, high = RULES[name]
+    valid = (isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+             and low <= value <= high)
+    if name in ("workers", "steps") and valid and value > 64:
+        value = 64  # a valid size, kept small (the rule's top is the checker's own test)
+    if name == "threads" and valid and value > 2:
+        value = 2   # more threads than this machine's cores only slows the test down
+    options = dict(workers=2, steps=2, seed=1, optimizer="sgd",
+                   results=tmp_path_factory.mktemp("opt"))
+    options[name] = value
+    if valid:
+        before = torch.get_num_threads()
+        sim = bitlab.torch.Simulation(torch.nn.Linear(2, 1), **options)
+        sim.close()
+        torch.set_num_threads(before)  # the one OpenMP runtime: leave the next tests' count
+    else:
+        with pytest.raises(bitlab.ConfigError) as e:
+            bitlab.torch.Simulation(torch.nn.Linear(2, 1), **options)
+        assert e.value.field == name
