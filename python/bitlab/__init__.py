@@ -19,7 +19,7 @@ import json
 import os
 
 from ._errors import ConfigError, GradientError
-from . import _threads
+from . import _checks, _threads
 
 _OMP_WAIT_POLICY = _threads.set_passive_wait()  # before _bitlab loads libgomp
 
@@ -49,25 +49,24 @@ def _overrides_to_sets(overrides):
 
     ``optimizer__lr=0.01`` or ``{"optimizer.lr": 0.01}`` both set optimizer.lr
     (a keyword cannot hold a dot, so ``__`` stands for it). Values are
-    written as JSON, so strings, lists and booleans keep their type.
+    written as JSON, so strings, lists and booleans keep their type; a value
+    JSON cannot hold (a set, NaN, an object) raises :class:`ConfigError`
+    naming its path.
     """
     sets = []
     for key, value in overrides.items():
         path = key.replace("__", ".")
-        sets.append(f"{path}={json.dumps(value)}")
+        sets.append(f"{path}={_checks.to_json_text(value, path)}")
     return sets
 
 
 def _experiment_source(experiment):
     """(raw JSON text, file path) of an experiment given as a dict or a path."""
-    if isinstance(experiment, (str, os.PathLike)):
-        path = os.fspath(experiment)
-        if not os.path.exists(path):
-            raise ConfigError(f"{path}: no such experiment file", field=None, value=path,
-                              rule="must be an existing file")
-        return "", path
+    if isinstance(experiment, (str, bytes, os.PathLike)):
+        # read by bitlab's reader (its messages are the CLI's: "no such file", ...)
+        return "", _checks.path("experiment", experiment)
     if isinstance(experiment, dict):
-        return json.dumps(experiment), ""
+        return _checks.to_json_text(experiment, ""), ""
     raise ConfigError(
         f"experiment = {type(experiment).__name__}: must be a dict or a path to a JSON file",
         field="experiment", value=repr(experiment), rule="must be a dict or a path to a JSON file")
@@ -81,11 +80,9 @@ def resolve(experiment, *, set=None, unset=None, **overrides):
     ``set`` (``optimizer__lr=0.01``). Returns ``(config_dict, notes)``.
     """
     raw, path = _experiment_source(experiment)
-    sets = builtins.list(set or []) + _overrides_to_sets(overrides)
-    name = "experiment"
-    if isinstance(experiment, dict) and "name" not in experiment:
-        name = "experiment"
-    text, notes = _bitlab.resolve(raw, path, sets, builtins.list(unset or []), name)
+    sets = _checks.string_list("set", set) + _overrides_to_sets(overrides)
+    unsets = _checks.string_list("unset", unset)
+    text, notes = _bitlab.resolve(raw, path, sets, unsets, "experiment")
     return json.loads(text), builtins.list(notes)
 
 
@@ -114,12 +111,22 @@ def run(experiment, *, out=None, results="results", threads=0, quiet=True,
     raises ``OSError``; Ctrl-C stops it after the step in flight and raises
     ``KeyboardInterrupt`` once its summary is written. ``resume=DIR`` continues
     a run from its checkpoint.
+
+    ``threads`` is 0 (OpenMP's default) or 1 to 1024 and ``checkpoint_every``
+    0 to 2^40, as on the command line; anything else raises
+    :class:`ConfigError` before the run starts.
     """
+    threads = _checks.threads(threads)
+    checkpoint_every = _checks.checkpoint_every(checkpoint_every)
+    quiet = _checks.flag("quiet", quiet)
+    results = _checks.path("results", results)
+    out = _checks.path("out", out, optional=True)
     if resume is not None:
-        status, folder = _bitlab.run("", [], os.fspath(resume), results, threads, quiet, 0, True)
+        resume = _checks.path("resume", resume)
+        status, folder = _bitlab.run("", [], resume, results, threads, quiet, 0, True)
     else:
         config, notes = resolve(experiment, set=set, unset=unset, **overrides)
-        status, folder = _bitlab.run(json.dumps(config), notes, os.fspath(out) if out else "",
+        status, folder = _bitlab.run(json.dumps(config), notes, out or "",
                                      results, threads, quiet, checkpoint_every, False)
     result = Result(folder, exit_status=status)
     if status == 4:
@@ -136,16 +143,22 @@ def sweep(sweep_spec, *, out=None, results="results", jobs=0, resume=False, quie
     ``sweep_spec`` is a dict (a ``base`` path in it is relative to the current
     folder) or a path to a sweep file. Each run is a child ``bitlab run``.
     ``.table`` is sweep.csv as a DataFrame; ``.runs`` the runs' results.
+    ``jobs`` is 0 (the machine's cores) or 1 to 1024, as ``--jobs``.
     """
     from . import _build_info
-    if isinstance(sweep_spec, (str, os.PathLike)):
-        raw, path = "", os.fspath(sweep_spec)
+    jobs = _checks.jobs(jobs)
+    resume = _checks.flag("resume", resume)
+    quiet = _checks.flag("quiet", quiet)
+    results = _checks.path("results", results)
+    out = _checks.path("out", out, optional=True)
+    if isinstance(sweep_spec, (str, bytes, os.PathLike)):
+        raw, path = "", _checks.path("sweep", sweep_spec)
     elif isinstance(sweep_spec, dict):
-        raw, path = json.dumps(sweep_spec), ""
+        raw, path = _checks.to_json_text(sweep_spec, ""), ""
     else:
         raise ConfigError(f"sweep = {type(sweep_spec).__name__}: must be a dict or a path",
                           field="sweep", rule="must be a dict or a path to a JSON file")
-    status, folder = _bitlab.sweep(raw, path, os.getcwd(), os.fspath(out) if out else "",
+    status, folder = _bitlab.sweep(raw, path, os.getcwd(), out or "",
                                    results, jobs, resume, quiet, _build_info.BINARY)
     result = SweepResult(folder, exit_status=status)
     if status == 130:
@@ -167,16 +180,19 @@ def cost(spec, *, set=None, **overrides):
     >>> c.summary["speedup"]["vs_fp16"] > 1                         # doctest: +SKIP
     True
     """
-    if isinstance(spec, (str, os.PathLike)):
-        with open(os.fspath(spec)) as f:
-            raw = json.load(f)
+    sets = _checks.string_list("set", set) + _overrides_to_sets(overrides)
+    if isinstance(spec, (str, bytes, os.PathLike)):
+        # read by bitlab's reader, as `bitlab cost FILE`: a missing or non-JSON
+        # file is a ConfigError naming it
+        path = _checks.path("spec", spec)
+        with _checks.naming("spec", path):
+            text = _bitlab.cost("", path, sets)
     elif isinstance(spec, dict):
-        raw = spec
+        text = _bitlab.cost(_checks.to_json_text(spec, ""), "", sets)
     else:
         raise ConfigError(f"spec = {type(spec).__name__}: must be a dict or a path",
                           field="spec", rule="must be a dict or a path to a JSON file")
-    sets = builtins.list(set or []) + _overrides_to_sets(overrides)
-    return CostResult(json.loads(_bitlab.cost(json.dumps(raw), sets)))
+    return CostResult(json.loads(text))
 
 
 def list(kind=None):
@@ -188,7 +204,7 @@ def list(kind=None):
     everything = json.loads(_bitlab.list_json())
     if kind is None:
         return everything
-    if kind not in everything:
+    if not isinstance(kind, str) or kind not in everything:
         raise ConfigError(f"kind = {kind!r}: must be one of {sorted(everything)}", field="kind",
                           value=repr(kind), rule=f"must be one of {sorted(everything)}")
     return everything[kind]
@@ -204,10 +220,10 @@ def from_deepspeed(config, **experiment):
     (``problem=...``, ``steps=...``), so the result can go to :func:`run`.
     (docs/deepspeed.md)
     """
-    if isinstance(config, (str, os.PathLike)):
-        text, notes = _bitlab.deepspeed_file(os.fspath(config))
+    if isinstance(config, (str, bytes, os.PathLike)):
+        text, notes = _bitlab.deepspeed_file(_checks.path("config", config))
     elif isinstance(config, dict):
-        text, notes = _bitlab.deepspeed_dict(json.dumps(config), "deepspeed config")
+        text, notes = _bitlab.deepspeed_dict(_checks.to_json_text(config, ""), "deepspeed config")
     else:
         raise ConfigError(f"config = {type(config).__name__}: must be a dict or a path",
                           field="config", rule="must be a dict or a path to ds_config.json")

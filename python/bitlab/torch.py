@@ -30,16 +30,24 @@ docs/python.md is the guide (the rules, checkpoints, measured compute time).
 
 import contextlib
 import json
+import math
+import numbers
 import os
 import time
 
 import torch as _torch
 
-from . import _batched, _bitlab, _launch, resolve, from_deepspeed
+from . import _batched, _bitlab, _checks, _launch, resolve, from_deepspeed
 from ._errors import ConfigError, GradientError
 from .results import Result
 
 __all__ = ["Simulation", "Worker", "ConfigError", "GradientError"]
+
+# metrics.csv's own columns (sim/engine/run_folder.cpp): an eval column may not take
+# one of these names (pandas would silently read a second one as "train_loss.1").
+BUILTIN_COLUMNS = ("step", "phase", "train_loss", "grad_norm", "bytes_sent", "bytes_sent_cum",
+                   "messages", "messages_cum", "compute_s", "comm_s", "step_s", "sim_time_s",
+                   "wall_s")
 
 
 def _trained_parameters(model):
@@ -65,6 +73,7 @@ def _trained_parameters(model):
         if p.layout != _torch.strided:
             raise ConfigError(f"model parameter '{name}' = {p.layout}: must be dense (strided)",
                               field=name, value=str(p.layout), rule="must be dense")
+    _check_no_shared_memory(params)
     return params
 
 
@@ -93,6 +102,23 @@ class _HookDraws:
         return _torch.cat(parts).numpy()
 
 
+def _check_no_shared_memory(params):
+    """Two parameters that are views of one memory (not one Parameter registered twice, which
+    named_parameters() lists once) would come apart silently: bitlab gives each its own
+    place in its parameter vector."""
+    owner = {}
+    for name, p in params:
+        storage = getattr(p, "untyped_storage", None) or p.storage  # torch 2 / torch 1.13
+        base = storage().data_ptr() if p.numel() else None
+        if base is not None and base in owner:
+            raise ConfigError(f"model parameters '{owner[base]}' and '{name}' share memory (one "
+                              f"is a view of the other): bitlab gives each parameter memory of "
+                              f"its own, so they would come apart; tie them as one Parameter "
+                              f"(m.b = m.a) or give each its own (.clone())", field=name,
+                              value=f"a view of '{owner[base]}'", rule="must not share memory")
+        owner.setdefault(base, name)
+
+
 def _flat_views(array, params):
     """Each parameter's shape as a view of one flat float32 numpy array (no copy)."""
     flat = _torch.from_numpy(array)
@@ -102,6 +128,96 @@ def _flat_views(array, params):
         views.append(flat[offset:offset + n].view(p.shape))
         offset += n
     return views
+
+
+def _check_gradient_form(g, where, name, index):
+    """Gradient forms bitlab cannot take, refused by name before torch's own error: one with
+    a graph attached (``backward(create_graph=True)``), a sparse one, one on another device."""
+    if g.requires_grad or g.grad_fn is not None:
+        raise GradientError(f"{where}: gradient has a graph attached (requires_grad, from "
+                            f"backward(create_graph=True)): bitlab takes plain gradients; "
+                            f"higher-order gradients are not supported (call backward() "
+                            f"without create_graph)", field=name, value="a graph",
+                            rule="must not have a graph attached", worker=index)
+    if g.layout != _torch.strided:
+        raise GradientError(f"{where}: gradient is {g.layout}: must be dense (strided); a "
+                            f"sparse gradient (nn.Embedding(sparse=True)) is not supported",
+                            field=name, value=str(g.layout), rule="must be dense", worker=index)
+    if g.device.type != "cpu":
+        raise GradientError(f"{where}: gradient on {g.device}: must be on the CPU",
+                            field=name, value=str(g.device), rule="must be on the CPU",
+                            worker=index)
+
+
+def _scalar_loss(loss, worker):
+    """``loss_fn``'s value for ``worker``: a one-element tensor that depends on the parameters
+    (else ``backward()`` would fail inside bitlab with torch's own message)."""
+    if not isinstance(loss, _torch.Tensor) or loss.numel() != 1:
+        shown = (f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, _torch.Tensor)
+                 else _checks.short_repr(loss))
+        raise ConfigError(f"loss_fn(model, *batch) for worker {worker} returned {shown}: must "
+                          f"return the worker's loss as a scalar tensor", field="loss_fn",
+                          value=shown, rule="must return a scalar tensor")
+    if loss.grad_fn is None and not loss.requires_grad:
+        raise ConfigError(f"loss_fn(model, *batch) for worker {worker} returned a tensor that "
+                          f"does not depend on the parameters (no grad_fn): compute it from "
+                          f"model(...) without .detach() or torch.no_grad()", field="loss_fn",
+                          value="a tensor without grad_fn",
+                          rule="must depend on the model's parameters")
+    return loss
+
+
+def _takes_one_argument(function):
+    """Whether ``function(model)`` binds (True when its signature cannot be read)."""
+    import inspect
+    try:
+        inspect.signature(function).bind(None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins)
+        return True
+    return True
+
+
+def _check_column_name(column):
+    """An eval column's name: a non-empty str, csv-safe, not one of metrics.csv's own."""
+    shown = _checks.short_repr(column)
+    if not isinstance(column, str) or not column or any(ch in column for ch in ',\n\r"'):
+        raise ConfigError(f"eval column {shown}: must be a non-empty str without commas, quotes "
+                          f"or newlines", field="eval_columns", value=shown,
+                          rule="must be a csv-safe name")
+    if column in BUILTIN_COLUMNS:
+        raise ConfigError(f"eval column {shown}: is one of metrics.csv's own columns "
+                          f"({', '.join(BUILTIN_COLUMNS)}); name it otherwise (e.g. "
+                          f"'eval_{column}')", field="eval_columns", value=shown,
+                          rule="must not be a built-in column")
+
+
+def _eval_number(column, value, when):
+    """``evaluate``'s value for ``column`` as a float: a finite int or float (Python or
+    numpy), or a one-element tensor; a bool, a string, None, a longer tensor, NaN or inf
+    is a ConfigError naming the column and the step."""
+    shown = _checks.short_repr(value)
+    where = f"evaluate(model)[{column!r}] {when}"
+    number = None
+    if isinstance(value, _torch.Tensor):
+        if value.numel() == 1 and not value.is_complex() and value.dtype != _torch.bool:
+            number = float(value.detach().reshape(()).cpu().item())
+    elif not isinstance(value, (bool, str, bytes)) and getattr(value, "dtype", None) != bool:
+        try:
+            if isinstance(value, numbers.Real) or (hasattr(value, "item") and
+                                                   getattr(value, "shape", None) == ()):
+                number = float(value)
+        except (TypeError, ValueError):
+            number = None
+    if number is None:
+        raise ConfigError(f"{where} = {shown}: must be a number (int, float, numpy scalar or a "
+                          f"one-element tensor)", field=f"evaluate.{column}", value=shown,
+                          rule="must be a number")
+    if not math.isfinite(number):
+        raise ConfigError(f"{where} = {shown}: must be finite", field=f"evaluate.{column}",
+                          value=shown, rule="must be finite")
+    return number
 
 
 class Worker:
@@ -158,6 +274,15 @@ class Simulation:
                  name=None, description="", out=None, results="results", eval_every=0,
                  evaluate=None, eval_columns=None, checkpoint_every=0, threads=0, quiet=True,
                  deepspeed=None, backend="auto", _resume=None):
+        self._in_evaluate = self._evaluate_failed = False
+        threads = _checks.threads(threads)
+        checkpoint_every = _checks.checkpoint_every(checkpoint_every)
+        quiet = _checks.flag("quiet", quiet)
+        out = _checks.path("out", out, optional=True)
+        results = _checks.path("results", results)
+        if _resume is None:
+            workers, steps = _checks.workers(workers), _checks.steps(steps)
+            seed = _checks.seed(seed)
         self._params = _trained_parameters(model)
         self._model = model
         self._evaluate = evaluate
@@ -177,10 +302,10 @@ class Simulation:
         columns = self._eval_columns(evaluate, eval_columns)
         options = _bitlab.BridgeOptions()
         options.out_dir = os.fspath(_resume if _resume is not None else (out or ""))
-        options.results_root = os.fspath(results)
-        options.threads = int(threads)
-        options.quiet = bool(quiet)
-        options.checkpoint_every = int(checkpoint_every)
+        options.results_root = results
+        options.threads = threads
+        options.quiet = quiet
+        options.checkpoint_every = checkpoint_every
         options.resume = _resume is not None
         options.mpi = self._uses_mpi(backend)
         # bitlab takes each gradient on a thread of its own while torch computes the next
@@ -248,10 +373,12 @@ class Simulation:
         if isinstance(optimizer, str):
             optimizer = {"name": optimizer}
         if not isinstance(optimizer, dict):
-            raise ConfigError(f"optimizer = {optimizer!r}: must be a dict or a name",
-                              field="optimizer", value=repr(optimizer),
+            raise ConfigError(f"optimizer = {_checks.short_repr(optimizer)}: must be a dict or a "
+                              f"name", field="optimizer", value=_checks.short_repr(optimizer),
                               rule="must be a dict or a name")
-        raw.update({"name": name or "torch-model", "description": description, "seed": seed,
+        if name is None or (isinstance(name, str) and not name):
+            name = "torch-model"
+        raw.update({"name": name, "description": description, "seed": seed,
                     "steps": steps, "eval_every": eval_every,
                     "problem": {"name": "external", "tensors": tensors}})
         raw["cluster"] = {**raw.get("cluster", {}), "workers": workers}
@@ -269,13 +396,21 @@ class Simulation:
 
     @staticmethod
     def _check_resumable(path, tensors):
-        config_path = os.path.join(os.fspath(path), "config.json")
-        if not os.path.exists(config_path):
-            raise ConfigError(f"resume {os.fspath(path)}: holds no run (no config.json)",
-                              field="resume", value=os.fspath(path), rule="must be a run folder")
-        with open(config_path) as f:
-            config = json.load(f)
-        saved = config.get("problem", {}).get("tensors")
+        """The run folder ``path`` checked as ``bitlab run --resume`` checks it (bitlab's own
+        reader: a config.json that is not JSON, not an experiment or lacks a section is a
+        ConfigError naming the file), then its tensors against the model's."""
+        folder = _checks.path("resume", path)
+        with _checks.naming("resume", folder):
+            text, _ = _bitlab.resume_point(folder)
+        config = json.loads(text)
+        problem = config.get("problem", {})
+        if problem.get("name") != "external":
+            raise ConfigError(f"resume {os.fspath(path)}: problem.name = "
+                              f"{json.dumps(problem.get('name'))}: not a bitlab.torch run (resume "
+                              f"it with bitlab run --resume)", field="problem.name",
+                              value=json.dumps(problem.get("name")),
+                              rule='must be "external" (a bitlab.torch run)')
+        saved = problem.get("tensors")
         if saved != tensors:
             first = next((f"{a} != {b}" for a, b in zip(saved or [], tensors) if a != b),
                          f"{len(saved or [])} tensors saved, the model has {len(tensors)}")
@@ -285,38 +420,65 @@ class Simulation:
         return config
 
     def _eval_columns(self, evaluate, eval_columns):
+        """metrics.csv's eval columns: ``eval_columns``, or the keys of one call of
+        ``evaluate`` (whose values are then checked as at every step)."""
         if evaluate is None:
             return []
-        if not callable(evaluate):
-            raise ConfigError(f"evaluate = {evaluate!r}: must be callable as evaluate(model)",
-                              field="evaluate", rule="must be callable")
+        if not callable(evaluate) or not _takes_one_argument(evaluate):
+            raise ConfigError(f"evaluate = {_checks.short_repr(evaluate)}: must be callable as "
+                              f"evaluate(model)", field="evaluate", rule="must be callable")
         if eval_columns is None:
-            eval_columns = list(self._call_evaluate())
-        columns = [str(c) for c in eval_columns]
+            values = self._call_evaluate("when the Simulation is made")
+            columns = list(values)
+            self._eval_values(values, columns, "when the Simulation is made")
+        elif isinstance(eval_columns, (str, bytes)) or not isinstance(eval_columns, (list, tuple)):
+            raise ConfigError(f"eval_columns = {_checks.short_repr(eval_columns)}: must be a list "
+                              f"of column names", field="eval_columns",
+                              value=_checks.short_repr(eval_columns), rule="must be a list of str")
+        else:
+            columns = list(eval_columns)
         for c in columns:
-            if not c or any(ch in c for ch in ',\n"'):
-                raise ConfigError(f"eval column {c!r}: must be a non-empty name without commas, "
-                                  f"quotes or newlines", field="eval_columns", value=repr(c),
-                                  rule="must be a csv-safe name")
+            _check_column_name(c)
+        repeated = sorted({c for c in columns if columns.count(c) > 1})
+        if repeated:
+            raise ConfigError(f"eval_columns = {columns}: {repeated[0]!r} given twice: each "
+                              f"column once", field="eval_columns", value=repr(repeated[0]),
+                              rule="must not repeat a name")
         return columns
 
-    def _call_evaluate(self):
-        with _torch.no_grad():
-            values = self._evaluate(self._model)
+    def _call_evaluate(self, when):
+        """evaluate(model) under no_grad, with step() and the blocks locked out; its dict."""
+        self._in_evaluate = True
+        try:
+            with _torch.no_grad():
+                values = self._evaluate(self._model)
+        finally:
+            self._in_evaluate = False
         if not isinstance(values, dict):
-            raise ConfigError(f"evaluate(model) returned {type(values).__name__}: must return a "
-                              f"dict of column name -> number", field="evaluate",
-                              rule="must return a dict")
+            raise ConfigError(f"evaluate(model) {when} returned {_checks.short_repr(values)}: "
+                              f"must return a dict of column name -> number", field="evaluate",
+                              value=_checks.short_repr(values), rule="must return a dict")
         return values
 
     def _evaluate_columns(self):
-        values = self._call_evaluate()
-        missing = [c for c in self._columns if c not in values]
+        """What the C++ run calls at an eval step: the columns' values, checked."""
+        step = f"at step {self.steps_done}"
+        try:
+            return self._eval_values(self._call_evaluate(step), self._columns, step)
+        except BaseException:
+            self._evaluate_failed = True  # step() puts the last written step's parameters back
+            raise
+
+    @staticmethod
+    def _eval_values(values, columns, when):
+        """The values of ``columns`` in ``values`` as floats: each a finite number (Python,
+        numpy, or a one-element tensor); anything else a ConfigError naming key and step."""
+        missing = [c for c in columns if c not in values]
         if missing:
-            raise ConfigError(f"evaluate(model) returned no {missing[0]!r}: it must return "
-                              f"every column of {self._columns}", field="evaluate",
+            raise ConfigError(f"evaluate(model) {when} returned no {missing[0]!r}: it must "
+                              f"return every column of {columns}", field=f"evaluate.{missing[0]}",
                               rule="must return every eval column")
-        return [float(values[c]) for c in self._columns]
+        return [_eval_number(c, values[c], when) for c in columns]
 
     def _bind(self, array):
         """Points every parameter at `array`'s memory (shared, or a worker's own copy)."""
@@ -350,13 +512,13 @@ class Simulation:
         copy under 0/1 Adam's local steps) and no gradients; on a clean exit
         every trained parameter's ``.grad`` goes to bitlab (checked: present,
         float32, CPU, contiguous, its parameter's shape) and is cleared.
+        ``w`` is any integer (``int``, numpy's, a 0-d tensor; not a ``bool``).
         """
-        return _WorkerBlock(self, index)
+        return _WorkerBlock(self, _checks.worker_index(index, self.workers))
 
     def _enter(self, index):
-        self._check_open()
-        if not isinstance(index, int) or not 0 <= index < self.workers:
-            raise ValueError(f"worker {index!r}: must be an int in [0, {self.workers})")
+        self._check_open("sim.worker(w)")
+        index = _checks.worker_index(index, self.workers)
         if index not in self._local_range:
             raise ValueError(f"worker {index}: not this process's: rank {self.rank} of "
                              f"{self.ranks} computes workers [{self._local_range.start}, "
@@ -415,7 +577,7 @@ class Simulation:
         ...                          [(x[w], y[w]) for w in range(sim.workers)])  # doctest: +SKIP
         >>> sim.step()                                                           # doctest: +SKIP
         """
-        self._check_open()
+        self._check_open("run_workers()")
         if self._entered or self._active is not None:
             raise RuntimeError(f"step {self.steps_done + 1}: run_workers() after workers "
                                f"{sorted(self._entered)} ran their blocks: use one or the other "
@@ -478,7 +640,7 @@ class Simulation:
             batch = batches[w]
             batch = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
             with self.worker(w) as wk:
-                loss = loss_fn(self._model, *batch)
+                loss = _scalar_loss(loss_fn(self._model, *batch), w)
                 loss.backward()
                 wk.loss = loss.item()
             out.append(wk.loss)
@@ -609,6 +771,7 @@ class Simulation:
                                     f"backward() inside the block; freeze unused parameters "
                                     f"with requires_grad_(False) before making the Simulation)",
                                     field=name, rule="must have a gradient", worker=index)
+            _check_gradient_form(g, where, name, index)
             if g.dtype != _torch.float32:
                 raise GradientError(f"{where}: gradient dtype {g.dtype}: must be torch.float32 "
                                     f"(refused, not converted: bitlab computes in float32 and a "
@@ -645,13 +808,19 @@ class Simulation:
             return None
         if isinstance(loss, _torch.Tensor):
             if loss.numel() != 1:
-                raise ValueError(f"worker {index}: wk.loss is a tensor of {loss.numel()} "
-                                 f"elements: must be a number (loss.item())")
+                raise ConfigError(f"worker {index}: wk.loss is a tensor of {loss.numel()} "
+                                  f"elements: must be a number (loss.item())", field="wk.loss",
+                                  value=f"a tensor of {loss.numel()} elements",
+                                  rule="must be a number")
             loss = loss.item()
         try:
+            if isinstance(loss, (bool, str, bytes)):
+                raise TypeError
             return float(loss)
         except (TypeError, ValueError):
-            raise ValueError(f"worker {index}: wk.loss = {loss!r}: must be a number") from None
+            raise ConfigError(f"worker {index}: wk.loss = {_checks.short_repr(loss)}: must be a "
+                              f"number", field="wk.loss", value=_checks.short_repr(loss),
+                              rule="must be a number") from None
 
     def step(self):
         """bitlab's exchange and update for this step; the parameters change in place.
@@ -675,23 +844,52 @@ class Simulation:
             # No block's backward ran the hooks (run_workers' batched route): PowerSGD gets
             # the model's reverse order, and torch's random starts all the same.
             self._hand_gradient_order()
+        # The parameters before an eval step: when evaluate raises (or Ctrl-C arrives in it),
+        # the model goes back to them, the last step metrics.csv holds (one copy per eval step).
+        before = self._run.params().copy() if self._eval_due(self.steps_done + 1) else None
+        self._evaluate_failed = False
         try:
             go_on = self._run.step(compute)
         except BaseException as e:
+            if before is not None and self._evaluate_failed:
+                self._run.params()[:] = before
             self._fail(e)
             raise
         finally:
             self._entered.clear()
             self._losses.clear()
             self._begun = False
+        if not go_on and self._run.status == "failed":
+            self._raise_write_failure()
         return go_on
+
+    def _eval_due(self, step):
+        """Whether bitlab calls evaluate after ``step`` (sim/engine/simulation.cpp's rule)."""
+        if not self._columns:
+            return False
+        every = int(self._config.get("eval_every", 0))
+        return step == self.steps or (every > 0 and step % every == 0)
+
+    def _raise_write_failure(self):
+        """A step whose rows could not be written (a full disk): the run ends "failed",
+        keeping every whole step, and OSError names the file (the CLI's exit 4)."""
+        failure = self._run.failure
+        try:
+            self._run.finish()
+        finally:
+            self._detach()
+        raise OSError(f"{self.path}: the run could not write its results at step "
+                      f"{self.steps_done}: {failure}")
 
     def _fail(self, error):
         if not self._run.finished:
             self._run.fail(f"{type(error).__name__}: {error}")
         self._detach()
 
-    def _check_open(self):
+    def _check_open(self, what="step()"):
+        if self._in_evaluate:
+            raise RuntimeError(f"{what} called from inside evaluate(model): evaluate runs in the "
+                               f"middle of a step; it may only read the model")
         if self._run.finished:
             raise RuntimeError(f"the simulation is closed ({self.status}): {self.path}")
         if self._run.ended:
@@ -705,6 +903,9 @@ class Simulation:
         ``checkpoint_every`` was set, so :meth:`resume` can continue it). The
         model keeps its final parameters (in memory of its own again).
         """
+        if self._in_evaluate:
+            raise RuntimeError("close() called from inside evaluate(model): evaluate runs in the "
+                               "middle of a step; it may only read the model")
         if not self._run.finished:
             self._sync()
             self._run.finish()
@@ -757,6 +958,10 @@ class Simulation:
 
     @property
     def status(self):
+        """"running" while steps remain; then "completed", "diverged", "failed" or
+        (closed early) "interrupted"."""
+        if not self._run.ended and not self._run.finished:
+            return "running"
         return self._run.status
 
     @property

@@ -389,6 +389,7 @@ void bind_bridge(py::module_& m) {
       .def_property_readonly("dir", [](BridgeRun& b) { return b.session().dir(); })
       .def_property_readonly(
           "status", [](BridgeRun& b) { return std::string(run_status_name(b.session().status())); })
+      .def_property_readonly("failure", [](BridgeRun& b) { return b.session().failure(); })
       .def_property_readonly("ended", [](BridgeRun& b) { return b.session().ended(); })
       .def_property_readonly("finished", [](BridgeRun& b) { return b.session().finished(); })
       .def_property_readonly("local_workers",

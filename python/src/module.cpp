@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,8 @@
 #include "problems/real_problems.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/core/files.hpp"
+#include "sim/core/human.hpp"
+#include "sim/core/memory.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/deepspeed.hpp"
 #include "sim/engine/run.hpp"
@@ -105,11 +108,14 @@ std::pair<int, std::string> run(const std::string& resolved_json,
   }
 }
 
-std::string cost(const std::string& raw_json, const std::vector<std::string>& sets) {
+// bitlab.cost: the spec as JSON text, or (raw_json empty) the file `file`, read as
+// `bitlab cost FILE` reads it (a missing or non-JSON file is a ConfigError naming it).
+std::string cost(const std::string& raw_json, const std::string& file,
+                 const std::vector<std::string>& sets) {
   std::vector<CostOverride> overrides;
   for (const auto& s : sets) overrides.push_back({s, s});
-  const CostReport report =
-      estimate_cost(resolve_cost_request(parse(raw_json, "cost spec"), overrides));
+  Json spec = file.empty() ? parse(raw_json, "cost spec") : load_experiment_file(file);
+  const CostReport report = estimate_cost(resolve_cost_request(std::move(spec), overrides));
   Json out = cost_report_json(report);
   out["text"] = format_cost_report(report);
   return out.dump();
@@ -158,6 +164,16 @@ PYBIND11_MODULE(_bitlab, m) {
     } catch (const IoError& e) {
       // A full disk (the CLI's exit 4): OSError, as docs/python.md says.
       PyErr_SetString(PyExc_OSError, e.what());
+    } catch (const std::bad_alloc&) {
+      // What the memory check before the large buffers cannot foresee: the
+      // CLI's "out of memory" message (sim/cli/main.cpp), as MemoryError.
+      const std::string text =
+          "out of memory: the run needs more than this machine's " +
+          human_bytes(static_cast<double>(machine_memory_bytes())) + " (" +
+          human_bytes(static_cast<double>(available_memory_bytes())) +
+          " available; bitlab.validate prints a lower bound); use fewer workers or a smaller "
+          "problem";
+      PyErr_SetString(PyExc_MemoryError, text.c_str());
     }
   });
   m.def("version", [] { return std::string(bitlab_version()); });
@@ -167,6 +183,12 @@ PYBIND11_MODULE(_bitlab, m) {
   m.def("run", &run);
   m.def("cost", &cost);
   m.def("sweep", &sweep);
+  // Simulation.resume: the folder checked as `bitlab run --resume DIR` checks it;
+  // (resolved experiment, checkpoint interval).
+  m.def("resume_point", [](const std::string& dir) {
+    const ResumePoint point = resume_point(dir);
+    return std::make_pair(point.experiment.resolved.dump(), point.checkpoint_every);
+  });
   m.def("list_json", [] { return list_options_json().dump(); });
   m.def("list_text", [] { return format_list_options(); });
   m.def("deepspeed_file",

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <vector>
 
 #include "sim/core/schema.hpp"
 
@@ -63,9 +64,21 @@ void write_text_atomic(const std::string& path, const std::string& text) {
 }
 
 void create_folder(const std::string& dir, const std::string& what) {
+  // The folders that do not exist yet, deepest first: a failure part-way
+  // (a name longer than the file system allows) takes back the empty ones it
+  // made, so no empty results/ is left behind.
+  std::vector<fs::path> missing;
   std::error_code ec;
+  for (fs::path p(dir); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    missing.push_back(p);
+    if (p == p.parent_path()) break;
+  }
   fs::create_directories(dir, ec);
   if (!ec) return;
+  for (const auto& p : missing) {
+    std::error_code ignored;
+    fs::remove(p, ignored);  // removes only an empty folder
+  }
   const std::string message = "cannot create " + what + " " + dir + ": " + ec.message();
   const int e = ec.value();
   if (ec.category() == std::generic_category() || ec.category() == std::system_category()) {

@@ -13,9 +13,19 @@ namespace bitlab {
 // is smaller. 0 when neither can be read.
 uint64_t machine_memory_bytes();
 
+// Memory available to this process now: /proc/meminfo's MemAvailable (free
+// memory and what the kernel can reclaim, e.g. the page cache), or what the
+// cgroup v2 limit leaves (memory.max - memory.current) when that is smaller.
+// machine_memory_bytes() when neither can be read; 0 when that cannot either.
+uint64_t available_memory_bytes();
+
 // Throws ConfigError "<what> need(s) at least <bytes> (<how>), this machine
-// has <memory>; <advice>" when `bytes` exceeds the machine's memory. Sizes
-// that overflow are passed as UINT64_MAX.
+// has <memory>; <advice>" when `bytes` exceeds the machine's memory, and
+// "..., this machine has <memory>, <available> of it available now; ..."
+// when `bytes` plus a 1/16 margin (allocator overhead and buffers the
+// estimate does not count) exceeds the memory available now (another
+// process may hold the rest; allocating it would end in std::bad_alloc or
+// the kernel's OOM killer midway). Sizes that overflow are passed as UINT64_MAX.
 void check_memory_fits(uint64_t bytes, const std::string& what, const std::string& how,
                        const std::string& advice);
 

@@ -165,6 +165,7 @@ void RunSession::warn(const std::string& text) {
 Simulation& RunSession::simulation() { return impl_->sim; }
 const std::string& RunSession::dir() const { return impl_->run.dir; }
 RunStatus RunSession::status() const { return impl_->tally.status; }
+const std::string& RunSession::failure() const { return impl_->tally.failure; }
 bool RunSession::ended() const { return impl_->ended; }
 bool RunSession::finished() const { return impl_->finished; }
 

@@ -110,6 +110,8 @@ class RunSession {
   Simulation& simulation();
   const std::string& dir() const;
   RunStatus status() const;  // kCompleted while it steps
+  // Why the run failed (a refused write names its file); empty otherwise.
+  const std::string& failure() const;
   bool ended() const;
   bool finished() const;
 

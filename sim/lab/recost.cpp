@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -538,12 +540,22 @@ PricedRun price_run(const RecostOptions& o) {
 
   priced.tmp = priced.target.string() + ".recost.tmp";
   try {
+    // A file that cannot be written is the CLI's exit 4 (IoError), as for a run.
+    errno = 0;
     std::ofstream out(priced.tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw ConfigError(priced.tmp.string() + ": cannot be written");
+    if (!out) {
+      throw IoError("cannot write " + priced.tmp.string() + ": " +
+                    (errno != 0 ? std::strerror(errno) : "cannot create the file"));
+    }
     reprice_rows(metrics, comm_log, layout, run, base_s, out, res);
+    errno = 0;
     out.flush();
-    if (!out) throw ConfigError(priced.tmp.string() + ": write failed (disk full?)");
+    const int error = out ? 0 : errno;
     out.close();
+    if (!out || error != 0) {
+      throw IoError("cannot write " + priced.tmp.string() + ": " +
+                    (error != 0 ? std::strerror(error) : "write error (disk full?)"));
+    }
   } catch (...) {
     std::error_code ignored;
     fs::remove(priced.tmp, ignored);

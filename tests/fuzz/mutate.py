@@ -37,6 +37,13 @@ import make_seeds  # noqa: E402
 import replay  # noqa: E402
 
 BOUNDARY_COUNTS = [0, 1, 2, 2**32, 2**40, 2**62, 2**63, 2**64 - 1]
+U64_WRAP = 2**64  # a count is a u64: count + 1 past 2^64 - 1 wraps to 0, as in the reader
+
+
+def nudged_counts(count):
+    """The boundary counts and ``count`` +- 1, each a u64 (``count`` may already be
+    2^64 - 1 or 0 after an earlier mutation: +1 wraps, -1 stays at 0)."""
+    return BOUNDARY_COUNTS + [max(count - 1, 0), (count + 1) % U64_WRAP]
 
 
 def entries(body):
@@ -66,7 +73,7 @@ def mutate_checkpoint(rng, body):
         start, type_at, count_at, values_at, end, size, count = rng.choice(found)
         op = rng.randrange(7)
         if op == 0:
-            new = rng.choice(BOUNDARY_COUNTS + [max(count - 1, 0), count + 1])
+            new = rng.choice(nudged_counts(count))
             struct.pack_into("<Q", body, count_at, new)
         elif op == 1:
             body[type_at] = rng.choice([0, 1, 17, 20, 24, 33, 36, 40, 49, 52, 56, 255])

@@ -59,7 +59,7 @@ def test_bad_input_raises_config_error_with_field_value_rule(tmp_path, monkeypat
     assert not (tmp_path / "results").exists()  # no results folder on bad input
     with pytest.raises(bitlab.ConfigError, match="optimizer.lr"):
         bitlab.validate(QUICK, optimizer__lr=-1)
-    with pytest.raises(bitlab.ConfigError, match="no such experiment file"):
+    with pytest.raises(bitlab.ConfigError, match=r"missing.json: no such file"):
         bitlab.run(tmp_path / "missing.json")
     with pytest.raises(bitlab.ConfigError, match="must be a dict or a path"):
         bitlab.run(42)
