@@ -21,8 +21,9 @@ Schema<AdamOptions> AdamOptions::schema() {
   return s;
 }
 
-Adam::Adam(const AdamOptions& opts) : opts_(opts), wire_(parse_wire_dtype(opts.wire)),
-      exchange_(opts.gradient_exchange, wire_) {}
+Adam::Adam(const AdamOptions& opts)
+    : MeanGradientOptimizer(opts.gradient_exchange, parse_wire_dtype(opts.wire)),
+      opts_(opts) {}
 
 void Adam::setup(Cluster& cluster) {
   exchange_.setup(cluster);

@@ -53,17 +53,11 @@ inline void adam_update_elements(std::span<float> x, std::span<float> m, std::sp
 // before the step; we evaluate the formula above literally (as DeepSpeed's
 // 1-bit Adam does), in float, with ε added outside the square root as Kingma
 // & Ba do.
-class Adam : public Optimizer {
+class Adam : public MeanGradientOptimizer {
  public:
   explicit Adam(const AdamOptions& opts);
   void setup(Cluster& cluster) override;
   void finish_step(StepContext& ctx) override;
-  std::optional<WireDtype> gradient_mean_wire() const override {
-    return exchange_.streamed_wire();
-  }
-  const char* phase() const override { return exchange_.phase(); }
-  size_t held_worker_state_bytes() const override { return exchange_.held_worker_bytes(); }
-  PowerSgdExchange* powersgd_exchange() override { return exchange_.powersgd(); }
   // ḡ, m, v (d floats each).
   uint64_t planned_state_bytes(const StateShape& s) const override {
     return 12 * uint64_t{s.dim} + exchange_.planned_bytes(s);
@@ -77,8 +71,6 @@ class Adam : public Optimizer {
 
  private:
   AdamOptions opts_;
-  WireDtype wire_;
-  GradientExchange exchange_;
   std::vector<float> g_mean_;  // ḡ
   std::vector<float> m_;
   std::vector<float> v_;

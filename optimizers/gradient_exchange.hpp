@@ -95,4 +95,22 @@ class GradientExchange {
   int64_t last_step_ = 0;
 };
 
+// An optimizer that reads the workers' gradients only through their mean
+// (sgd, momentum_sgd, adam, lamb): it owns a GradientExchange, which answers
+// what the cluster and the bridge ask about the exchange.
+class MeanGradientOptimizer : public Optimizer {
+ public:
+  MeanGradientOptimizer(const GradientExchangeOptions& opts, WireDtype wire)
+      : exchange_(opts, wire) {}
+  std::optional<WireDtype> gradient_mean_wire() const override {
+    return exchange_.streamed_wire();
+  }
+  const char* phase() const override { return exchange_.phase(); }
+  size_t held_worker_state_bytes() const override { return exchange_.held_worker_bytes(); }
+  PowerSgdExchange* powersgd_exchange() override { return exchange_.powersgd(); }
+
+ protected:
+  GradientExchange exchange_;
+};
+
 }  // namespace bitlab

@@ -43,8 +43,9 @@ Schema<LambOptions> LambOptions::schema() {
   return s;
 }
 
-Lamb::Lamb(const LambOptions& opts) : opts_(opts), wire_(parse_wire_dtype(opts.wire)),
-      exchange_(opts.gradient_exchange, wire_) {}
+Lamb::Lamb(const LambOptions& opts)
+    : MeanGradientOptimizer(opts.gradient_exchange, parse_wire_dtype(opts.wire)),
+      opts_(opts) {}
 
 void Lamb::setup(Cluster& cluster) {
   exchange_.setup(cluster);

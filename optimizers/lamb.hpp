@@ -60,17 +60,11 @@ inline double lamb_trust_ratio(double x_norm, double u_norm, double min_coeff, d
 // Norms are sums in double over fixed blocks (sim/kernels/reduce.hpp), so results are
 // bit-identical for any thread count; r_p is formed in double and lr·r_p
 // rounded to float, as PyTorch does with the Python scalar.
-class Lamb : public Optimizer {
+class Lamb : public MeanGradientOptimizer {
  public:
   explicit Lamb(const LambOptions& opts);
   void setup(Cluster& cluster) override;
   void finish_step(StepContext& ctx) override;
-  std::optional<WireDtype> gradient_mean_wire() const override {
-    return exchange_.streamed_wire();
-  }
-  const char* phase() const override { return exchange_.phase(); }
-  size_t held_worker_state_bytes() const override { return exchange_.held_worker_bytes(); }
-  PowerSgdExchange* powersgd_exchange() override { return exchange_.powersgd(); }
   // ḡ, m, v, u (d floats each); per tensor two doubles, left out.
   uint64_t planned_state_bytes(const StateShape& s) const override {
     return 16 * uint64_t{s.dim} + exchange_.planned_bytes(s);
@@ -88,8 +82,6 @@ class Lamb : public Optimizer {
 
  private:
   LambOptions opts_;
-  WireDtype wire_;
-  GradientExchange exchange_;
   std::vector<TensorInfo> tensors_;
   std::vector<float> g_mean_;  // ḡ
   std::vector<float> m_;

@@ -22,8 +22,8 @@ Schema<MomentumSgdOptions> MomentumSgdOptions::schema() {
 }
 
 MomentumSgd::MomentumSgd(const MomentumSgdOptions& opts)
-    : opts_(opts), wire_(parse_wire_dtype(opts.wire)),
-      exchange_(opts.gradient_exchange, wire_) {}
+    : MeanGradientOptimizer(opts.gradient_exchange, parse_wire_dtype(opts.wire)),
+      opts_(opts) {}
 
 void MomentumSgd::setup(Cluster& cluster) {
   exchange_.setup(cluster);

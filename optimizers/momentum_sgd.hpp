@@ -31,17 +31,11 @@ struct MomentumSgdOptions {
 // the step: PyTorch's m is a sum of gradients, so changing lr mid-run rescales
 // the whole velocity. m starts at 0, which gives the same first step as
 // PyTorch's m_1 = d_1. Arithmetic in float.
-class MomentumSgd : public Optimizer {
+class MomentumSgd : public MeanGradientOptimizer {
  public:
   explicit MomentumSgd(const MomentumSgdOptions& opts);
   void setup(Cluster& cluster) override;
   void finish_step(StepContext& ctx) override;
-  std::optional<WireDtype> gradient_mean_wire() const override {
-    return exchange_.streamed_wire();
-  }
-  const char* phase() const override { return exchange_.phase(); }
-  size_t held_worker_state_bytes() const override { return exchange_.held_worker_bytes(); }
-  PowerSgdExchange* powersgd_exchange() override { return exchange_.powersgd(); }
   // ḡ, m (d floats each).
   uint64_t planned_state_bytes(const StateShape& s) const override {
     return 8 * uint64_t{s.dim} + exchange_.planned_bytes(s);
@@ -53,8 +47,6 @@ class MomentumSgd : public Optimizer {
 
  private:
   MomentumSgdOptions opts_;
-  WireDtype wire_;
-  GradientExchange exchange_;
   std::vector<float> g_mean_;  // ḡ
   std::vector<float> m_;       // momentum buffer
 };

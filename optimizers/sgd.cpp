@@ -16,8 +16,9 @@ Schema<SgdOptions> SgdOptions::schema() {
   return s;
 }
 
-Sgd::Sgd(const SgdOptions& opts) : opts_(opts), wire_(parse_wire_dtype(opts.wire)),
-      exchange_(opts.gradient_exchange, wire_) {}
+Sgd::Sgd(const SgdOptions& opts)
+    : MeanGradientOptimizer(opts.gradient_exchange, parse_wire_dtype(opts.wire)),
+      opts_(opts) {}
 
 void Sgd::setup(Cluster& cluster) {
   exchange_.setup(cluster);

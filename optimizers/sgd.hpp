@@ -25,17 +25,11 @@ struct SgdOptions {
 // torch.optim.SGD with momentum 0: weight decay is L2, added to the gradient).
 // Arithmetic in float with the hyperparameters rounded to float, as PyTorch
 // does for float parameters.
-class Sgd : public Optimizer {
+class Sgd : public MeanGradientOptimizer {
  public:
   explicit Sgd(const SgdOptions& opts);
   void setup(Cluster& cluster) override;
   void finish_step(StepContext& ctx) override;
-  std::optional<WireDtype> gradient_mean_wire() const override {
-    return exchange_.streamed_wire();
-  }
-  const char* phase() const override { return exchange_.phase(); }
-  size_t held_worker_state_bytes() const override { return exchange_.held_worker_bytes(); }
-  PowerSgdExchange* powersgd_exchange() override { return exchange_.powersgd(); }
   // ḡ (d floats).
   uint64_t planned_state_bytes(const StateShape& s) const override {
     return 4 * uint64_t{s.dim} + exchange_.planned_bytes(s);
@@ -45,8 +39,6 @@ class Sgd : public Optimizer {
 
  private:
   SgdOptions opts_;
-  WireDtype wire_;
-  GradientExchange exchange_;
   std::vector<float> g_mean_;  // ḡ
 };
 
