@@ -1,4 +1,4 @@
-"""Small CLI cases of issue 46 (item 8), through the binary: a recost that cannot write
+"""Small CLI cases, through the binary: a recost that cannot write
 its results exits 4 (as the README says of every command), and a results folder that
 cannot be made leaves no empty folder behind."""
 

@@ -25,7 +25,7 @@ class AlwaysLast(random.Random):
 
 
 def test_a_count_of_two_to_the_64_minus_one_plus_one_wraps_not_crashes():
-    # (issue 46: struct.error once a mutation set a count to 2^64 - 1 and a later one added 1)
+    # (struct.error once a mutation set a count to 2^64 - 1 and a later one added 1)
     body = mutate.mutate_checkpoint(AlwaysLast(), archive(2**64 - 1))
     (count,) = struct.unpack_from("<Q", body, 1 + 2 + 1 + 1)
     assert count == 0

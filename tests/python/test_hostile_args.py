@@ -1,4 +1,4 @@
-"""Hostile arguments to bitlab's Python functions (issue 46, items 1-3): every bad
+"""Hostile arguments to bitlab's Python functions (docs/python.md, "What bitlab refuses"): every bad
 argument ends in ConfigError naming the argument (or JSON path), the value and
 the rule, before any C++ call; every valid form is accepted. The cases are
 small: the whole file runs in a few seconds."""

@@ -1,4 +1,4 @@
-"""Hostile use of bitlab.torch.Simulation (issue 46, items 1 and 3-6): bad options,
+"""Hostile use of bitlab.torch.Simulation (docs/python.md, "What bitlab refuses"): bad options,
 worker indices, resume folders, evaluate functions, write failures, gradient forms
 and runs that cannot fit each end in the documented exception, and the valid forms
 in a correct result. A tiny model and 2-4 steps per case keep the file fast."""
