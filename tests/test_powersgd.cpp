@@ -14,6 +14,7 @@
 #include "sim/comm/comm.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/kernels/low_rank.hpp"
+#include "sim/lab/cost.hpp"
 #include "tests/cli_fixtures.hpp"
 #include "tests/fixtures.hpp"
 #include "tests/plan_check.hpp"
@@ -172,6 +173,35 @@ TEST_SUITE("powersgd") {
       const Json opt = {{"name", "momentum_sgd"}, {"gradient_exchange", Json::parse(exchange)}};
       check_plan_matches_run(opt, 4, 4096, 10, true, 4);
     }
+  }
+
+  TEST_CASE("cost: tensor_rows gives each tensor its shape; a 1-D one stays uncompressed") {
+    // A 64 x 64 weight and its 64-element bias: with their shapes the bias is
+    // 1-D (never compressed at rate 2), so a PowerSGD step allreduces the bias,
+    // P and Q; priced as most-square matrices the bias (8 x 8) is compressed too
+    // and the uncompressed allreduce disappears.
+    const Json spec = Json::parse(R"({"params": 4160, "workers": 4, "steps": 10,
+      "tensor_sizes": [4096, 64], "tensor_rows": [64, 0], "network": {"preset": "ethernet_40g_v100x4"},
+      "optimizer": {"name": "sgd", "gradient_exchange": {"name": "powersgd",
+                    "start_powerSGD_iter": 2}}})");
+    auto records = [](const Json& j) {
+      const CostSpec c = resolve_cost_spec(j);
+      const CommPlan plan = plan_communication(c.optimizer, 4160, 4, 10, 0, cost_layout(c.settings));
+      return plan.phases.back().records;
+    };
+    const auto shaped = records(spec);
+    REQUIRE(shaped.size() == 3);
+    CHECK(shaped[0].payload_bytes == 4 * 64);       // the bias, uncompressed
+    CHECK(shaped[1].payload_bytes == 4 * 64 * 1);   // P: 64 rows x rank 1
+    Json square = spec;
+    square.erase("tensor_rows");
+    CHECK(records(square).size() == 2);
+    // Bad shapes are refused naming the entry and the rule.
+    Json bad = spec;
+    bad["tensor_rows"] = Json::array({64});
+    CHECK(config_error_path([&] { resolve_cost_spec(bad); }) == "tensor_rows");
+    bad["tensor_rows"] = Json::array({60, 0});
+    CHECK(config_error_path([&] { resolve_cost_spec(bad); }) == "tensor_rows.0");
   }
 
   TEST_CASE("phases: full before start_powerSGD_iter, powersgd after; the gradient shrinks") {

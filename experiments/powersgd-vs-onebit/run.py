@@ -150,7 +150,9 @@ def main():
                 continue
             for seed in seeds:
                 out = args.out / model / f"{key}-seed{seed}"
-                if out.exists() and not (out / "summary.json").exists():
+                summary = out / "summary.json"
+                if out.exists() and (not summary.exists() or json.loads(
+                        summary.read_text())["status"] == "interrupted"):
                     shutil.rmtree(out)  # a run cut short by an earlier invocation
                 if (out / "summary.json").exists():
                     if INFINIBAND not in (out / "metrics.csv").open().readline():

@@ -26,7 +26,7 @@ LABELS = {"adam": "Adam", "powersgd_r1": "Adam + PowerSGD r=1", "powersgd_r2": "
 COLORS = {"adam": "k", "powersgd_r1": "C3", "powersgd_r2": "C4", "powersgd_r4": "C5",
           "onebit_adam": "C0", "zero_one_adam": "C1", "loco": "C2"}
 TITLES = {"cnn": "SmallResNet, Fashion-MNIST", "gpt": "TinyGPT, fortunes",
-          "mlp": "MLP 784-128-10, Fashion-MNIST"}
+          "mlp": "MLP 784-128-10, Fashion-MNIST", "gpt1m": "TinyGPT 1.05 M, fortunes"}
 # Two-sided 95 % Student t quantiles by degrees of freedom.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
@@ -106,6 +106,8 @@ def figure(runs, path):
                 continue
             # Mean over seeds of the held-out loss at each evaluation (same steps per seed).
             evals = [m[m["eval_loss"].notna()] for m in ms]
+            n = min(len(e) for e in evals)  # a diverged run stops early
+            evals = [e.iloc[:n] for e in evals]
             loss = sum(e["eval_loss"].to_numpy() for e in evals) / len(evals)
             style = dict(color=COLORS[key], label=LABELS[key], marker="o", ms=3, lw=1.4)
             row[0].plot(evals[0]["bytes_sent_cum"] / 1e6, loss, **style)
@@ -121,7 +123,7 @@ def figure(runs, path):
             ax.grid(alpha=0.3, which="both")
         row[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=60)
 
 
 def main():

@@ -48,6 +48,33 @@ Schema<CostSettings> CostSettings::schema() {
                                         return true;
                                       },
                                       "every size must be >= 1"}});
+  s.field("tensor_rows", &O::tensor_rows,
+          "optional, with tensor_sizes: each tensor's first dimension (PyTorch's shape[0]; 0 for "
+          "a 1-D tensor), so that it is priced as rows x size/rows, as PowerSGD and LoCo view "
+          "it, instead of its most square shape",
+          {Rule<std::vector<int64_t>>{[](const std::vector<int64_t>& v) {
+                                        for (const int64_t x : v) {
+                                          if (x < 0) return false;
+                                        }
+                                        return true;
+                                      },
+                                      "every entry must be >= 0"}});
+  s.check([](const O& o, const std::string& path) {
+    if (o.tensor_rows.empty()) return;
+    if (o.tensor_rows.size() != o.tensor_sizes.size()) {
+      config_fail(join_path(path, "tensor_rows"), Json(o.tensor_rows),
+                  "must have one entry per tensor_sizes entry (" +
+                      std::to_string(o.tensor_sizes.size()) + ")");
+    }
+    for (size_t p = 0; p < o.tensor_rows.size(); ++p) {
+      if (o.tensor_rows[p] > 0 && o.tensor_sizes[p] % o.tensor_rows[p] != 0) {
+        config_fail(join_path(join_path(path, "tensor_rows"), std::to_string(p)),
+                    Json(o.tensor_rows[p]),
+                    "must divide tensor_sizes." + std::to_string(p) + " = " +
+                        std::to_string(o.tensor_sizes[p]) + " (or be 0 for a 1-D tensor)");
+      }
+    }
+  });
   s.check([](const O& o, const std::string& path) {
     int64_t sum = 0;
     for (const int64_t x : o.tensor_sizes) sum += x;
@@ -184,7 +211,13 @@ std::vector<TensorInfo> cost_layout(const CostSettings& s) {
   size_t offset = 0;
   for (size_t p = 0; p < s.tensor_sizes.size(); ++p) {
     const auto size = static_cast<size_t>(s.tensor_sizes[p]);
-    out.push_back(square_tensor("tensor" + std::to_string(p), offset, size));
+    const std::string name = "tensor" + std::to_string(p);
+    if (s.tensor_rows.empty()) {
+      out.push_back(square_tensor(name, offset, size));
+    } else {
+      const auto rows = static_cast<size_t>(s.tensor_rows[p]);
+      out.push_back({name, offset, size, rows, rows == 0 ? 0 : size / rows});
+    }
     offset += size;
   }
   return out;

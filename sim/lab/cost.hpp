@@ -39,6 +39,7 @@ struct CostSettings {
   int64_t steps = 0;                  // required
   double samples_per_worker = 1.0;    // per step; only for a compute time derived from FLOPs
   std::vector<int64_t> tensor_sizes;  // the model's tensors (sum = params); empty: a stand-in
+  std::vector<int64_t> tensor_rows;   // each tensor's first dimension, 0 for 1-D; empty: most square
   static Schema<CostSettings> schema();
 };
 
@@ -98,8 +99,9 @@ CommPlan plan_communication(const Json& optimizer, int64_t params, int workers, 
 // norms, which it does not), most square.
 std::vector<TensorInfo> cost_tensor_layout(int64_t params, int workers);
 
-// The layout a spec is priced with: its tensor_sizes (2-D, most square, as
-// square_tensor) when given, else cost_tensor_layout.
+// The layout a spec is priced with: its tensor_sizes when given (each
+// tensor_rows[p] × size/rows, 1-D for 0, or without tensor_rows its most
+// square 2-D shape, as square_tensor), else cost_tensor_layout.
 std::vector<TensorInfo> cost_layout(const CostSettings& s);
 
 struct PhaseCost {
