@@ -63,6 +63,17 @@ def optimizers(steps, lr, eps):
     return out
 
 
+def claims_optimizers(steps, lr, eps):
+    """The claims table's other convergence arms (experiments/claims: 1-bit LAMB against LAMB,
+    APMSqueeze and BinSGDM against Adam); run only when --only names them."""
+    warm = max(2, round(0.15 * steps))
+    common = {"lr": lr, "beta2": BETA2, "eps": eps}
+    return {"lamb": {"name": "lamb", **common},
+            "onebit_lamb": {"name": "onebit_lamb", **common, "freeze_step": warm},
+            "apmsqueeze": {"name": "apmsqueeze", **common, "freeze_step": warm},
+            "binsgdm": {"name": "binsgdm", "lr": lr}}
+
+
 def train_bridge(model_name, optimizer, key, seed, steps, batch, out):
     """One run through bitlab.torch: worker w at step t draws its batch from (seed, w, t)."""
     if model_name == "cnn":
@@ -145,7 +156,10 @@ def main():
     for model in args.models:
         steps, batch, lr = SETTINGS[model]
         steps = steps // 5 if args.smoke else steps
-        for key, opt in optimizers(steps, lr, EPS[model]).items():
+        arms = optimizers(steps, lr, EPS[model])
+        if args.only:
+            arms.update(claims_optimizers(steps, lr, EPS[model]))
+        for key, opt in arms.items():
             if args.only and key not in args.only:
                 continue
             for seed in seeds:
