@@ -216,8 +216,7 @@ void PowerSgdExchange::compressed_step(Communicator& comm, const WorkerBuffers& 
   }
 }
 
-void PowerSgdExchange::start_q(int b, const PowerSgdBucket& bucket, std::span<float> q) {
-  (void)b;
+void PowerSgdExchange::start_q(const PowerSgdBucket& bucket, std::span<float> q) {
   if (random_start_) {
     random_start_(draws_, bucket, q);
   } else {
@@ -240,7 +239,7 @@ void PowerSgdExchange::settle_bucket(Communicator& comm, int b, const PowerSgdBu
   if (rebuilt && opts_.warm_start && has_memory_[slot]) {
     std::copy(q_memory_[slot].begin(), q_memory_[slot].end(), q.begin());
   } else {
-    start_q(b, bucket, q);
+    start_q(bucket, q);
   }
   for (const LowRankMatrix& x : bucket.compressed) {
     orthogonalize_columns(q.data() + x.q_offset, x.cols, x.rank, eps_for(x));

@@ -134,7 +134,7 @@ class PowerSgdExchange {
                        std::span<float> out);
   void settle_bucket(Communicator& comm, int b, const PowerSgdBucket& bucket, bool rebuilt,
                      const WorkerBuffers& m, std::span<float> out);
-  void start_q(int b, const PowerSgdBucket& bucket, std::span<float> q);
+  void start_q(const PowerSgdBucket& bucket, std::span<float> q);
 
   PowerSgdOptions opts_;
   int workers_;
