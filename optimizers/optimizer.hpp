@@ -152,7 +152,7 @@ class Optimizer {
   virtual PowerSgdExchange* powersgd_exchange() { return nullptr; }
 };
 
-// Every optimizer `bitlab` knows by name (optimizers/registry.cpp), then those
+// Every optimizer `bitlab` knows by name (optimizers/optimizer_registry.cpp), then those
 // added with add_optimizer, in that order.
 const std::vector<RegistryEntry<Optimizer>>& optimizer_registry();
 // Registers one more optimizer (a plug-in, or a test's throw-away one): from

@@ -45,7 +45,7 @@ struct ExternalOptions {
   static Schema<ExternalOptions> schema();
 };
 
-// The registry entry (problems/registry.cpp): resolves and describes the
+// The registry entry (problems/problem_registry.cpp): resolves and describes the
 // options; building it from a file is refused (see above).
 RegistryEntry<Problem> external_entry();
 

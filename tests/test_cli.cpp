@@ -245,6 +245,14 @@ TEST_SUITE("cli") {
     CHECK(r.status == 0);
     CHECK(r.err.find("for the workers' gradients (streamed into their mean") != std::string::npos);
     CHECK(r.err.find("for the optimizer's state") != std::string::npos);
+    // validate says the warnings run says before its first step: here 0/1
+    // Adam's variance never freezes in a run of 30 steps.
+    r = run_bitlab(d, "validate " + d.file("good.json", kGood) +
+                          " --set optimizer.name=zero_one_adam --set optimizer.var_freeze_step=40");
+    CHECK(r.status == 0);
+    CHECK_MESSAGE(r.err.find("bitlab: warning: optimizer.var_freeze_step = 40 is not below steps = "
+                             "30: the variance never freezes") != std::string::npos,
+                  r.err);
   }
 
   TEST_CASE("a diverging run stops, says so in summary.json, exits 3") {

@@ -1,5 +1,6 @@
-// The rules of the house (sim/layers.txt): every include of sim/, optimizers/
-// and problems/ goes down the layers or stays in its own; no source file
+// The rules of the house (sim/layers.txt): every include of sim/, optimizers/,
+// problems/ and python/ (its pybind11 sources, python/src/) goes down the
+// layers or stays in its own; no source file
 // stands outside a layer; every layer folder says what it owns (README.md).
 // Two checkers: one reads the #include lines (with their line numbers), the
 // other what the compiler actually included, whatever the spelling (angle
@@ -61,7 +62,7 @@ LayerRules parse_layer_rules(const std::string& text) {
 // The layer a repository path belongs to ("" when it is in none).
 std::string layer_of(const std::string& path) {
   static const std::regex kSim("^sim/([a-z_]+)/.+");
-  static const std::regex kTop("^(optimizers|problems)/.+");
+  static const std::regex kTop("^(optimizers|problems|python)/.+");
   std::smatch m;
   if (std::regex_match(path, m, kSim) || std::regex_match(path, m, kTop)) return m[1];
   return "";
@@ -112,7 +113,7 @@ std::string joined(const std::set<std::string>& names) {
 // Every source and header of the layers under `root`, relative.
 std::vector<std::string> layer_files(const fs::path& root) {
   std::vector<std::string> files;
-  for (const char* top : {"sim", "optimizers", "problems"}) {
+  for (const char* top : {"sim", "optimizers", "problems", "python"}) {
     if (!fs::exists(root / top)) continue;
     for (const auto& e : fs::recursive_directory_iterator(root / top)) {
       if (e.is_regular_file() && is_source(e.path())) {
@@ -160,8 +161,8 @@ std::vector<std::string> layer_violations(const fs::path& root, const LayerRules
   }
   // Every layer folder of sim/ says what it owns.
   for (const auto& layer : rules.layers) {
-    const fs::path dir =
-        (layer == "optimizers" || layer == "problems") ? root / layer : root / "sim" / layer;
+    const bool top = layer == "optimizers" || layer == "problems" || layer == "python";
+    const fs::path dir = top ? root / layer : root / "sim" / layer;
     if (fs::is_directory(dir) && !fs::exists(dir / "README.md")) {
       out.push_back(fs::relative(dir, root).generic_string() + "/: no README.md");
     }
@@ -400,11 +401,15 @@ const fs::path& clean_tree(const TempDir& dir) {
   dir.file("problems/problem.hpp", "#include \"sim/core/rng.hpp\"\n");
   dir.file("optimizers/README.md", "optimizers");
   dir.file("optimizers/adam.cpp", "#include \"sim/compress/sign.hpp\"\n");
+  dir.file("python/README.md", "python");
+  dir.file("python/src/module.cpp", "#include \"sim/timing/network.hpp\"\n");
+  dir.file("sim/cli/commands.hpp", "#pragma once\n#include <CLI/CLI.hpp>\n");
   return dir.path;
 }
 
 const char* kTinyRules =
     "core:\ncomm: core\ncompress: core\ntiming: core\nproblems: core\noptimizers: core compress\n"
+    "python: core comm compress timing problems optimizers\n"
     "cli: core comm compress timing problems optimizers\n<CLI/*>: cli\n<mpi.h>: comm\n"
     "<mpi/*>: comm\n";
 
@@ -474,6 +479,11 @@ TEST_SUITE("layers") {
          "\"lib/thing.hpp\" is in no layer"},
         {"a folder that is no layer", "sim/extra/README.md", "x",
          "sim/extra/: a folder that is no layer"},
+        {"the Python module includes the CLI", "python/src/list.cpp",
+         "#include \"sim/cli/commands.hpp\"\n",
+         "python/src/list.cpp:1: python may not include cli"},
+        {"the Python module parses argv", "python/src/flags.cpp", "#include <CLI/CLI.hpp>\n",
+         "<CLI/CLI.hpp> may only be included by: cli"},
     };
     for (const auto& p : plants) {
       const std::string what = p.what;
@@ -500,12 +510,16 @@ TEST_SUITE("layers") {
     // Every translation unit is read from the build's lists (a test that
     // compiled everything alone would be slow; one that read nothing would
     // pass anything), and every file the build left out is preprocessed.
+    // A build without the Python module (BITLAB_PYTHON=OFF, or no pybind11)
+    // leaves python/src/ to the preprocessor: the same check, not counted.
+    const bool python_built = fs::exists(fs::path(BITLAB_BINARY_DIR) / "python/bitlab");
     size_t units = 0, from_build = 0;
     for (const auto& file : layer_files(root)) {
       if (!is_translation_unit(file)) continue;
+      CHECK_MESSAGE(deps.count(file), file << ": no dependency list");
+      if (!python_built && layer_of(file) == "python") continue;
       ++units;
       from_build += std::find(alone.begin(), alone.end(), file) == alone.end();
-      CHECK_MESSAGE(deps.count(file), file << ": no dependency list");
     }
     MESSAGE(units << " translation units, " << from_build << " from the build's lists; "
                   << alone.size() << " files preprocessed alone");
@@ -580,6 +594,33 @@ TEST_SUITE("layers") {
       CHECK_MESSAGE(v[0].rfind(std::string(p.file) + ": ", 0) == 0, v[0]);
       CHECK_MESSAGE(v[0].find(p.expect) != std::string::npos, v[0]);
     }
+  }
+
+  TEST_CASE("the Python module may not reach CLI11, not even through a CLI header") {
+    // python/src/ sits beside sim/cli/: a header of the CLI brings CLI11 with
+    // it, which the compiled checker sees as two broken rules of the file
+    // that included it (the layer, and the reserved header it pulled in).
+    const LayerRules rules = parse_layer_rules(kTinyRules);
+    const TempDir dir;
+    clean_tree(dir);
+    dir.file("python/src/list.cpp", "#include \"sim/cli/commands.hpp\"\n");
+    const auto v =
+        compiled_violations(dir.path, rules, preprocessor_deps(dir.path, layer_files(dir.path)), {});
+    for (const auto& x : v) MESSAGE(x);
+    REQUIRE(v.size() == 2);
+    const auto has = [&v](const std::string& piece) {
+      return std::any_of(v.begin(), v.end(), [&piece](const std::string& x) {
+        return x.rfind("python/src/list.cpp: the compiler included ", 0) == 0 &&
+               x.find(piece) != std::string::npos;
+      });
+    };
+    CHECK(has("sim/cli/commands.hpp: python may not include cli"));
+    CHECK(has("<CLI/*> may only be included by: cli"));
+    // The real rules put python/ beside cli/, on the same layers, and CLI11 out of its reach.
+    const LayerRules real = parse_layer_rules(slurp(fs::path(BITLAB_SOURCE_DIR) / "sim/layers.txt"));
+    CHECK_FALSE(real.allowed.at("python").count("cli"));
+    CHECK(real.allowed.at("python") == real.allowed.at("cli"));
+    CHECK_FALSE(real.headers.at("CLI/*").count("python"));
   }
 
   TEST_CASE("every document the code cites is in the repository, every section too") {

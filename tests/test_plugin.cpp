@@ -10,6 +10,7 @@
 #include "optimizers/common.hpp"
 #include "optimizers/optimizer.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/engine/catalogue.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/run.hpp"
 #include "sim/lab/cost.hpp"

@@ -31,6 +31,7 @@ from .results import Result, CostResult, SweepResult
 
 __all__ = ["run", "sweep", "cost", "validate", "list", "from_deepspeed", "resolve",
            "Result", "CostResult", "SweepResult", "ConfigError", "GradientError",
+           "DeepSpeedFragment",
            "omp_wait_policy", "__version__"]
 
 __version__ = _bitlab.version()
@@ -61,12 +62,13 @@ def _overrides_to_sets(overrides):
 
 
 def _experiment_source(experiment):
-    """(raw JSON text, file path) of an experiment given as a dict or a path."""
+    """(experiment as plain JSON data or None, file path) of an experiment given as a dict
+    or a path."""
     if isinstance(experiment, (str, bytes, os.PathLike)):
         # read by bitlab's reader (its messages are the CLI's: "no such file", ...)
-        return "", _checks.path("experiment", experiment)
+        return None, _checks.path("experiment", experiment)
     if isinstance(experiment, dict):
-        return _checks.to_json_text(experiment, ""), ""
+        return _checks.to_json(experiment, ""), ""
     raise ConfigError(
         f"experiment = {type(experiment).__name__}: must be a dict or a path to a JSON file",
         field="experiment", value=repr(experiment), rule="must be a dict or a path to a JSON file")
@@ -79,11 +81,28 @@ def resolve(experiment, *, set=None, unset=None, **overrides):
     paths to bring back to their defaults; keyword overrides are the same as
     ``set`` (``optimizer__lr=0.01``). Returns ``(config_dict, notes)``.
     """
+    resolved = _resolved(experiment, set, unset, overrides)
+    return resolved.config, builtins.list(resolved.notes)
+
+
+def _resolved(experiment, set, unset, overrides):
+    """The engine's resolved Experiment (``_bitlab.Experiment``): what :func:`run` and
+    ``bitlab.torch.Simulation`` hand to the core as it is, without resolving it again."""
     raw, path = _experiment_source(experiment)
     sets = _checks.string_list("set", set) + _overrides_to_sets(overrides)
     unsets = _checks.string_list("unset", unset)
-    text, notes = _bitlab.resolve(raw, path, sets, unsets, "experiment")
-    return json.loads(text), builtins.list(notes)
+    return _bitlab.resolve(experiment=raw, file=path, sets=sets, unsets=unsets)
+
+
+def _run_options(*, out, results, threads, quiet, checkpoint_every, resume):
+    """The engine's RunOptions for :func:`run` and ``bitlab.torch.Simulation``, filled
+    here once from their keywords (each checked as the CLI checks its flag)."""
+    return _bitlab.RunOptions(
+        out_dir=_checks.path("out", out, optional=True) or "",
+        results_root=_checks.path("results", results), threads=_checks.threads(threads),
+        quiet=_checks.flag("quiet", quiet),
+        checkpoint_every=_checks.checkpoint_every(checkpoint_every),
+        resume=_checks.flag("resume", resume))
 
 
 def validate(experiment, *, set=None, unset=None, **overrides):
@@ -116,18 +135,16 @@ def run(experiment, *, out=None, results="results", threads=0, quiet=True,
     0 to 2^40, as on the command line; anything else raises
     :class:`ConfigError` before the run starts.
     """
-    threads = _checks.threads(threads)
-    checkpoint_every = _checks.checkpoint_every(checkpoint_every)
-    quiet = _checks.flag("quiet", quiet)
-    results = _checks.path("results", results)
-    out = _checks.path("out", out, optional=True)
+    _checks.path("out", out, optional=True)  # checked as the CLI checks --out, even with resume
+    _checks.checkpoint_every(checkpoint_every)
     if resume is not None:
-        resume = _checks.path("resume", resume)
-        status, folder = _bitlab.run("", [], resume, results, threads, quiet, 0, True)
+        options = _run_options(out=_checks.path("resume", resume), results=results,
+                               threads=threads, quiet=quiet, checkpoint_every=0, resume=True)
+        status, folder = _bitlab.run(None, options)
     else:
-        config, notes = resolve(experiment, set=set, unset=unset, **overrides)
-        status, folder = _bitlab.run(json.dumps(config), notes, out or "",
-                                     results, threads, quiet, checkpoint_every, False)
+        options = _run_options(out=out, results=results, threads=threads, quiet=quiet,
+                               checkpoint_every=checkpoint_every, resume=False)
+        status, folder = _bitlab.run(_resolved(experiment, set, unset, overrides), options)
     result = Result(folder, exit_status=status)
     if status == 4:
         raise OSError(f"{folder}: the run could not write its results: "
@@ -152,14 +169,15 @@ def sweep(sweep_spec, *, out=None, results="results", jobs=0, resume=False, quie
     results = _checks.path("results", results)
     out = _checks.path("out", out, optional=True)
     if isinstance(sweep_spec, (str, bytes, os.PathLike)):
-        raw, path = "", _checks.path("sweep", sweep_spec)
+        raw, path = None, _checks.path("sweep", sweep_spec)
     elif isinstance(sweep_spec, dict):
-        raw, path = _checks.to_json_text(sweep_spec, ""), ""
+        raw, path = _checks.to_json(sweep_spec, ""), ""
     else:
         raise ConfigError(f"sweep = {type(sweep_spec).__name__}: must be a dict or a path",
                           field="sweep", rule="must be a dict or a path to a JSON file")
-    status, folder = _bitlab.sweep(raw, path, os.getcwd(), out or "",
-                                   results, jobs, resume, quiet, _build_info.BINARY)
+    status, folder = _bitlab.sweep(spec=raw, file=path, base_dir=os.getcwd(), out_dir=out or "",
+                                   results_root=results, jobs=jobs, resume=resume, quiet=quiet,
+                                   binary=_build_info.BINARY)
     result = SweepResult(folder, exit_status=status)
     if status == 130:
         raise KeyboardInterrupt(f"{folder}: sweep interrupted")
@@ -186,13 +204,13 @@ def cost(spec, *, set=None, **overrides):
         # file is a ConfigError naming it
         path = _checks.path("spec", spec)
         with _checks.naming("spec", path):
-            text = _bitlab.cost("", path, sets)
+            report = _bitlab.cost(file=path, sets=sets)
     elif isinstance(spec, dict):
-        text = _bitlab.cost(_checks.to_json_text(spec, ""), "", sets)
+        report = _bitlab.cost(spec=_checks.to_json(spec, ""), sets=sets)
     else:
         raise ConfigError(f"spec = {type(spec).__name__}: must be a dict or a path",
                           field="spec", rule="must be a dict or a path to a JSON file")
-    return CostResult(json.loads(text))
+    return CostResult(report)
 
 
 def list(kind=None):
@@ -201,7 +219,7 @@ def list(kind=None):
     ``kind`` picks one section: "problems", "optimizers", "compressors",
     "networks", ... (the keys of the full dict).
     """
-    everything = json.loads(_bitlab.list_json())
+    everything = _bitlab.list_json()
     if kind is None:
         return everything
     if not isinstance(kind, str) or kind not in everything:
@@ -210,30 +228,76 @@ def list(kind=None):
     return everything[kind]
 
 
-def from_deepspeed(config, **experiment):
+class DeepSpeedFragment(dict):
+    """What :func:`from_deepspeed` returns: the experiment fragment, a dict that
+    :func:`run` and :func:`validate` take as it is, with what the mapping said as
+    data: ``notes`` (how fields were mapped, and the fields that mean nothing in a
+    simulator, each "field: why") and ``warnings`` (what changes the run's answer,
+    such as a warm-up as long as the run), lists of str."""
+
+    def __init__(self, experiment, notes, warnings):
+        super().__init__(experiment)
+        self.notes = notes
+        self.warnings = warnings
+
+
+_said_deepspeed = set()  # the configs whose notes this process has printed
+
+
+def from_deepspeed(config, *, workers=None, quiet=False, **experiment):
     """A DeepSpeed config (dict or path to ds_config.json) as a bitlab experiment fragment.
 
     Maps the optimizer (Adam, AdamW, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb
-    and their params), LoCo's ZeRO++ switch and the batch fields; fields that
-    mean nothing in a simulator are listed in ``fragment["notes"]``; unknown
-    fields raise :class:`ConfigError`. Keyword arguments are merged on top
-    (``problem=...``, ``steps=...``), so the result can go to :func:`run`.
-    (docs/deepspeed.md)
+    and their params), LoCo's ZeRO++ switch and the batch fields
+    (docs/deepspeed.md). Keyword arguments are merged on top (``problem=...``,
+    ``steps=...``), so the result can go to :func:`run`.
+
+    Args:
+        config: a DeepSpeed config as a dict, or the path of its JSON file.
+        workers: the world size, when you choose it: DeepSpeed's batch rules
+            then use it (and the notes say so); None derives it from the
+            batch fields.
+        quiet: print no notes; warnings that change the answer are printed
+            even then. Each config's notes and warnings are printed once per
+            process, on stderr.
+        **experiment: experiment keys merged on top (dicts key by key).
+
+    Returns:
+        DeepSpeedFragment: the fragment (a dict), with ``.notes`` and
+        ``.warnings`` (lists of str).
+
+    Raises:
+        ConfigError: an unknown field, an unsupported optimizer or a bad value,
+            with ``field``, ``value`` and ``rule`` (the DeepSpeed field's).
     """
+    if workers is not None:
+        workers = _checks.workers(workers)
+    quiet = _checks.flag("quiet", quiet)
+    steps = experiment.get("steps")
+    steps = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
     if isinstance(config, (str, bytes, os.PathLike)):
-        text, notes = _bitlab.deepspeed_file(_checks.path("config", config))
+        path = _checks.path("config", config)
+        mapped = _bitlab.deepspeed(file=path, workers=workers, steps=steps)
+        key = ("file", os.path.realpath(path), workers, steps)
     elif isinstance(config, dict):
-        text, notes = _bitlab.deepspeed_dict(_checks.to_json_text(config, ""), "deepspeed config")
+        data = _checks.to_json(config, "")
+        mapped = _bitlab.deepspeed(config=data, workers=workers, steps=steps)
+        key = ("dict", json.dumps(data, sort_keys=True), workers, steps)
     else:
         raise ConfigError(f"config = {type(config).__name__}: must be a dict or a path",
                           field="config", rule="must be a dict or a path to ds_config.json")
-    fragment = json.loads(text)
-    for key, value in experiment.items():
-        if isinstance(value, dict) and isinstance(fragment.get(key), dict):
-            fragment[key] = {**fragment[key], **value}
+    notes = builtins.list(mapped["ignored"]) + builtins.list(mapped["notes"])
+    fragment = DeepSpeedFragment(mapped["experiment"], notes, builtins.list(mapped["warnings"]))
+    for key_, value in experiment.items():
+        if isinstance(value, dict) and isinstance(fragment.get(key_), dict):
+            fragment[key_] = {**fragment[key_], **value}
         else:
-            fragment[key] = value
-    import warnings
-    for note in notes:
-        warnings.warn(f"from_deepspeed: {note}", UserWarning, stacklevel=2)
+            fragment[key_] = value
+    if key not in _said_deepspeed:
+        _said_deepspeed.add(key)
+        import sys
+        for note in ([] if quiet else notes):
+            print(f"bitlab: note: from_deepspeed: {note}", file=sys.stderr)
+        for warning in fragment.warnings:
+            print(f"bitlab: warning: from_deepspeed: {warning}", file=sys.stderr)
     return fragment

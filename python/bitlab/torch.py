@@ -3,9 +3,12 @@
 :class:`Simulation` makes bitlab's optimizers, exchanges, compressors and
 network model act on a PyTorch model: each simulated worker runs your forward
 and backward pass on its own data; as its block ends, bitlab takes its
-gradients through the same per-worker step as ``bitlab run`` (read once,
-straight into the gradients' mean or the optimizer's compressed worker stage:
-no gradient row per worker is held), runs the optimizer and its collectives,
+gradients (read once, into the gradients' mean or the optimizer's compressed
+worker stage; a row per worker is held only for the optimizers that read
+per-worker gradients, LoCo and BinSGDM). That is the engine's per-worker path
+(``Simulation::take_gradient``), not ``bitlab run``'s, which computes blocks of
+workers in parallel; both give the same bits (docs/design.md, "One step in
+three calls"). Then bitlab runs the optimizer and its collectives,
 and the model's parameters change in place (they are views of bitlab's own,
 no copy). The run folder is the usual one: ``bitlab plot``, ``report``,
 ``runs`` and ``recost`` read it unchanged.
@@ -37,7 +40,7 @@ import time
 
 import torch as _torch
 
-from . import _batched, _bitlab, _checks, _launch, resolve, from_deepspeed
+from . import _batched, _bitlab, _checks, _launch, _resolved, _run_options, from_deepspeed
 from ._errors import ConfigError, GradientError
 from .results import Result
 
@@ -289,39 +292,37 @@ class Simulation:
         self._measured = compute == "measured"
         tensors = [{"name": n, "shape": list(p.shape)} for n, p in self._params]
         if _resume is None:
-            config = self._resolve(tensors, workers=workers, steps=steps, optimizer=optimizer,
-                                   seed=seed, network=network, compute=compute, name=name,
-                                   description=description, eval_every=eval_every,
-                                   deepspeed=deepspeed)
+            experiment = self._resolve(tensors, workers=workers, steps=steps,
+                                       optimizer=optimizer, seed=seed, network=network,
+                                       compute=compute, name=name, description=description,
+                                       eval_every=eval_every, deepspeed=deepspeed, quiet=quiet)
+            config = experiment.config
         else:
-            config = self._check_resumable(_resume, tensors)
+            experiment, config = None, self._check_resumable(_resume, tensors)
         if self._measured and config["network"]["preset"] == "none":
             raise ConfigError('compute = "measured": needs a network to price the steps '
                               '(network={"preset": ...})', field="compute", value='"measured"',
                               rule="needs a network")
         columns = self._eval_columns(evaluate, eval_columns)
-        options = _bitlab.BridgeOptions()
-        options.out_dir = os.fspath(_resume if _resume is not None else (out or ""))
-        options.results_root = results
-        options.threads = threads
-        options.quiet = quiet
-        options.checkpoint_every = checkpoint_every
-        options.resume = _resume is not None
-        options.mpi = self._uses_mpi(backend)
+        options = _run_options(out=_resume if _resume is not None else out, results=results,
+                               threads=threads, quiet=quiet, checkpoint_every=checkpoint_every,
+                               resume=_resume is not None)
+        mpi = self._uses_mpi(backend)
         # bitlab takes each gradient on a thread of its own while torch computes the next
         # worker when torch leaves a core idle (docs/building.md, "The Python bridge": about 20 %
         # -> 10 % of torch's time there at 1 torch thread; with every core busy in torch the
         # extra thread only competes, so the take then runs inline). The bits are the same.
-        options.background_take = _torch.get_num_threads() < (os.cpu_count() or 1)
-        if options.mpi and self._measured:
+        background_take = _torch.get_num_threads() < (os.cpu_count() or 1)
+        if mpi and self._measured:
             raise ConfigError('compute = "measured": not under MPI (each rank times only its own '
                               'workers); use a compute section ({"step_ms": ...})',
                               field="compute", value='"measured"', rule="one process only")
         x0 = _torch.cat([p.detach().reshape(-1) for _, p in self._params]).numpy()
-        self._run = _bitlab.BridgeRun(json.dumps(config), x0, columns,
-                                      self._evaluate_columns if columns else None, options)
+        self._run = _bitlab.BridgeRun(experiment, x0, columns,
+                                      self._evaluate_columns if columns else None, options,
+                                      mpi=mpi, background_take=background_take)
         self._columns = columns
-        self._config = json.loads(self._run.config)
+        self._config = self._run.config
         self.workers = int(self._config["cluster"]["workers"])
         self.steps = int(self._config["run"]["steps"] if "run" in self._config
                          else self._config["steps"])
@@ -360,10 +361,11 @@ class Simulation:
 
     @staticmethod
     def _resolve(tensors, *, workers, steps, optimizer, seed, network, compute, name,
-                 description, eval_every, deepspeed):
+                 description, eval_every, deepspeed, quiet):
+        """The engine's resolved Experiment of the Simulation's arguments."""
         raw = {}
         if deepspeed is not None:
-            raw = from_deepspeed(deepspeed)
+            raw = dict(from_deepspeed(deepspeed, workers=workers, quiet=quiet))
         if optimizer is None and deepspeed is None:
             raise ConfigError("optimizer = None: give an optimizer ({\"name\": ..., options}) "
                               "or a deepspeed config", field="optimizer", value="None",
@@ -391,8 +393,7 @@ class Simulation:
             raise ConfigError(f'compute = {compute!r}: must be a dict of compute options or '
                               f'"measured"', field="compute", value=repr(compute),
                               rule='must be a dict or "measured"')
-        config, _ = resolve(raw)
-        return config
+        return _resolved(raw, None, None, {})
 
     @staticmethod
     def _check_resumable(path, tensors):
@@ -401,8 +402,7 @@ class Simulation:
         ConfigError naming the file), then its tensors against the model's."""
         folder = _checks.path("resume", path)
         with _checks.naming("resume", folder):
-            text, _ = _bitlab.resume_point(folder)
-        config = json.loads(text)
+            config, _ = _bitlab.resume_point(folder)
         problem = config.get("problem", {})
         if problem.get("name") != "external":
             raise ConfigError(f"resume {os.fspath(path)}: problem.name = "
@@ -672,14 +672,10 @@ class Simulation:
         the run then ends "failed"."""
         try:
             yield
-        except ConfigError as e:
-            worker = self._run.failed_worker
-            if worker < 0:
-                raise
+        except GradientError as error:  # raised by the core with its worker, field and element
             self._pending = None
-            error = GradientError(e.message, field=e.field, rule="must be finite", worker=worker)
             self._fail(error)
-            raise error from None
+            raise
 
     def _sync(self):
         """Waits for the gradient bitlab is taking in the background (raising its refusal)."""

@@ -2,9 +2,15 @@
 // A RunSession (sim/engine/run.hpp) over an ExternalProblem
 // (problems/external.hpp), driven through the simulation's per-worker path:
 // begin_step() before a step's first worker, take_gradient() as each worker's
-// block ends (its .grad buffers, read once, straight into what the optimizer
-// reads, while torch still holds them), step() after the last. The model's
-// parameters are numpy views of the cluster's own (no copy either way).
+// block ends, step() after the last. Simulation::take_gradient reads the
+// worker's .grad buffers once (bitlab.torch keeps them alive until the take is
+// done): into the gradients' mean tree directly, or gathered into one
+// contiguous row first (the worker's own row for the optimizers that read
+// per-worker gradients; a staging row the optimizer's take_gradient reads,
+// for the 1-bit family's compressed steps). The take runs on the caller's
+// thread, or on a thread of its own (BackgroundTaker) while torch computes the
+// next worker. The model's parameters are numpy views of the cluster's own
+// (no copy either way).
 // Checks of what Python hands in (shapes, dtypes, devices, the worker
 // protocol) live on the Python side, where the user's names are; this side
 // checks only that the values are finite (in the same pass).
@@ -41,19 +47,6 @@ namespace py = pybind11;
 namespace bitlab::python {
 
 namespace {
-
-struct BridgeOptions {
-  std::string out_dir, results_root = "results";
-  int threads = 0;
-  bool quiet = false;
-  int64_t checkpoint_every = 0;
-  bool resume = false;  // continue the run in out_dir from its checkpoint
-  bool mpi = false;     // this process is one rank of an MPI job (mpirun, srun)
-  // Take each gradient on a thread of its own (BackgroundTaker) while torch
-  // computes the next worker: when torch leaves a core idle (bitlab.torch
-  // decides); else inline.
-  bool background_take = false;
-};
 
 // The MPI transport of this process, made on the first MPI bridge run and
 // kept to the interpreter's exit (MPI cannot be initialised twice): later
@@ -156,27 +149,23 @@ class BackgroundTaker {
 
 class BridgeRun {
  public:
-  BridgeRun(const std::string& resolved_json, py::array_t<float, py::array::c_style> initial,
-            std::vector<std::string> eval_columns, py::object evaluate, const BridgeOptions& bo)
-      : evaluate_(std::move(evaluate)), background_(bo.background_take) {
-    RunCliOptions o;
-    o.out_dir = bo.out_dir;
-    o.results_root = bo.results_root;
-    o.threads = bo.threads;
-    o.quiet = bo.quiet;
-    o.checkpoint_every = bo.checkpoint_every;
-    o.resume = bo.resume;
+  // `experiment`: resolved (bitlab.resolve); None with options.resume. `mpi`:
+  // this process is one rank of an MPI job (mpirun, srun). `background_take`:
+  // take each gradient on a thread of its own (BackgroundTaker) while torch
+  // computes the next worker, when torch leaves a core idle (bitlab.torch
+  // decides); else inline.
+  BridgeRun(const Experiment* experiment, py::array_t<float, py::array::c_style> initial,
+            std::vector<std::string> eval_columns, py::object evaluate, RunCliOptions o, bool mpi,
+            bool background_take)
+      : evaluate_(std::move(evaluate)), background_(background_take) {
     o.print_dir = false;
     o.command_line = "bitlab.torch.Simulation (Python)";
-    if (bo.mpi) o.transport = mpi_transport();
-    Experiment e;
-    if (bo.resume) {
-      const ResumePoint point = resume_point(bo.out_dir);
-      e = point.experiment;
-      o.checkpoint_every = point.checkpoint_every;
-    } else {
-      e = resolve_experiment(parse_json_text(resolved_json, "experiment"), "experiment");
+    if (mpi) o.transport = mpi_transport();
+    if (!o.resume && experiment == nullptr) {
+      throw ConfigError("BridgeRun: give an experiment, or options.resume with options.out_dir");
     }
+    const Experiment e = o.resume ? experiment_to_resume(o) : *experiment;
+    say_setting_warnings_when_quiet(e, o);
     std::vector<float> x0(initial.data(), initial.data() + initial.size());
     if (o.transport != nullptr) {
       // Every rank starts from rank 0's parameters (each process built its
@@ -338,74 +327,179 @@ bool set_powersgd_hooks(BridgeRun& b, std::vector<int> ready_order, py::object r
 
 }  // namespace
 
+namespace {
+void def_bridge_steps(py::class_<BridgeRun>& run);
+void def_bridge_state(py::class_<BridgeRun>& run);
+}  // namespace
+
 void bind_bridge(py::module_& m) {
-  py::class_<BridgeOptions>(m, "BridgeOptions")
-      .def(py::init<>())
-      .def_readwrite("out_dir", &BridgeOptions::out_dir)
-      .def_readwrite("results_root", &BridgeOptions::results_root)
-      .def_readwrite("threads", &BridgeOptions::threads)
-      .def_readwrite("quiet", &BridgeOptions::quiet)
-      .def_readwrite("checkpoint_every", &BridgeOptions::checkpoint_every)
-      .def_readwrite("resume", &BridgeOptions::resume)
-      .def_readwrite("mpi", &BridgeOptions::mpi)
-      .def_readwrite("background_take", &BridgeOptions::background_take);
   m.add_object("_release_transport", py::cpp_function([] { process_transport().reset(); }));
   py::module_::import("atexit").attr("register")(m.attr("_release_transport"));
-  py::class_<BridgeRun>(m, "BridgeRun")
-      .def(py::init<const std::string&, py::array_t<float, py::array::c_style>,
-                    std::vector<std::string>, py::object, const BridgeOptions&>())
-      .def("params", [](py::object self) { return BridgeRun::params_view(self, -1); })
-      .def("local_params", [](py::object self, int w) { return BridgeRun::params_view(self, w); })
-      .def("begin_step", &BridgeRun::begin_step)
-      .def("wait", &BridgeRun::wait)
-      .def_property_readonly("failed_worker", &BridgeRun::failed_worker)
-      .def("gradient_mean", [](py::object self) { return BridgeRun::gradient_mean(self); })
-      .def("take_gradient", &BridgeRun::take_gradient, py::arg("worker"), py::arg("data"),
-           py::arg("loss"))
-      .def("step", &BridgeRun::step, py::arg("compute_s") = py::none())
-      .def("finish",
-           [](BridgeRun& b) {
-             b.wait();  // a failed take is the caller's to report first (bitlab.torch does)
-             return b.session().finish();
-           })
-      .def("fail",
-           [](BridgeRun& b, const std::string& why) {
-             try {
-               b.wait();
-             } catch (...) {
-               // already failing: this run's reason is `why`
-             }
-             return b.session().fail(why);
-           })
-      .def("warn", [](BridgeRun& b, const std::string& text) { b.session().warn(text); })
-      .def("set_powersgd_hooks", &set_powersgd_hooks, py::arg("ready_order"),
-           py::arg("random_start"),
-           "Hands a PowerSGD exchange the model's gradient order (tensor indices, as the first "
-           "backward produced them) and `random_start(seed, draw, shapes)`, which returns Q's "
-           "random start as torch's powerSGD_hook draws it (a float32 array). Returns False "
-           "when the optimizer's gradient_exchange is not powersgd.")
-      .def_property_readonly("tensors", &BridgeRun::tensors)
-      .def_property_readonly("take_seconds", &BridgeRun::take_seconds)
-      .def_property_readonly("dir", [](BridgeRun& b) { return b.session().dir(); })
-      .def_property_readonly(
-          "status", [](BridgeRun& b) { return std::string(run_status_name(b.session().status())); })
-      .def_property_readonly("failure", [](BridgeRun& b) { return b.session().failure(); })
-      .def_property_readonly("ended", [](BridgeRun& b) { return b.session().ended(); })
-      .def_property_readonly("finished", [](BridgeRun& b) { return b.session().finished(); })
-      .def_property_readonly("local_workers",
-                             [](BridgeRun& b) {
-                               const WorkerRange r = b.session().simulation().comm().local_workers();
-                               return std::make_pair(r.begin, r.end);
-                             })
-      .def_property_readonly(
-          "rank", [](BridgeRun& b) { return b.session().simulation().comm().transport().rank(); })
-      .def_property_readonly(
-          "ranks", [](BridgeRun& b) { return b.session().simulation().comm().transport().ranks(); })
-      .def_property_readonly("steps_done",
-                             [](BridgeRun& b) { return b.session().simulation().steps_done(); })
-      .def_property_readonly("config", [](BridgeRun& b) {
-        return b.session().simulation().experiment().resolved.dump();
-      });
+  py::class_<BridgeRun> run(m, "BridgeRun", R"doc(One run driven a step at a time from Python: what bitlab.torch.Simulation drives.
+
+A RunSession over the model's tensors (problem "external"): the usual results
+folder, checkpoints, divergence check and summary; the caller decides when
+each step happens, after handing in every worker's gradients.
+)doc");
+  def_bridge_steps(run);
+  def_bridge_state(run);
 }
+
+namespace {
+
+// BridgeRun's construction and step protocol.
+void def_bridge_steps(py::class_<BridgeRun>& run) {
+  run.def(py::init<const Experiment*, py::array_t<float, py::array::c_style>,
+                    std::vector<std::string>, py::object, RunCliOptions, bool, bool>(),
+           py::arg("experiment"), py::arg("initial"), py::arg("eval_columns"),
+           py::arg("evaluate"), py::arg("options"), py::kw_only(), py::arg("mpi") = false,
+           py::arg("background_take") = false,
+           R"doc(Builds the run, its results folder and its files.
+
+Args:
+    experiment: the resolved Experiment (problem "external"); None with
+        options.resume.
+    initial: the model's parameters, flattened (float32, tensor order).
+    eval_columns: the names evaluate() returns values for, in order.
+    evaluate: called at every evaluation; returns a list of floats, or None.
+    options: the RunOptions (options.resume continues options.out_dir).
+    mpi: this process is one rank of an MPI job (mpirun, srun).
+    background_take: take each gradient on a thread of its own.
+
+Raises:
+    bitlab.ConfigError: bad input, before the results folder exists.
+)doc")
+      .def("params", [](py::object self) { return BridgeRun::params_view(self, -1); },
+           "The synchronised parameters.\n\nReturns:\n    numpy.ndarray: float32, a view of "
+           "bitlab's own memory (no copy).")
+      .def("local_params",
+           [](py::object self, int worker) { return BridgeRun::params_view(self, worker); },
+           py::arg("worker"),
+           "A worker's own parameters (0/1 Adam's local steps).\n\nArgs:\n    worker: the "
+           "worker.\n\nReturns:\n    numpy.ndarray | None: a float32 view, or None while the "
+           "worker reads the shared ones.")
+      .def("begin_step", &BridgeRun::begin_step,
+           "Starts a step: call before the step's first worker hands in its gradients.")
+      .def("wait", &BridgeRun::wait,
+           "Waits for the gradient being taken in the background.\n\nRaises:\n    "
+           "bitlab.GradientError: the take refused a gradient (not finite).")
+      .def_property_readonly("failed_worker", &BridgeRun::failed_worker,
+                             "The worker whose take failed, -1 when none did.")
+      .def("gradient_mean", [](py::object self) { return BridgeRun::gradient_mean(self); },
+           "The gradients' mean of the last step as the optimizer read it.\n\nReturns:\n    "
+           "numpy.ndarray | None: a float32 view valid until the next step; None when the "
+           "optimizer read per-worker rows or took the gradients itself.")
+      .def("take_gradient", &BridgeRun::take_gradient, py::arg("worker"), py::arg("data"),
+           py::arg("loss"),
+           R"doc(Hands in a worker's gradients.
+
+Args:
+    worker: the worker.
+    data: the address of each tensor's .grad (contiguous float32 of the
+        tensor's size), kept alive by the caller until the take is done.
+    loss: the worker's batch loss, None when not measured.
+
+Raises:
+    bitlab.GradientError: the previous or this take found an element that is
+        not finite (worker, field: the parameter, element).
+)doc")
+      .def("step", &BridgeRun::step, py::arg("compute_s") = py::none(),
+           R"doc(Finishes the step: the optimizer, its exchanges, the step's rows.
+
+Args:
+    compute_s: each worker's measured compute seconds, or None for the
+        experiment's compute model.
+
+Returns:
+    bool: False once the run has ended (its last step, a divergence, a failed write).
+)doc")
+      .def(
+          "finish",
+          [](BridgeRun& b) {
+            b.wait();  // a failed take is the caller's to report first (bitlab.torch does)
+            return b.session().finish();
+          },
+          "Writes summary.json and the report.\n\nReturns:\n    int: the exit status, as "
+          "`bitlab run`'s.")
+      .def(
+          "fail",
+          [](BridgeRun& b, const std::string& why) {
+            try {
+              b.wait();
+            } catch (...) {
+              // already failing: this run's reason is `why`
+            }
+            return b.session().fail(why);
+          },
+          py::arg("why"),
+          "Ends the run as \"failed\".\n\nArgs:\n    why: the reason summary.json gives.\n\n"
+          "Returns:\n    int: the exit status (4).")
+      .def(
+          "warn", [](BridgeRun& b, const std::string& text) { b.session().warn(text); },
+          py::arg("text"),
+          "Says a warning on stderr (unless quiet) and keeps it in summary.json.\n\nArgs:\n    "
+          "text: the warning.")
+
+;
+}
+
+// What a BridgeRun tells about itself.
+void def_bridge_state(py::class_<BridgeRun>& run) {
+  run.def("set_powersgd_hooks", &set_powersgd_hooks, py::arg("ready_order"),
+           py::arg("random_start"),
+           R"doc(Hands a PowerSGD exchange the model's gradient order and torch's random start.
+
+Args:
+    ready_order: tensor indices, as the first backward produced them.
+    random_start: random_start(seed, draw, shapes) returns Q's random start as
+        torch's powerSGD_hook draws it (a float32 array).
+
+Returns:
+    bool: False when the optimizer's gradient_exchange is not powersgd.
+)doc")
+      .def_property_readonly("tensors", &BridgeRun::tensors,
+                             "The model's tensors as dicts of name, offset and size.")
+      .def_property_readonly("take_seconds", &BridgeRun::take_seconds,
+                             "Seconds spent taking gradients since the start.")
+      .def_property_readonly(
+          "dir", [](BridgeRun& b) { return b.session().dir(); }, "The results folder.")
+      .def_property_readonly(
+          "status",
+          [](BridgeRun& b) { return std::string(run_status_name(b.session().status())); },
+          "\"completed\" (also while it steps), \"diverged\", \"interrupted\" or \"failed\".")
+      .def_property_readonly(
+          "failure", [](BridgeRun& b) { return b.session().failure(); },
+          "Why the run failed; \"\" otherwise.")
+      .def_property_readonly(
+          "ended", [](BridgeRun& b) { return b.session().ended(); },
+          "Whether the run has ended (only finish() is left).")
+      .def_property_readonly(
+          "finished", [](BridgeRun& b) { return b.session().finished(); },
+          "Whether finish() or fail() has run.")
+      .def_property_readonly(
+          "local_workers",
+          [](BridgeRun& b) {
+            const WorkerRange r = b.session().simulation().comm().local_workers();
+            return std::make_pair(r.begin, r.end);
+          },
+          "(first, end) of the workers this process computes.")
+      .def_property_readonly(
+          "rank", [](BridgeRun& b) { return b.session().simulation().comm().transport().rank(); },
+          "This process's rank (0 without MPI).")
+      .def_property_readonly(
+          "ranks",
+          [](BridgeRun& b) { return b.session().simulation().comm().transport().ranks(); },
+          "The number of ranks (1 without MPI).")
+      .def_property_readonly(
+          "steps_done", [](BridgeRun& b) { return b.session().simulation().steps_done(); },
+          "Steps finished so far.")
+      .def_property_readonly(
+          "config",
+          [](BridgeRun& b) { return to_python(b.session().simulation().experiment().resolved); },
+          "The run's resolved experiment as a dict (config.json).");
+}
+
+
+}  // namespace
 
 }  // namespace bitlab::python

@@ -33,8 +33,8 @@ py::array_t<float> to_array(std::span<const float> v) {
 
 class BuiltinProblem {
  public:
-  explicit BuiltinProblem(const std::string& resolved_json)
-      : e_(resolve_experiment(parse_json_text(resolved_json, "experiment"), "experiment")) {
+  explicit BuiltinProblem(const py::object& experiment)
+      : e_(resolve_experiment(to_json(experiment, ""), "experiment")) {
     const auto* entry = find_entry(problem_registry(), e_.problem.at("name").get<std::string>());
     problem_ = entry->make(e_.problem);
     const auto shards = make_shards(*problem_, e_.cluster, e_.run.seed);
@@ -119,8 +119,8 @@ class BuiltinProblem {
 
 // A real data set as the real problems see it (split, subsampled, scaled):
 // train_x, train_y, test_x, test_y, classes, and the image size if any.
-py::dict dataset(const std::string& problem_json) {
-  const Json p = parse_json_text(problem_json, "problem");
+py::dict dataset(const py::object& problem) {
+  const Json p = to_json(problem, "problem");
   DatasetOptions o;
   o.dataset = p.value("dataset", o.dataset);
   o.data_dir = p.value("data_dir", o.data_dir);
@@ -146,17 +146,37 @@ py::dict dataset(const std::string& problem_json) {
 }  // namespace
 
 void bind_builtin_problem(py::module_& m) {
-  py::class_<BuiltinProblem>(m, "BuiltinProblem")
-      .def(py::init<const std::string&>())
-      .def_property_readonly("dim", &BuiltinProblem::dim)
-      .def_property_readonly("workers", &BuiltinProblem::workers)
-      .def_property_readonly("tensors", &BuiltinProblem::tensors)
-      .def_property_readonly("eval_columns", &BuiltinProblem::eval_columns)
-      .def("init_params", &BuiltinProblem::init_params)
-      .def("batch", &BuiltinProblem::batch)
-      .def("loss_grad", &BuiltinProblem::loss_grad)
-      .def("evaluate", &BuiltinProblem::evaluate);
-  m.def("dataset", &dataset);
+  py::class_<BuiltinProblem>(m, "BuiltinProblem",
+                             "A built-in problem's workers, batches and gradients one by one, as "
+                             "`bitlab run`'s cluster computes them.")
+      .def(py::init<const py::object&>(), py::arg("experiment"),
+           "Args:\n    experiment: an experiment as Python data (resolved here).\n\nRaises:\n"
+           "    bitlab.ConfigError: bad input.")
+      .def_property_readonly("dim", &BuiltinProblem::dim, "The number of parameters.")
+      .def_property_readonly("workers", &BuiltinProblem::workers, "The number of workers.")
+      .def_property_readonly("tensors", &BuiltinProblem::tensors,
+                             "The tensors as dicts of name, offset, size, rows and cols.")
+      .def_property_readonly("eval_columns", &BuiltinProblem::eval_columns,
+                             "The names evaluate() returns values for.")
+      .def("init_params", &BuiltinProblem::init_params,
+           "The initial parameters.\n\nReturns:\n    numpy.ndarray: float32, the problem's "
+           "initialisation for the experiment's seed.")
+      .def("batch", &BuiltinProblem::batch, py::arg("worker"), py::arg("step"),
+           "A worker's batch at a step.\n\nArgs:\n    worker: the worker.\n    step: the step "
+           "(1-based).\n\nReturns:\n    numpy.ndarray: uint32 sample indices of its shard.")
+      .def("loss_grad", &BuiltinProblem::loss_grad, py::arg("params"), py::arg("worker"),
+           py::arg("step"),
+           "A worker's loss and gradient, as the cluster computes them (its batch, its noise "
+           "stream).\n\nArgs:\n    params: the parameters (float32).\n    worker: the worker."
+           "\n    step: the step.\n\nReturns:\n    tuple[float, numpy.ndarray]: the loss and the "
+           "float32 gradient.")
+      .def("evaluate", &BuiltinProblem::evaluate, py::arg("params"),
+           "The problem's evaluation.\n\nArgs:\n    params: the parameters (float32).\n\n"
+           "Returns:\n    list[float]: one value per eval column.");
+  m.def("dataset", &dataset, py::arg("problem"),
+        "A real data set as the real problems see it (split, subsampled, scaled).\n\nArgs:\n"
+        "    problem: the problem section (dataset, data_dir, samples, ...).\n\nReturns:\n"
+        "    dict: train_x, train_y, test_x, test_y, classes, height, width.");
 }
 
 }  // namespace bitlab::python

@@ -17,11 +17,6 @@ struct Subcommand {
   std::function<int()> run;
 };
 
-// `bitlab list`: every experiment field, problem, optimizer, compressor,
-// network preset with its options (sim/cli/list_command.cpp).
-std::string format_list_options();
-Json list_options_json();
-
 // `bitlab cost`: price a training job without training it (sim/cli/cost_command.cpp).
 Subcommand add_cost_command(CLI::App& app);
 // `bitlab recost RUN_DIR --network ...`: re-price a finished run (sim/cli/recost_command.cpp).

@@ -27,6 +27,7 @@
 #include "sim/core/isa.hpp"
 #include "sim/core/memory.hpp"
 #include "sim/core/threads.hpp"
+#include "sim/engine/catalogue.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/run.hpp"
 #include "sim/engine/simulation.hpp"
@@ -121,6 +122,10 @@ int validate_experiment(const RunFlags& f) {
   Experiment exp = load_experiment(f.file, f.sets, f.unsets);
   print_notes(exp);
   Simulation sim(exp);
+  // What `run` warns before its first step about these settings.
+  for (const auto& w : sim.optimizer().warnings(exp.run.steps)) {
+    std::fprintf(stderr, "bitlab: warning: %s\n", w.c_str());
+  }
   if (f.print_resolved) std::printf("%s\n", exp.resolved.dump(2).c_str());
   std::fprintf(stderr, "%s: OK: problem %s (d = %zu), optimizer %s, %lld workers, %lld steps\n",
                f.file.c_str(), exp.problem.at("name").get<std::string>().c_str(),

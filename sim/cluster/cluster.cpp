@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "sim/core/field_error.hpp"
 #include "sim/core/human.hpp"
 #include "sim/core/memory.hpp"
 
@@ -517,21 +518,27 @@ Cluster::Cluster(const ClusterOptions& opts, const Problem& problem, uint64_t se
     }
     stream_ = std::make_unique<Stream>(*streamed, workers_, local_, stride_, optimizer_bytes_);
   }
-  check_memory_fits(memory_estimate(),
-                    "cluster.workers = " + std::to_string(workers_) +
-                        " workers of d = " + std::to_string(dim_) + " parameters",
-                    std::string(!stream_ ? "4-byte floats: one gradient row per worker and the "
-                                           "parameters"
-                                : stream_->handed
-                                    ? "4-byte floats: the handed-in gradients' tree rows "
-                                      "(log2 n + 1 when the workers come in order) and the "
-                                      "parameters"
-                                    : "4-byte floats: the streamed gradient mean's blocks "
-                                      "and partial sums, and the parameters") +
-                        (optimizer_bytes_ > 0 ? "; the optimizer's state " +
-                                                    human_bytes(static_cast<double>(optimizer_bytes_))
-                                              : std::string()),
-                    "use fewer workers or a smaller problem");
+  try {
+    check_memory_fits(memory_estimate(),
+                      "cluster.workers = " + std::to_string(workers_) +
+                          " workers of d = " + std::to_string(dim_) + " parameters",
+                      std::string(!stream_ ? "4-byte floats: one gradient row per worker and the "
+                                             "parameters"
+                                  : stream_->handed
+                                      ? "4-byte floats: the handed-in gradients' tree rows "
+                                        "(log2 n + 1 when the workers come in order) and the "
+                                        "parameters"
+                                      : "4-byte floats: the streamed gradient mean's blocks "
+                                        "and partial sums, and the parameters") +
+                          (optimizer_bytes_ > 0 ? "; the optimizer's state " +
+                                                      human_bytes(static_cast<double>(optimizer_bytes_))
+                                                : std::string()),
+                      "use fewer workers or a smaller problem");
+  } catch (const ConfigError& e) {
+    // Too many workers for this machine: an error about cluster.workers, its
+    // parts as data (bitlab.ConfigError's field, value, rule).
+    throw FieldError(e.what(), "cluster.workers", std::to_string(workers_), e.what());
+  }
   params_.assign(dim_, 0.0f);
   problem_.init_params(params(), seed);
   if (stream_) {

@@ -1,5 +1,7 @@
 #include "sim/core/schema.hpp"
 
+#include "sim/core/field_error.hpp"
+
 #include <algorithm>
 #include <cstdio>
 
@@ -19,12 +21,20 @@ std::string show_value(const Json& value) {
   return s;
 }
 
+void rethrow_with_context(const ConfigError& error, const std::string& context) {
+  if (const auto* field = dynamic_cast<const FieldError*>(&error)) {
+    throw FieldError(context + error.what(), error.path(), field->value(), field->rule());
+  }
+  throw ConfigError(context + error.what(), error.path());
+}
+
 void config_fail(std::string_view path, const Json& value, std::string_view rule) {
   std::string msg(path.empty() ? std::string_view("(experiment)") : path);
-  if (!value.is_discarded()) msg += " = " + show_value(value);
+  const std::string shown = value.is_discarded() ? "" : show_value(value);
+  if (!value.is_discarded()) msg += " = " + shown;
   msg += ": ";
   msg += rule;
-  throw ConfigError(msg, std::string(path));
+  throw FieldError(msg, std::string(path), shown, std::string(rule));
 }
 
 static size_t edit_distance(std::string_view a, std::string_view b) {

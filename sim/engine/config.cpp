@@ -9,6 +9,7 @@
 
 #include "optimizers/optimizer.hpp"
 #include "problems/problem.hpp"
+#include "sim/core/field_error.hpp"
 #include "sim/engine/deepspeed.hpp"
 
 namespace bitlab {
@@ -243,7 +244,7 @@ void apply_set(Json& raw, const std::string& assignment) {
   try {
     set_json_path(raw, path, value);
   } catch (const ConfigError& err) {
-    throw ConfigError("--set " + assignment + ": " + err.what());
+    rethrow_with_context(err, "--set " + assignment + ": ");
   }
 }
 
@@ -280,7 +281,7 @@ void rethrow_blaming_set(const ConfigError& err, const std::vector<std::string>&
         !err.path().empty() && (err.path() == path || err.path().rfind(path + ".", 0) == 0 ||
                                 path.rfind(err.path() + ".", 0) == 0);
     if (about_set) {
-      throw ConfigError("--set " + s + ": " + err.what(), err.path());
+      rethrow_with_context(err, "--set " + s + ": ");
     }
   }
   throw;
@@ -467,8 +468,10 @@ Json with_deepspeed_config(const std::string& path, Json raw, std::vector<std::s
   try {
     ds = load_deepspeed_config(ds_path.string());
   } catch (const ConfigError& e) {
-    throw ConfigError(path + ": deepspeed_config = " + show_value(value) + ": " + e.what(),
-                      "deepspeed_config");
+    // The field is the experiment's (the key naming the file), the rule the
+    // DeepSpeed reader's whole message (which names the DeepSpeed field).
+    throw FieldError(path + ": deepspeed_config = " + show_value(value) + ": " + e.what(),
+                     "deepspeed_config", show_value(value), e.what());
   }
   if (notes) {
     notes->push_back(path + ": optimizer and cluster read from DeepSpeed config " +

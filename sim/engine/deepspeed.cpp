@@ -9,10 +9,12 @@
 #include <cctype>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string_view>
 #include <utility>
 
 #include "optimizers/optimizer.hpp"
+#include "sim/core/field_error.hpp"
 #include "sim/engine/config.hpp"
 
 namespace bitlab {
@@ -31,8 +33,9 @@ class Mapper {
                                  ? " (\"auto\" is filled in by the Hugging Face Trainer, not "
                                    "DeepSpeed: give the value)"
                                  : "";
-    throw ConfigError(source_ + ": " + path + " = " + show_value(value) + ": " + rule + hint,
-                      path);
+    const std::string shown = show_value(value);
+    throw FieldError(source_ + ": " + path + " = " + shown + ": " + rule + hint, path, shown,
+                     rule + hint);
   }
   void ignore(const std::string& path, const std::string& why) {
     out_.ignored.push_back(path + ": " + why);
@@ -243,10 +246,11 @@ std::string map_precision(const Json& ds, Mapper& m) {
 
 // DeepSpeedConfig._set_batch_related_parameters and _batch_assertion
 // (config.py): train = micro × accumulation × world size. The world size is
-// not in the file; it is derived when all three are given. Sets the
+// not in the file: the caller may give it (Simulation's workers=); else it is
+// derived when train and micro are given. Sets the
 // experiment's cluster section, and compute.gradient_accumulation_steps
 // when it is above 1 (the time model's micro-steps).
-void map_batch(const Json& ds, Mapper& m, Json& experiment) {
+void map_batch(const Json& ds, Mapper& m, Json& experiment, std::optional<int64_t> world) {
   Json& cluster = experiment["cluster"] = Json::object();
   auto get = [&](const char* key) -> int64_t {
     return ds.contains(key) ? positive_int(ds[key], key, m) : 0;
@@ -259,7 +263,16 @@ void map_batch(const Json& ds, Mapper& m, Json& experiment) {
            "either train_batch_size or train_micro_batch_size_per_gpu must be given "
            "(DeepSpeedConfig._set_batch_related_parameters)");
   }
+  const std::string given = world ? "cluster.workers = " + std::to_string(*world) + " (given)" : "";
   if (micro == 0) {
+    if (world && train % *world == 0) {
+      cluster["batch_size"] = train / *world;
+      cluster["workers"] = *world;
+      m.note("train_batch_size without train_micro_batch_size_per_gpu: with " + given +
+             ", cluster.batch_size = train_batch_size / workers = " +
+             std::to_string(train / *world));
+      return;
+    }
     m.note("train_batch_size without train_micro_batch_size_per_gpu: the per-worker batch "
            "depends on the world size, which a DeepSpeed config does not hold; set "
            "cluster.workers × cluster.batch_size = " +
@@ -267,6 +280,13 @@ void map_batch(const Json& ds, Mapper& m, Json& experiment) {
     return;
   }
   if (accum == 0 && train == 0) accum = 1;  // DeepSpeed's rule for micro alone
+  if (accum == 0 && world && train % (micro * *world) == 0) {
+    // DeepSpeed's own rule, with the world size given: train / (micro × world).
+    accum = train / (micro * *world);
+    m.note("gradient_accumulation_steps not given: with " + given +
+           ", train_batch_size / (train_micro_batch_size_per_gpu × workers) = " +
+           std::to_string(accum) + " (DeepSpeedConfig._set_batch_related_parameters)");
+  }
   if (accum == 0) {
     // train and micro: DeepSpeed derives accumulation from its world size.
     // Taking 1 keeps the global batch: world = train / micro.
@@ -278,7 +298,10 @@ void map_batch(const Json& ds, Mapper& m, Json& experiment) {
     }
     m.note("gradient_accumulation_steps not given: taken as 1, so cluster.workers = "
            "train_batch_size / train_micro_batch_size_per_gpu = " +
-           std::to_string(train / micro) + " (the same global batch)");
+           std::to_string(train / micro) + " (the same global batch)" +
+           (world ? "; the " + given + " replaces it, so the global batch is " +
+                        std::to_string(micro * *world) + ", not " + std::to_string(train)
+                  : ""));
   }
   const int64_t per_worker = micro * accum;
   cluster["batch_size"] = per_worker;
@@ -290,7 +313,15 @@ void map_batch(const Json& ds, Mapper& m, Json& experiment) {
                  std::to_string(micro) + " × " + std::to_string(accum) + " = " +
                  std::to_string(per_worker));
     }
-    cluster["workers"] = train / per_worker;
+    cluster["workers"] = world ? *world : train / per_worker;
+    if (world && ds.contains("gradient_accumulation_steps") && train != per_worker * *world) {
+      m.note("train_batch_size = " + std::to_string(train) +
+             " is not micro × accumulation × workers with " + given +
+             " (DeepSpeedConfig._batch_assertion would refuse it): the run's global batch is " +
+             std::to_string(per_worker * *world));
+    }
+  } else if (world) {
+    cluster["workers"] = *world;
   } else {
     m.note("train_batch_size not given: the world size is not in the config, so "
            "cluster.workers comes from the experiment (default 1)");
@@ -711,20 +742,21 @@ void validate_optimizer(const Json& opt, const Mapper& m) {
     if (const auto* from = m.origin_of(option)) {
       m.fail(from->first, from->second, "bitlab's " + std::string(e.what()));
     }
-    throw ConfigError(m.source() + ": " + e.what(), e.path());
+    rethrow_with_context(e, m.source() + ": ");
   }
 }
 
 }  // namespace
 
-DeepSpeedMapping map_deepspeed_config(const Json& ds, const std::string& source) {
+DeepSpeedMapping map_deepspeed_config(const Json& ds, const std::string& source,
+                                      std::optional<int64_t> workers) {
   Mapper m(source);
   if (!ds.is_object()) m.fail("(config)", ds, "a DeepSpeed config must be a JSON object");
   refuse_unknown(ds, "", known_top_level(), m);
   list_ignored_fields(ds, m);
   const std::string wire = map_precision(ds, m);
   Json experiment = Json::object();
-  map_batch(ds, m, experiment);
+  map_batch(ds, m, experiment, workers);
   const ZeroPlan zero = map_zero(ds, m);
   if (ds.contains("optimizer")) {
     const Json& section = object_at(ds, "optimizer", "optimizer", m);
@@ -750,8 +782,8 @@ DeepSpeedMapping map_deepspeed_config(const Json& ds, const std::string& source)
   return out;
 }
 
-DeepSpeedMapping load_deepspeed_config(const std::string& path) {
-  return map_deepspeed_config(load_json_file(path), path);
+DeepSpeedMapping load_deepspeed_config(const std::string& path, std::optional<int64_t> workers) {
+  return map_deepspeed_config(load_json_file(path), path, workers);
 }
 
 }  // namespace bitlab

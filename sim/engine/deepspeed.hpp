@@ -9,6 +9,8 @@
 // load_experiment_file): the fragment goes under the file's own keys.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,10 +30,15 @@ struct DeepSpeedMapping {
 };
 
 // Throws ConfigError "<source>: <field.path> = <value>: <rule>" for unknown
-// fields, unsupported optimizer types and bad values.
-DeepSpeedMapping map_deepspeed_config(const Json& ds, const std::string& source);
+// fields, unsupported optimizer types and bad values (the error's path, value
+// and rule are those parts). `workers`: the world size when the caller gives
+// it (bitlab.torch.Simulation's workers=), which DeepSpeed's batch rules
+// then use and the notes name; else it is derived from the batch fields.
+DeepSpeedMapping map_deepspeed_config(const Json& ds, const std::string& source,
+                                      std::optional<int64_t> workers = std::nullopt);
 
 // Reads `path` with load_json_file and maps it; `path` is the source.
-DeepSpeedMapping load_deepspeed_config(const std::string& path);
+DeepSpeedMapping load_deepspeed_config(const std::string& path,
+                                       std::optional<int64_t> workers = std::nullopt);
 
 }  // namespace bitlab

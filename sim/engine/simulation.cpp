@@ -1,5 +1,7 @@
 #include "sim/engine/simulation.hpp"
 
+#include "sim/engine/gradient_error.hpp"
+
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -224,14 +226,15 @@ void Simulation::throw_non_finite(int worker) const {
     if (e < static_cast<int64_t>(t.offset) || e >= static_cast<int64_t>(t.offset + t.size)) {
       continue;
     }
-    const float v = pieces_[k].data[e - static_cast<int64_t>(t.offset)];
-    throw ConfigError("step " + std::to_string(step_ + 1) + ", worker " + std::to_string(worker) +
-                          ", parameter '" + t.name + "': gradient element " +
-                          std::to_string(e - static_cast<int64_t>(t.offset)) + " is " +
-                          (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf") +
-                          ": gradients must be finite (lower the lr, check the loss, or "
-                          "clip before the worker block ends)",
-                      t.name);
+    const int64_t element = e - static_cast<int64_t>(t.offset);
+    const float v = pieces_[k].data[element];
+    const std::string shown = std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+    throw NonFiniteGradient("step " + std::to_string(step_ + 1) + ", worker " +
+                                std::to_string(worker) + ", parameter '" + t.name +
+                                "': gradient element " + std::to_string(element) + " is " + shown +
+                                ": gradients must be finite (lower the lr, check the loss, or "
+                                "clip before the worker block ends)",
+                            worker, t.name, element, shown, "must be finite");
   }
   throw std::logic_error("Simulation::take_gradient: a non-finite element the pieces lack");
 }

@@ -123,10 +123,18 @@ def test_external_problem_is_refused_by_the_cli(cli, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_from_deepspeed_reads_the_tutorial_config(tmp_path):
+def test_from_deepspeed_reads_the_tutorial_config(tmp_path, capsys):
     ds = ROOT / "experiments" / "deepspeed" / "ds_config.json"
-    with pytest.warns(UserWarning, match="gradient_clipping"):
-        fragment = bitlab.from_deepspeed(ds, steps=20, problem={"name": "logistic", "dim": 5})
+    fragment = bitlab.from_deepspeed(ds, steps=20, problem={"name": "logistic", "dim": 5})
+    # The notes and warnings are data, and said once per config on stderr.
+    assert any(n.startswith("gradient_clipping: ") for n in fragment.notes), fragment.notes
+    assert fragment.warnings == ["optimizer.freeze_step = 23000 is not below steps = 20: the run "
+                                 "never compresses (it is Adam throughout)"]
+    err = capsys.readouterr().err
+    assert "bitlab: note: from_deepspeed: gradient_clipping: " in err
+    assert "bitlab: warning: from_deepspeed: optimizer.freeze_step = 23000" in err
+    again = bitlab.from_deepspeed(ds, steps=20, problem={"name": "logistic", "dim": 5})
+    assert again.notes == fragment.notes and capsys.readouterr().err == ""
     assert fragment["optimizer"]["name"] == "onebit_adam"
     assert fragment["optimizer"]["freeze_step"] == 23000 and fragment["cluster"]["workers"] == 256
     fragment["optimizer"]["freeze_step"] = 5
@@ -137,3 +145,33 @@ def test_from_deepspeed_reads_the_tutorial_config(tmp_path):
                                                                "params": {"freeze_stp": 3}}})
     with pytest.raises(bitlab.ConfigError, match="train_batch_sise"):
         bitlab.from_deepspeed({"train_batch_sise": 8})
+
+
+def test_from_deepspeed_quiet_keeps_the_notes_not_the_warnings(capsys):
+    ds = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 8, "gradient_clipping": 1.0,
+          "optimizer": {"type": "OneBitAdam", "params": {"freeze_step": 500}}}
+    fragment = bitlab.from_deepspeed(ds, steps=30, quiet=True)
+    err = capsys.readouterr().err
+    assert "gradient_clipping" not in err and fragment.notes
+    assert "optimizer.freeze_step = 500 is not below steps = 30" in err
+
+
+def test_from_deepspeed_batch_note_follows_the_given_workers():
+    ds = {"train_batch_size": 4096, "train_micro_batch_size_per_gpu": 16,
+          "optimizer": {"type": "Adam"}}
+    derived = bitlab.from_deepspeed(ds, quiet=True)
+    assert derived["cluster"] == {"workers": 256, "batch_size": 16}
+    given = bitlab.from_deepspeed(ds, workers=8, quiet=True)
+    # DeepSpeed's rule at a world size of 8: 4096 / (16 x 8) = 32 micro-batches a step
+    assert given["cluster"] == {"workers": 8, "batch_size": 512}
+    assert given["compute"]["gradient_accumulation_steps"] == 32
+    assert not any("cluster.workers = train_batch_size" in n for n in given.notes), given.notes
+    assert any("cluster.workers = 8 (given)" in n for n in given.notes), given.notes
+
+
+def test_a_deepspeed_error_has_its_parts():
+    with pytest.raises(bitlab.ConfigError) as e:
+        bitlab.from_deepspeed({"train_batch_size": 8, "optimizer": {"type": "Adam",
+                                                               "params": {"lr": -1}}})
+    assert e.value.field == "optimizer.params.lr" and e.value.value == "-1"
+    assert e.value.rule.startswith("bitlab's ") and e.value.rule in e.value.message

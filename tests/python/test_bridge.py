@@ -242,6 +242,8 @@ def test_nan_gradient_fails_the_run_and_leaves_no_complete_folder(tmp_path):
                 if w == 2:
                     model[0].weight.grad[1, 3] = float("nan")
     assert e.value.field == "0.weight" and e.value.worker == 2 and e.value.rule == "must be finite"
+    # The parts come from the core's error as data: element 8 of the flattened [., 5] weight
+    assert e.value.element == 8 and e.value.value == "nan"
     with pytest.raises(RuntimeError, match="closed"):
         sim.step()
     summary = json.loads((tmp_path / "nan" / "summary.json").read_text())
@@ -425,3 +427,13 @@ def test_backend_choice(tmp_path, monkeypatch):
     sim = simulation(model, tmp_path, name="b3", backend="sim")
     assert sim.ranks == 1 and list(sim.local_workers) == list(range(WORKERS))
     sim.close()
+
+
+def test_a_quiet_simulation_still_says_what_changes_the_answer(tmp_path, capfd):
+    # quiet=True (the default) keeps progress and notes off stderr, not the warning that the
+    # run never compresses: it changes what the run computes.
+    sim = bitlab.torch.Simulation(make_model(), workers=2, steps=3, out=tmp_path / "q",
+                                  optimizer={"name": "onebit_adam", "freeze_step": 10})
+    err = capfd.readouterr().err
+    assert "optimizer.freeze_step = 10 is not below steps = 3: the run never compresses" in err
+    assert sim.close()["status"] == "interrupted"

@@ -9,7 +9,6 @@
 """
 
 import copy
-import json
 import math
 
 import numpy as np
@@ -80,7 +79,7 @@ def flat(model):
 
 def builtin_problem(exp):
     config = bitlab.validate(exp)
-    return _bitlab.BuiltinProblem(json.dumps(config)), config
+    return _bitlab.BuiltinProblem(config), config
 
 
 def bridge_options(exp):
@@ -178,7 +177,7 @@ def test_torch_mlp_tracks_the_builtin_run(optimizer, cli, tmp_path):
         assert done.returncode == 0, done.stderr
         runs[label] = bitlab.Result(tmp_path / label).metrics
     problem, config = builtin_problem(exp)
-    data = _bitlab.dataset(json.dumps(config["problem"]))
+    data = _bitlab.dataset(config["problem"])
     mine = torch_run(exp, problem, data, tmp_path / "torch")
     ref, other = runs["builtin"], runs["other_seed"]
     curve, final = tracks(mine, ref, other)

@@ -1,7 +1,9 @@
-// `bitlab list`: every problem, optimizer and compressor with its options and
-// defaults, the experiment and cluster fields, the network presets — as text
-// or JSON. Everything is read from the schemas and registries, so a newly
-// registered optimizer or problem is listed without touching this file.
+// The option catalogue (catalogue.hpp): every problem, optimizer and
+// compressor with its options and defaults, the experiment and cluster
+// fields, the network presets — as text (`bitlab list`) or JSON (`bitlab list
+// --json`, bitlab.list()). Everything is read from the schemas and
+// registries, so a newly registered optimizer or problem is listed without
+// touching this file.
 #include <cstdarg>
 #include <cstdio>
 #include <string>
@@ -10,9 +12,9 @@
 #include "optimizers/onebit_stages.hpp"
 #include "optimizers/optimizer.hpp"
 #include "problems/problem.hpp"
-#include "sim/cli/commands.hpp"
 #include "sim/compress/compressor.hpp"
 #include "sim/compress/error_feedback.hpp"
+#include "sim/engine/catalogue.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/run.hpp"
 #include "sim/timing/network.hpp"
