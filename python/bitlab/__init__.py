@@ -28,9 +28,10 @@ _launch.load_mpi_globally()  # under mpirun/srun: before _bitlab links libmpi
 
 from . import _bitlab  # noqa: E402 (after the wait policy)
 from .results import Result, CostResult, SweepResult
+from ._signals import Interrupted  # noqa: E402
 
 __all__ = ["run", "sweep", "cost", "validate", "list", "from_deepspeed", "resolve",
-           "Result", "CostResult", "SweepResult", "ConfigError", "GradientError",
+           "Result", "CostResult", "SweepResult", "ConfigError", "GradientError", "Interrupted",
            "omp_wait_policy", "__version__"]
 
 __version__ = _bitlab.version()
@@ -210,20 +211,42 @@ def list(kind=None):
     return everything[kind]
 
 
-def from_deepspeed(config, **experiment):
+def from_deepspeed(config, *, auto=None, **experiment):
     """A DeepSpeed config (dict or path to ds_config.json) as a bitlab experiment fragment.
 
     Maps the optimizer (Adam, AdamW, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb
     and their params), LoCo's ZeRO++ switch and the batch fields; fields that
-    mean nothing in a simulator are listed in ``fragment["notes"]``; unknown
-    fields raise :class:`ConfigError`. Keyword arguments are merged on top
-    (``problem=...``, ``steps=...``), so the result can go to :func:`run`.
-    (docs/deepspeed.md)
+    mean nothing in a simulator are noted; unknown fields raise
+    :class:`ConfigError`. Keyword arguments are merged on top (``problem=...``,
+    ``steps=...``), so the result can go to :func:`run`. (docs/deepspeed.md)
+
+    ``auto``: the Hugging Face Trainer's arguments, by their ``TrainingArguments``
+    names, for a config written for the Trainer (``"lr": "auto"``): each
+    ``"auto"`` is filled as the Trainer fills it (``learning_rate``,
+    ``adam_beta1``/``adam_beta2``, ``adam_epsilon``, ``weight_decay``,
+    ``per_device_train_batch_size``, ``gradient_accumulation_steps``,
+    ``world_size``, ``max_grad_norm``, ``fp16``, ``bf16``, ...). Every
+    ``"auto"`` left in a field bitlab reads is listed in one ConfigError.
+
+    >>> ds = {"optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto",
+    ...       "eps": "auto", "weight_decay": "auto"}}, "train_micro_batch_size_per_gpu": "auto"}
+    >>> frag = from_deepspeed(ds, auto={"learning_rate": 3e-5, "adam_beta1": 0.9,
+    ...     "adam_beta2": 0.999, "adam_epsilon": 1e-8, "weight_decay": 0.01,
+    ...     "per_device_train_batch_size": 16})                          # doctest: +SKIP
     """
+    if auto is not None and not isinstance(auto, dict):
+        raise ConfigError(f"auto = {_checks.short_repr(auto)}: must be a dict of the Trainer's "
+                          f"arguments ({{\"learning_rate\": 3e-5, ...}})", field="auto",
+                          value=_checks.short_repr(auto), rule="must be a dict")
+    args = None if auto is None else _checks.to_json_text(auto, "auto")
     if isinstance(config, (str, bytes, os.PathLike)):
-        text, notes = _bitlab.deepspeed_file(_checks.path("config", config))
+        path = _checks.path("config", config)
+        text, notes = (_bitlab.deepspeed_file(path) if args is None
+                       else _bitlab.deepspeed_auto("", path, args))
     elif isinstance(config, dict):
-        text, notes = _bitlab.deepspeed_dict(_checks.to_json_text(config, ""), "deepspeed config")
+        text = _checks.to_json_text(config, "")
+        text, notes = (_bitlab.deepspeed_dict(text, "deepspeed config") if args is None
+                       else _bitlab.deepspeed_auto(text, "", args))
     else:
         raise ConfigError(f"config = {type(config).__name__}: must be a dict or a path",
                           field="config", rule="must be a dict or a path to ds_config.json")

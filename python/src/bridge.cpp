@@ -386,6 +386,12 @@ void bind_bridge(py::module_& m) {
            "when the optimizer's gradient_exchange is not powersgd.")
       .def_property_readonly("tensors", &BridgeRun::tensors)
       .def_property_readonly("take_seconds", &BridgeRun::take_seconds)
+      // bitlab's own estimate of the run's memory (Cluster::memory_estimate, what the memory
+      // check before the run compares with the machine's): bitlab.torch reports it.
+      .def_property_readonly("memory_estimate",
+                             [](BridgeRun& b) {
+                               return b.session().simulation().cluster().memory_estimate();
+                             })
       .def_property_readonly("dir", [](BridgeRun& b) { return b.session().dir(); })
       .def_property_readonly(
           "status", [](BridgeRun& b) { return std::string(run_status_name(b.session().status())); })

@@ -198,6 +198,7 @@ PYBIND11_MODULE(_bitlab, m) {
   });
   bind_bridge(m);
   bind_builtin_problem(m);
+  bind_user_side(m);
 }
 
 }  // namespace bitlab::python
