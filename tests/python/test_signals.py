@@ -97,7 +97,7 @@ def test_sigterm_and_sighup_end_the_run_as_the_cli(tmp_path):
     assert term.returncode == 143, term_err
     summary = _summary(tmp_path / "term")
     assert (summary["status"], summary["signal"]) == ("interrupted", "SIGTERM")
-    assert summary["steps"] == _metric_rows(tmp_path / "term") >= 2
+    assert summary["steps_completed"] == _metric_rows(tmp_path / "term") >= 2
     assert (tmp_path / "term" / "checkpoint.bin").exists()
     assert not (tmp_path / "term" / ".bitlab.lock").exists()
     assert "SIGTERM: the run stopped after step" in term_err and "resume" in term_err

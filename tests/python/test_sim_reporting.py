@@ -105,8 +105,8 @@ before = rss()
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     sim = bitlab.torch.Simulation(model, workers=16, steps=3, out=sys.argv[1] + "/a",
-                                  optimizer={"name": "zeroone_adam", "lr": 1e-3,
-                                             "var_freeze_step": 1, "local_step_scaler": 2})
+                                  optimizer={"name": "zero_one_adam", "lr": 1e-3,
+                                             "var_freeze_step": 1, "local_step_scaler": 1})
     for step in range(3):
         sim.run_workers(lambda m, a: m(a).square().mean(), [(x,)] * 16, route="loop")
         sim.step()
