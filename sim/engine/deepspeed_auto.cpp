@@ -352,12 +352,14 @@ void refuse_unfilled_auto(const Json& ds, const std::string& source) {
     ++count;
   }
   if (count == 0) return;
+  // "<first> = "auto": ..." keeps the shape of every input error (field, value, rule).
   throw ConfigError(
-      source + ": " + std::to_string(count) + " \"auto\" value" + (count == 1 ? "" : "s") +
-          ", which the Hugging Face Trainer fills in from its arguments before DeepSpeed reads "
-          "the file: " + listed + ". Give the Trainer's arguments (Python: "
-          "bitlab.from_deepspeed(cfg, auto={\"learning_rate\": 3e-5, ...}); an experiment "
-          "file: \"deepspeed_auto\": {...} beside \"deepspeed_config\") or the values",
+      source + ": " + first + " = \"auto\": \"auto\" is filled in by the Hugging Face "
+          "Trainer from its arguments, not by DeepSpeed; " + std::to_string(count) +
+          (count == 1 ? " field is" : " fields are") + " \"auto\" here: " + listed +
+          ". Give the Trainer's arguments (Python: bitlab.from_deepspeed(cfg, "
+          "auto={\"learning_rate\": 3e-5, ...}); an experiment file: \"deepspeed_auto\": {...} "
+          "beside \"deepspeed_config\") or the values",
       first);
 }
 
