@@ -189,8 +189,8 @@ TEST_SUITE("deepspeed") {
     CHECK(msg.find("ds.json: train_batch_size = 60: must equal train_micro_batch_size_per_gpu "
                    "× gradient_accumulation_steps × world size") == 0);
     bad["train_batch_size"] = "auto";  // a Hugging Face template, not a DeepSpeed config
-    CHECK(error_of(bad).find("ds.json: train_batch_size = \"auto\": must be a positive integer "
-                             "(\"auto\" is filled in by the Hugging Face Trainer") == 0);
+    CHECK(error_of(bad).find("ds.json: train_batch_size = \"auto\": \"auto\" is filled in by "
+                             "the Hugging Face Trainer") == 0);
     bad["train_batch_size"] = 0;
     CHECK(error_of(bad) == "ds.json: train_batch_size = 0: must be a positive integer");
     CHECK(error_of(Json{{"gradient_accumulation_steps", 2}})

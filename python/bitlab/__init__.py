@@ -28,10 +28,11 @@ _launch.load_mpi_globally()  # under mpirun/srun: before _bitlab links libmpi
 
 from . import _bitlab  # noqa: E402 (after the wait policy)
 from .results import Result, CostResult, SweepResult
+from ._signals import Interrupted  # noqa: E402
 
 __all__ = ["run", "sweep", "cost", "validate", "list", "from_deepspeed", "resolve",
            "Result", "CostResult", "SweepResult", "ConfigError", "GradientError",
-           "DeepSpeedFragment",
+           "DeepSpeedFragment", "Interrupted",
            "omp_wait_policy", "__version__"]
 
 __version__ = _bitlab.version()
@@ -244,7 +245,7 @@ class DeepSpeedFragment(dict):
 _said_deepspeed = set()  # the configs whose notes this process has printed
 
 
-def from_deepspeed(config, *, workers=None, quiet=False, **experiment):
+def from_deepspeed(config, *, workers=None, quiet=False, auto=None, **experiment):
     """A DeepSpeed config (dict or path to ds_config.json) as a bitlab experiment fragment.
 
     Maps the optimizer (Adam, AdamW, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb
@@ -260,6 +261,14 @@ def from_deepspeed(config, *, workers=None, quiet=False, **experiment):
         quiet: print no notes; warnings that change the answer are printed
             even then. Each config's notes and warnings are printed once per
             process, on stderr.
+        auto: the Hugging Face Trainer's arguments, by their
+            ``TrainingArguments`` names, for a config written for the Trainer
+            (``"lr": "auto"``): each ``"auto"`` is filled as the Trainer fills
+            it (``learning_rate``, ``adam_beta1``/``adam_beta2``,
+            ``adam_epsilon``, ``weight_decay``, ``per_device_train_batch_size``,
+            ``gradient_accumulation_steps``, ``world_size``, ``max_grad_norm``,
+            ``fp16``, ``bf16``, ...). Every ``"auto"`` left in a field bitlab
+            reads is listed in one ConfigError.
         **experiment: experiment keys merged on top (dicts key by key).
 
     Returns:
@@ -273,16 +282,22 @@ def from_deepspeed(config, *, workers=None, quiet=False, **experiment):
     if workers is not None:
         workers = _checks.workers(workers)
     quiet = _checks.flag("quiet", quiet)
+    if auto is not None and not isinstance(auto, dict):
+        raise ConfigError(f"auto = {_checks.short_repr(auto)}: must be a dict of the Trainer's "
+                          f"arguments ({{\"learning_rate\": 3e-5, ...}})", field="auto",
+                          value=_checks.short_repr(auto), rule="must be a dict")
+    trainer_args = None if auto is None else _checks.to_json(auto, "auto")
+    auto_key = None if auto is None else json.dumps(trainer_args, sort_keys=True)
     steps = experiment.get("steps")
     steps = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
     if isinstance(config, (str, bytes, os.PathLike)):
         path = _checks.path("config", config)
-        mapped = _bitlab.deepspeed(file=path, workers=workers, steps=steps)
-        key = ("file", os.path.realpath(path), workers, steps)
+        mapped = _bitlab.deepspeed(file=path, workers=workers, steps=steps, auto=trainer_args)
+        key = ("file", os.path.realpath(path), workers, steps, auto_key)
     elif isinstance(config, dict):
         data = _checks.to_json(config, "")
-        mapped = _bitlab.deepspeed(config=data, workers=workers, steps=steps)
-        key = ("dict", json.dumps(data, sort_keys=True), workers, steps)
+        mapped = _bitlab.deepspeed(config=data, workers=workers, steps=steps, auto=trainer_args)
+        key = ("dict", json.dumps(data, sort_keys=True), workers, steps, auto_key)
     else:
         raise ConfigError(f"config = {type(config).__name__}: must be a dict or a path",
                           field="config", rule="must be a dict or a path to ds_config.json")

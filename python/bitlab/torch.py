@@ -36,15 +36,21 @@ import json
 import math
 import numbers
 import os
+import pathlib
+import sys
 import time
 
 import torch as _torch
 
-from . import _batched, _bitlab, _checks, _launch, _resolved, _run_options, from_deepspeed
+from . import (_batched, _bitlab, _checks, _launch, _report, _resolved, _run_options, _signals,
+               from_deepspeed, omp_wait_policy)
 from ._errors import ConfigError, GradientError
+from ._report import KeywordError, Plan, SpinWarning
+from ._signals import Interrupted
 from .results import Result
 
-__all__ = ["Simulation", "Worker", "ConfigError", "GradientError"]
+__all__ = ["Simulation", "Worker", "ConfigError", "GradientError", "Interrupted", "Plan",
+           "KeywordError", "SpinWarning"]
 
 # metrics.csv's own columns (sim/engine/run_folder.cpp): an eval column may not take
 # one of these names (pandas would silently read a second one as "train_loss.1").
@@ -103,6 +109,15 @@ class _HookDraws:
             parts = [_torch.randn(b, m, r, device="cpu", dtype=_torch.float32).reshape(-1)
                      for b, m, r in shapes]
         return _torch.cat(parts).numpy()
+
+
+def _memory_now():
+    """(this machine's memory, the memory available now) in bytes, as bitlab's check reads
+    them."""
+    reader = getattr(_bitlab, "memory_bytes", None)
+    if reader is not None:
+        return tuple(int(v) for v in reader())
+    return (0, 0)
 
 
 def _check_no_shared_memory(params):
@@ -256,8 +271,13 @@ class Simulation:
       call when the Simulation is created).
     - ``out``: the results folder (default ``results/<name>/<optimizer>-seed<seed>``);
       ``checkpoint_every``: a checkpoint every k steps (:meth:`resume`).
-    - ``threads``: bitlab's OpenMP threads (0: its default); ``quiet``: no
-      progress or report on stderr.
+    - ``threads``: bitlab's OpenMP threads (0: its default).
+    - ``progress``: the run's start (memory estimate), its time per step
+      and a progress bar with steps/s and ETA on stderr; ``None`` (default):
+      when stderr is a terminal or a notebook. ``quiet=False``: ``bitlab
+      run``'s own output instead (its bar, warnings and final report).
+    - ``deepspeed_auto``: the Hugging Face Trainer's arguments for the
+      ``"auto"`` values of the ``deepspeed`` config (:func:`bitlab.from_deepspeed`).
     - ``backend``: ``"auto"`` (default): a script started by ``mpirun -np R``
       or ``srun`` is one of R ranks, each computing its share of the workers
       (:attr:`local_workers`) and exchanging over MPI, rank 0 writing the
@@ -271,16 +291,24 @@ class Simulation:
     (a worker twice in a step, ``step()`` before every worker ran) raises
     ``RuntimeError``. After an error inside :meth:`step` the run ends as
     "failed" (its summary.json says why; metrics.csv keeps every whole step).
+    SIGTERM or SIGHUP (Slurm's time limit) stops the run after the step in
+    flight, as ``bitlab run`` does: :meth:`step` writes the checkpoint and the
+    summary ("interrupted"), releases the folder and raises
+    :class:`Interrupted` (exit status 143 or 129 if not caught).
     """
 
+    @_report.suggest_keywords
     def __init__(self, model, *, workers, steps, optimizer=None, seed=0, network=None, compute=None,
                  name=None, description="", out=None, results="results", eval_every=0,
                  evaluate=None, eval_columns=None, checkpoint_every=0, threads=0, quiet=True,
-                 deepspeed=None, backend="auto", _resume=None):
+                 progress=None, deepspeed=None, deepspeed_auto=None, backend="auto",
+                 _resume=None):
         self._in_evaluate = self._evaluate_failed = False
+        self._signals_held = False
         threads = _checks.threads(threads)
         checkpoint_every = _checks.checkpoint_every(checkpoint_every)
         quiet = _checks.flag("quiet", quiet)
+        progress = None if progress is None else _checks.flag("progress", progress)
         out = _checks.path("out", out, optional=True)
         results = _checks.path("results", results)
         if _resume is None:
@@ -295,7 +323,8 @@ class Simulation:
             experiment = self._resolve(tensors, workers=workers, steps=steps,
                                        optimizer=optimizer, seed=seed, network=network,
                                        compute=compute, name=name, description=description,
-                                       eval_every=eval_every, deepspeed=deepspeed, quiet=quiet)
+                                       eval_every=eval_every, deepspeed=deepspeed, quiet=quiet,
+                                       deepspeed_auto=deepspeed_auto)
             config = experiment.config
         else:
             experiment, config = None, self._check_resumable(_resume, tensors)
@@ -342,6 +371,52 @@ class Simulation:
             self._run.warn("compute_s is measured (the wall time of each worker's block on this "
                            "machine): metrics.csv's time columns are not reproducible, and "
                            "recost prices compute from config.json's compute section")
+        self._start_reporting(progress, quiet, threads)
+
+    def _start_reporting(self, progress, quiet, threads):
+        """The stop signals, the spinning-wait warning, and (when reporting) the start lines."""
+        self._clock = _report.StepClock()
+        self._eval_s = 0.0
+        self._bar = None
+        self._plan_said = False
+        self._signals_held = _signals.hold()
+        _report.warn_if_spinning(omp_wait_policy(), threads or _torch.get_num_threads(),
+                                 stacklevel=5)
+        # quiet=False: bitlab run's own bar and report (the C++ side) take stderr.
+        shown = _report.interactive() if progress is None else progress
+        self._reporting = self.rank == 0 and (shown or not quiet)
+        self._bar_on = self.rank == 0 and shown and quiet
+        if self._reporting:
+            self._say(self._start_line())
+
+    def _say(self, line):
+        if self._bar is not None:
+            self._bar.say(line)
+        else:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    def _start_line(self):
+        count = sum(p.numel() for _, p in self._params)
+        memory = self.memory_estimate
+        machine, available = _memory_now()
+        text = (f"bitlab.torch: {self._config['optimizer']['name']}, {self.workers} workers, "
+                f"{count:,} parameters in {len(self._params)} tensors, {self.steps} steps "
+                f"-> {self.path}")
+        if memory is not None:
+            text += (f"\n  memory: bitlab's estimate {_report.human_bytes(memory)} (its cluster; "
+                     f"your model's torch memory comes on top), "
+                     f"{_report.human_bytes(available)} of {_report.human_bytes(machine)} "
+                     f"available")
+        return text
+
+    @property
+    def memory_estimate(self):
+        """bitlab's estimate of the run's memory in bytes (its cluster's buffers: what the
+        memory check before the run compares, with a 1/16 margin, with the memory
+        available); torch's own memory (the model, its activations) comes on top."""
+        value = getattr(self._run, "memory_estimate", None)
+        return None if value is None else int(value)
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -361,11 +436,17 @@ class Simulation:
 
     @staticmethod
     def _resolve(tensors, *, workers, steps, optimizer, seed, network, compute, name,
-                 description, eval_every, deepspeed, quiet):
+                 description, eval_every, deepspeed, quiet, deepspeed_auto):
         """The engine's resolved Experiment of the Simulation's arguments."""
         raw = {}
         if deepspeed is not None:
-            raw = dict(from_deepspeed(deepspeed, workers=workers, quiet=quiet))
+            raw = dict(from_deepspeed(deepspeed, workers=workers, quiet=quiet,
+                                      auto=deepspeed_auto))
+        elif deepspeed_auto is not None:
+            raise ConfigError("deepspeed_auto = {...}: fills the \"auto\" values of a DeepSpeed "
+                              "config; give the config too (deepspeed=...)",
+                              field="deepspeed_auto", value="{...}",
+                              rule="needs a deepspeed config")
         if optimizer is None and deepspeed is None:
             raise ConfigError("optimizer = None: give an optimizer ({\"name\": ..., options}) "
                               "or a deepspeed config", field="optimizer", value="None",
@@ -449,11 +530,13 @@ class Simulation:
     def _call_evaluate(self, when):
         """evaluate(model) under no_grad, with step() and the blocks locked out; its dict."""
         self._in_evaluate = True
+        start = time.perf_counter()
         try:
             with _torch.no_grad():
                 values = self._evaluate(self._model)
         finally:
             self._in_evaluate = False
+            self._eval_s = getattr(self, "_eval_s", 0.0) + time.perf_counter() - start
         if not isinstance(values, dict):
             raise ConfigError(f"evaluate(model) {when} returned {_checks.short_repr(values)}: "
                               f"must return a dict of column name -> number", field="evaluate",
@@ -487,8 +570,9 @@ class Simulation:
         self._bound_ptrs = [p.data_ptr() for _, p in self._params]
 
     @classmethod
+    @_report.suggest_keywords
     def resume(cls, model, path, *, evaluate=None, eval_columns=None, threads=0, quiet=True,
-               backend="auto"):
+               progress=None, backend="auto"):
         """Continues the run in ``path`` from its last checkpoint.
 
         ``model`` must have the run's parameters (names and shapes); its values
@@ -501,7 +585,8 @@ class Simulation:
                                              for n, p in _trained_parameters(model)])
         return cls(model, workers=config["cluster"]["workers"], steps=config["steps"],
                    optimizer=config["optimizer"], evaluate=evaluate, eval_columns=eval_columns,
-                   threads=threads, quiet=quiet, backend=backend, _resume=path)
+                   threads=threads, quiet=quiet, progress=progress, backend=backend,
+                   _resume=path)
 
     # -- the step loop ---------------------------------------------------------------------------
 
@@ -532,6 +617,7 @@ class Simulation:
         if not self._begun:
             # Before the step's first worker runs: the optimizer may give the
             # workers parameters of their own for this step (0/1 Adam).
+            self._clock.begin()
             self._run.begin_step()
             self._begun = True
         self._active = index
@@ -600,6 +686,7 @@ class Simulation:
             raise ConfigError(f'route = {route!r}: must be "batched" or "loop"', field="route",
                               value=repr(route), rule='must be "batched" or "loop"')
         if not self._begun:
+            self._clock.begin()
             self._run.begin_step()
             self._begun = True
         if route == "loop":
@@ -662,9 +749,11 @@ class Simulation:
         :meth:`step` or :meth:`close` waits for it). A gradient bitlab refuses (not
         finite) is raised at the next of those, naming its worker.
         """
+        start = time.perf_counter()
         with self._take_errors():
             self._run.take_gradient(index, [g.data_ptr() for g in grads], loss)
         self._pending = grads
+        self._clock.add_bitlab(time.perf_counter() - start)
 
     @contextlib.contextmanager
     def _take_errors(self):
@@ -835,6 +924,8 @@ class Simulation:
             raise ValueError(f"step {self.steps_done + 1}: workers {without} set no wk.loss while "
                              f"others did: set it in every worker's block or in none")
         compute = list(self._compute_s) if self._measured else None
+        self._clock.begin()  # a step with no block (no local worker under MPI) starts here
+        start, self._eval_s = time.perf_counter(), 0.0
         self._sync()
         if self._order_hooks:
             # No block's backward ran the hooks (run_workers' batched route): PowerSGD gets
@@ -855,9 +946,91 @@ class Simulation:
             self._entered.clear()
             self._losses.clear()
             self._begun = False
+        self._clock.add_bitlab(time.perf_counter() - start - self._eval_s)
+        self._clock.end()
         if not go_on and self._run.status == "failed":
             self._raise_write_failure()
+        if not go_on and self._run.status == "interrupted":
+            self._raise_interrupted()
+        self._report_step()
         return go_on
+
+    def _report_step(self):
+        """The plan line once the first steps are timed (step 2: the first pays for warm-up),
+        then the bar."""
+        if not self._reporting:
+            return
+        timed = len(self._clock.steps)
+        if not self._plan_said and (timed >= 2 or self.steps_done >= self.steps):
+            self._plan_said = True
+            self._say(f"bitlab.torch: {self._plan()}")
+        if self._bar_on:
+            if self._bar is None:
+                self._bar = _report.ProgressBar(self.steps, self.steps_done - timed)
+            self._bar.update(self.steps_done)
+
+    def _plan(self):
+        typical = self._clock.typical()
+        if typical is None:
+            return None
+        machine, available = _memory_now()
+        return Plan(typical[0], typical[1], self.steps, self.steps_done, len(self._clock.steps),
+                    self.memory_estimate, available)
+
+    def plan(self, loss_fn=None, batches=None, *, steps=2):
+        """How long the run will take, from real steps: ``≈ X s a step, ≈ Y min for T steps,
+        torch Z %, bitlab W %`` (a :class:`Plan`; ``str()`` is that line).
+
+        With ``loss_fn`` and ``batches`` (as :meth:`run_workers` takes them; ``batches`` may
+        be a function of the step index returning them), it first runs up to ``steps`` of
+        the run's steps through :meth:`run_workers` (real steps: they count, and the loop
+        continues from :attr:`steps_done`). Without them, it uses the steps run so far.
+        The first step pays for warm-up, so two steps time the second.
+        """
+        if loss_fn is not None:
+            steps = _checks.integer("steps", steps, 1, 100, "must be an integer from 1 to 100")
+            for _ in range(min(steps, self.steps - self.steps_done)):
+                given = batches(self.steps_done) if callable(batches) else batches
+                self.run_workers(loss_fn, given)
+                self.step()
+        plan = self._plan()
+        if plan is None:
+            raise RuntimeError("plan(): no step has run yet; run one, or give loss_fn and "
+                               "batches (sim.plan(loss_fn, batches)) to time real steps")
+        return plan
+
+    def _raise_interrupted(self):
+        """SIGTERM or SIGHUP stopped the run after this step (bitlab's handler asked it to, as
+        the CLI's does): summary.json ("interrupted") and the checkpoint are written, the lock
+        released; then Interrupted, the CLI's exit status when not caught."""
+        signum = _signals.requested() or 15
+        _signals.answered()
+        try:
+            self._run.finish()
+        finally:
+            self._end_reporting()
+            self._detach()
+        checkpoint = os.path.exists(self.path / "checkpoint.bin")
+        message = (f"bitlab.torch: {_signals.signal_name(signum)}: the run stopped after step "
+                   f"{self.steps_done} of {self.steps}; {self.path} holds its summary "
+                   f"(\"interrupted\")" + (", and checkpoint.bin: continue it with "
+                                           "bitlab.torch.Simulation.resume(model, path)"
+                                           if checkpoint else
+                                           " (no checkpoint: give checkpoint_every to resume)"))
+        if self.rank == 0:
+            sys.stderr.write(message + "\n")
+            sys.stderr.flush()
+        raise Interrupted(signum, self.path, self.steps_done, message)
+
+    def _end_reporting(self):
+        """The bar's last line, and bitlab's signal handlers released (once)."""
+        bar = getattr(self, "_bar", None)
+        if bar is not None:
+            bar.close()
+            self._bar = None
+        if getattr(self, "_signals_held", False):
+            self._signals_held = False
+            _signals.release()
 
     def _eval_due(self, step):
         """Whether bitlab calls evaluate after ``step`` (sim/engine/simulation.cpp's rule)."""
@@ -873,6 +1046,7 @@ class Simulation:
         try:
             self._run.finish()
         finally:
+            self._end_reporting()
             self._detach()
         raise OSError(f"{self.path}: the run could not write its results at step "
                       f"{self.steps_done}: {failure}")
@@ -880,6 +1054,7 @@ class Simulation:
     def _fail(self, error):
         if not self._run.finished:
             self._run.fail(f"{type(error).__name__}: {error}")
+        self._end_reporting()
         self._detach()
 
     def _check_open(self, what="step()"):
@@ -902,9 +1077,12 @@ class Simulation:
         if self._in_evaluate:
             raise RuntimeError("close() called from inside evaluate(model): evaluate runs in the "
                                "middle of a step; it may only read the model")
-        if not self._run.finished:
-            self._sync()
-            self._run.finish()
+        try:
+            if not self._run.finished:
+                self._sync()
+                self._run.finish()
+        finally:
+            self._end_reporting()
         self._detach()
         return self.summary
 
@@ -941,6 +1119,10 @@ class Simulation:
                 self._detach()
         except Exception:
             pass
+        try:
+            self._end_reporting()
+        except Exception:
+            pass
 
     # -- what the run wrote ----------------------------------------------------------------------
 
@@ -950,7 +1132,8 @@ class Simulation:
 
     @property
     def path(self):
-        return self._run.dir
+        """The results folder, a ``pathlib.Path`` (``os.fspath``/``str`` give the text)."""
+        return pathlib.Path(self._run.dir)
 
     @property
     def status(self):
@@ -983,7 +1166,8 @@ class Simulation:
 
     def __repr__(self):
         return (f"bitlab.torch.Simulation({self._config['optimizer']['name']}, workers="
-                f"{self.workers}, step {self.steps_done}/{self.steps}, {self.status}, {self.path!r})")
+                f"{self.workers}, step {self.steps_done}/{self.steps}, {self.status}, "
+                f"{str(self.path)!r})")
 
 
 class _WorkerBlock:

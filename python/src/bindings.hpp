@@ -20,6 +20,9 @@ void bind_bridge(pybind11::module_& m);
 // one (python/src/builtin_problem.cpp), for the bridge's equivalence tests and
 // for users who want bitlab's data in torch.
 void bind_builtin_problem(pybind11::module_& m);
+// Stop requests, memory figures and DeepSpeed "auto" values
+// (python/src/user_side.cpp), for bitlab.torch and bitlab.from_deepspeed.
+void bind_user_side(pybind11::module_& m);
 
 // Python data as JSON, without text in between: dict (str keys), list,
 // tuple, str, int, float, bool and None, what bitlab._checks.to_json gives

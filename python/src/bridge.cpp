@@ -459,6 +459,12 @@ Returns:
 )doc")
       .def_property_readonly("tensors", &BridgeRun::tensors,
                              "The model's tensors as dicts of name, offset and size.")
+      // bitlab's own estimate of the run's memory (Cluster::memory_estimate, what the memory
+      // check before the run compares with the machine's): bitlab.torch reports it.
+      .def_property_readonly(
+          "memory_estimate",
+          [](BridgeRun& b) { return b.session().simulation().cluster().memory_estimate(); },
+          "bitlab's estimate of the run's memory in bytes (what the memory check compares).")
       .def_property_readonly("take_seconds", &BridgeRun::take_seconds,
                              "Seconds spent taking gradients since the start.")
       .def_property_readonly(

@@ -31,6 +31,7 @@
 #include "sim/engine/catalogue.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/deepspeed.hpp"
+#include "sim/engine/deepspeed_auto.hpp"
 #include "sim/engine/gradient_error.hpp"
 #include "sim/engine/run.hpp"
 #include "sim/engine/simulation.hpp"
@@ -229,11 +230,12 @@ std::pair<int, std::string> sweep(const py::object& spec, const std::string& fil
 // was mapped) and "warnings" (what changes the run's answer: the optimizer's
 // own warnings for `steps`, when given).
 py::dict deepspeed(const py::object& config, const std::string& file,
-                   std::optional<int64_t> workers, std::optional<int64_t> steps) {
-  const DeepSpeedMapping m = file.empty()
-                                 ? map_deepspeed_config(to_json(config, ""), "deepspeed config",
-                                                        workers)
-                                 : load_deepspeed_config(file, workers);
+                   std::optional<int64_t> workers, std::optional<int64_t> steps,
+                   const py::object& trainer_args) {
+  const Json args = trainer_args.is_none() ? Json() : to_json(trainer_args, "auto");
+  const std::string source = file.empty() ? "deepspeed config" : file;
+  const DeepSpeedMapping m = map_deepspeed_config_with_auto(
+      file.empty() ? to_json(config, "") : load_json_file(file), args, source, "auto", workers);
   std::vector<std::string> warnings;
   if (steps && m.experiment.contains("optimizer")) {
     const Json opt = resolve_step_shares(m.experiment["optimizer"], *steps, "optimizer");
@@ -443,6 +445,7 @@ Returns:
         "Everything `bitlab list` prints.\n\nReturns:\n    str: the option catalogue as text.");
   m.def("deepspeed", &deepspeed, py::kw_only(), py::arg("config") = py::none(),
         py::arg("file") = "", py::arg("workers") = py::none(), py::arg("steps") = py::none(),
+        py::arg("auto") = py::none(),
         R"doc(Maps a DeepSpeed config (ds_config.json) to a bitlab experiment fragment.
 
 Args:
@@ -451,6 +454,8 @@ Args:
     workers: the world size when the caller gives it (DeepSpeed's batch rules
         then use it); None to derive it from the batch fields.
     steps: the run's steps, for the optimizer's warnings; None for none.
+    auto: the Hugging Face Trainer's arguments (a dict by TrainingArguments
+        names) that fill the config's "auto" values; None for none.
 
 Returns:
     dict: "experiment" (the fragment: "optimizer", "cluster", maybe
@@ -472,6 +477,7 @@ PYBIND11_MODULE(_bitlab, m) {
   bind_lab_functions(m);
   bind_bridge(m);
   bind_builtin_problem(m);
+  bind_user_side(m);
 }
 
 }  // namespace bitlab::python

@@ -11,6 +11,7 @@
 #include "problems/problem.hpp"
 #include "sim/core/field_error.hpp"
 #include "sim/engine/deepspeed.hpp"
+#include "sim/engine/deepspeed_auto.hpp"
 
 namespace bitlab {
 
@@ -455,8 +456,11 @@ void merge_over_base(Json& base, const Json& child, const std::string& file,
 // file's own keys, which win, and its ignored fields and notes become notes.
 // The key itself is removed, so the resolved config.json re-runs as it is.
 Json with_deepspeed_config(const std::string& path, Json raw, std::vector<std::string>* notes) {
-  const Json value = raw["deepspeed_config"];
+  const Json value = raw.contains("deepspeed_config") ? raw["deepspeed_config"] : Json();
   raw.erase("deepspeed_config");
+  // The Trainer's arguments for the config's "auto" values (deepspeed_auto.hpp).
+  const Json trainer_args = raw.contains("deepspeed_auto") ? raw["deepspeed_auto"] : Json();
+  raw.erase("deepspeed_auto");
   if (!value.is_string() || value.get<std::string>().empty()) {
     throw ConfigError(path + ": deepspeed_config = " + show_value(value) +
                           ": must be the path of a DeepSpeed JSON config (ds_config.json)",
@@ -466,7 +470,8 @@ Json with_deepspeed_config(const std::string& path, Json raw, std::vector<std::s
   if (ds_path.is_relative()) ds_path = std::filesystem::path(path).parent_path() / ds_path;
   DeepSpeedMapping ds;
   try {
-    ds = load_deepspeed_config(ds_path.string());
+    ds = map_deepspeed_config_with_auto(load_json_file(ds_path.string()), trainer_args,
+                                        ds_path.string());
   } catch (const ConfigError& e) {
     // The field is the experiment's (the key naming the file), the rule the
     // DeepSpeed reader's whole message (which names the DeepSpeed field).
@@ -540,7 +545,7 @@ Json load_with_bases(const std::string& path, std::vector<std::string>& chain,
                         key);
     }
   }
-  if (raw.is_object() && raw.contains("deepspeed_config")) {
+  if (raw.is_object() && (raw.contains("deepspeed_config") || raw.contains("deepspeed_auto"))) {
     raw = with_deepspeed_config(path, std::move(raw), notes);
   }
   if (!raw.is_object() || !raw.contains("base")) return raw;

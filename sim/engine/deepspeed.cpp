@@ -16,6 +16,7 @@
 #include "optimizers/optimizer.hpp"
 #include "sim/core/field_error.hpp"
 #include "sim/engine/config.hpp"
+#include "sim/engine/deepspeed_auto.hpp"
 
 namespace bitlab {
 
@@ -752,6 +753,7 @@ DeepSpeedMapping map_deepspeed_config(const Json& ds, const std::string& source,
                                       std::optional<int64_t> workers) {
   Mapper m(source);
   if (!ds.is_object()) m.fail("(config)", ds, "a DeepSpeed config must be a JSON object");
+  refuse_unfilled_auto(ds, source);  // every "auto" in one message (deepspeed_auto.hpp)
   refuse_unknown(ds, "", known_top_level(), m);
   list_ignored_fields(ds, m);
   const std::string wire = map_precision(ds, m);
