@@ -5,17 +5,7 @@ namespace bitlab {
 Schema<AdamOptions> AdamOptions::schema() {
   Schema<AdamOptions> s;
   s.field("lr", &AdamOptions::lr, "learning rate", {rules::greater(0.0)});
-  s.field("beta1", &AdamOptions::beta1, "decay rate β1 of the first moment m",
-          {rules::in_closed_open(0.0, 1.0)});
-  s.field("beta2", &AdamOptions::beta2, "decay rate β2 of the second moment v",
-          {rules::in_closed_open(0.0, 1.0)});
-  s.field("eps", &AdamOptions::eps, "ε added to sqrt(v̂) in the denominator", {rules::greater(0.0)});
-  s.field("weight_decay", &AdamOptions::weight_decay,
-          "decoupled weight decay wd (AdamW): update = m̂ ⊘ (sqrt(v̂)+ε) + wd·x",
-          {rules::at_least(0.0)});
-  s.field("bias_correction", &AdamOptions::bias_correction,
-          "divide m, v by 1−β1^t, 1−β2^t (PyTorch's default; the DeepSpeed 1-bit family "
-          "applies none)");
+  add_adam_fields(s, {});
   add_wire_field(s);
   add_gradient_exchange_field(s);
   return s;
@@ -36,8 +26,7 @@ void Adam::finish_step(StepContext& ctx) {
   // ḡ = mean_i g_i
   const std::span<const float> g_mean = exchange_.mean(ctx, g_mean_);
   // m, v, then x = x − lr·(m̂ ⊘ (sqrt(v̂)+ε) + wd·x)
-  const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
-                                        opts_.weight_decay, opts_.bias_correction, ctx.step);
+  const AdamCoeffs c = adam_coeffs(opts_.lr, opts_, ctx.step);
   adam_update_elements(ctx.cluster.params(), m_, v_, g_mean, c);
 }
 

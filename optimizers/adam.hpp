@@ -9,23 +9,24 @@
 #include <string>
 #include <vector>
 
+#include "optimizers/adam_hyperparams.hpp"
 #include "optimizers/common.hpp"
 #include "optimizers/gradient_exchange.hpp"
 #include "optimizers/optimizer.hpp"
 #include "sim/core/float16.hpp"
 #include "sim/core/schema.hpp"
-#include "sim/kernels/elements.hpp"
+#include "sim/kernels/adam_elements.hpp"  // the update rule, per element
 #include "sim/kernels/cpu_kernels.hpp"
 
 namespace bitlab {
 
-struct AdamOptions {
+struct AdamOptions : AdamHyperparams {
+  // PyTorch's torch.optim.Adam defaults, bias correction included.
+  AdamOptions()
+      : AdamHyperparams{
+            .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0,
+            .bias_correction = true} {}
   double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  bool bias_correction = true;
   std::string wire = "fp32";
   GradientExchangeOptions gradient_exchange;
   static Schema<AdamOptions> schema();

@@ -27,7 +27,8 @@ inline constexpr const char* kWireDoc =
 // schema. Every options struct that allreduces in full precision has one.
 template <class Options>
 void add_wire_field(Schema<Options>& s) {
-  s.field("wire", &Options::wire, kWireDoc, {rules::one_of({"fp32", "fp16", "bf16"})});
+  s.template field<std::string>("wire", &Options::wire, kWireDoc,
+                                {rules::one_of({"fp32", "fp16", "bf16"})});
 }
 
 // ḡ = mean_i g_i: the exact (up to the wire type) ring allreduce of every

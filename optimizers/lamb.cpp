@@ -10,15 +10,9 @@ namespace bitlab {
 Schema<LambOptions> LambOptions::schema() {
   Schema<LambOptions> s;
   s.field("lr", &LambOptions::lr, "learning rate", {rules::greater(0.0)});
-  s.field("beta1", &LambOptions::beta1, "decay rate β1 of the first moment m",
-          {rules::in_closed_open(0.0, 1.0)});
-  s.field("beta2", &LambOptions::beta2, "decay rate β2 of the second moment v",
-          {rules::in_closed_open(0.0, 1.0)});
-  s.field("eps", &LambOptions::eps, "ε added to sqrt(v) in the denominator", {rules::greater(0.0)});
-  s.field("weight_decay", &LambOptions::weight_decay,
-          "decoupled weight decay wd, part of the update u = m ⊘ (sqrt(v)+ε) + wd·x and so "
-          "scaled by the trust ratio",
-          {rules::at_least(0.0)});
+  add_adam_fields(s, {.weight_decay = "part of LAMB's update u, so scaled by the trust ratio",
+                      .bias_correction = "off by default because DeepSpeed's 1-bit LAMB applies "
+                                         "none (the LAMB paper corrects)"});
   s.field("max_coeff", &LambOptions::max_coeff,
           "upper clamp of the per-tensor trust ratio ‖x_p‖/‖u_p‖ (1-bit LAMB reference)",
           {rules::greater(0.0)});
@@ -29,9 +23,6 @@ Schema<LambOptions> LambOptions::schema() {
           "decay rate of C_p, the running average of the trust ratio that 1-bit LAMB "
           "freezes after warm-up (kept as state; does not change LAMB's steps)",
           {rules::in_closed_open(0.0, 1.0)});
-  s.field("bias_correction", &LambOptions::bias_correction,
-          "divide m, v by 1−β1^t, 1−β2^t as the LAMB paper does; off by default because "
-          "DeepSpeed's 1-bit LAMB applies none");
   add_wire_field(s);
   add_gradient_exchange_field(s);
   s.check([](const LambOptions& o, const std::string& path) {
@@ -79,8 +70,7 @@ void Lamb::finish_step(StepContext& ctx) {
 
   // m = β1 m + (1−β1) ḡ ; v = β2 v + (1−β2) ḡ² ; u = m ⊘ (sqrt(v)+ε) + wd·x
   // (the Adam element update without its step, so 1-bit LAMB can share it)
-  const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
-                                        opts_.weight_decay, opts_.bias_correction, ctx.step);
+  const AdamCoeffs c = adam_coeffs(opts_.lr, opts_, ctx.step);
   const std::span<float> params = ctx.cluster.params();
   cpu::lamb_direction(m_.data(), v_.data(), g_mean.data(), params.data(), u_.data(), u_.size(), c);
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "optimizers/adam.hpp"
+#include "optimizers/adam_hyperparams.hpp"
 #include "optimizers/gradient_exchange.hpp"
 #include "optimizers/optimizer.hpp"
 #include "sim/core/float16.hpp"
@@ -15,16 +16,17 @@
 
 namespace bitlab {
 
-struct LambOptions {
+struct LambOptions : AdamHyperparams {
+  // PyTorch's Adam defaults, but bias_correction off: DeepSpeed's 1-bit LAMB,
+  // whose warm-up this is, applies none (the LAMB paper corrects).
+  LambOptions()
+      : AdamHyperparams{
+            .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0,
+            .bias_correction = false} {}
   double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
   double max_coeff = 10.0;
   double min_coeff = 0.01;
   double coeff_beta = 0.9;
-  bool bias_correction = false;
   std::string wire = "fp32";
   GradientExchangeOptions gradient_exchange;
   static Schema<LambOptions> schema();

@@ -19,17 +19,13 @@ Schema<LocoOptions> LocoOptions::schema() {
           {rules::one_of({"adam", "momentum_sgd"})});
   s.field("lr", &O::lr, "learning rate of the base optimizer (the default suits adam)",
           {rules::greater(0.0)});
-  s.field("beta1", &O::beta1, "adam: decay rate β1 of the first moment",
-          {rules::in_closed_open(0.0, 1.0)});
-  s.field("beta2", &O::beta2, "adam: decay rate β2 of the second moment",
-          {rules::in_closed_open(0.0, 1.0)});
-  s.field("eps", &O::eps, "adam: ε added to sqrt(v̂)", {rules::greater(0.0)});
-  s.field("weight_decay", &O::weight_decay,
-          "weight decay wd: decoupled (AdamW) for adam, coupled (added to ḡ) for momentum_sgd",
-          {rules::at_least(0.0)});
-  s.field("bias_correction", &O::bias_correction,
-          "adam: divide m, v by 1−β1^t, 1−β2^t (PyTorch's default; LoCo wraps a standard "
-          "optimizer)");
+  add_adam_fields(s, {.beta1 = "base adam only",
+                      .beta2 = "base adam only",
+                      .eps = "base adam only",
+                      .weight_decay = "with base momentum_sgd coupled instead (added to ḡ, "
+                                      "torch.optim.SGD's form)",
+                      .bias_correction = "base adam only; on by default, as PyTorch (LoCo "
+                                         "wraps a standard optimizer)"});
   s.field("momentum", &O::momentum, "momentum_sgd: momentum factor μ (dampening 0)",
           {rules::in_closed_open(0.0, 1.0)});
   s.field("nesterov", &O::nesterov, "momentum_sgd: Nesterov momentum in PyTorch's form");
@@ -278,8 +274,7 @@ void Loco::exchange_compensated(StepContext& ctx, uint64_t seed) {
 void Loco::base_step(StepContext& ctx) {
   // The base optimizer on ḡ, unchanged.
   if (adam_) {
-    const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
-                                          opts_.weight_decay, opts_.bias_correction, ctx.step);
+    const AdamCoeffs c = adam_coeffs(opts_.lr, opts_, ctx.step);
     adam_update_elements(ctx.cluster.params(), m_, v_, g_mean_, c);
     return;
   }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "optimizers/adam_hyperparams.hpp"
 #include "optimizers/optimizer.hpp"
 #include "sim/collectives/compressed_collectives.hpp"
 #include "sim/collectives/loco_exchange.hpp"
@@ -19,15 +20,15 @@
 
 namespace bitlab {
 
-struct LocoOptions {
-  // The wrapped optimizer and its hyperparameters.
+struct LocoOptions : AdamHyperparams {
+  // The wrapped optimizer and its hyperparameters: adam's are PyTorch's Adam
+  // defaults (LoCo wraps a standard optimizer).
+  LocoOptions()
+      : AdamHyperparams{
+            .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0,
+            .bias_correction = true} {}
   std::string base = "adam";  // adam | momentum_sgd
   double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  bool bias_correction = true;
   double momentum = 0.9;
   bool nesterov = false;
   // The compressor and the error buffer.

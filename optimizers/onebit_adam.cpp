@@ -22,23 +22,14 @@ template <class O>
 Schema<O> make_onebit_adam_schema() {
   Schema<O> s;
   s.template field<double>("lr", &O::lr, "learning rate", {rules::greater(0.0)});
-  s.template field<double>("beta1", &O::beta1, "decay rate β1 of the momentum m",
-                           {rules::in_closed_open(0.0, 1.0)});
-  s.template field<double>("beta2", &O::beta2,
-                           "decay rate β2 of the second moment v (updated in the warm-up only)",
-                           {rules::in_closed_open(0.0, 1.0)});
-  s.template field<double>("eps", &O::eps, "ε added to sqrt(v) in the denominator",
-                           {rules::greater(0.0)});
-  s.template field<double>("weight_decay", &O::weight_decay,
-                           "decoupled weight decay wd: update = m ⊘ (sqrt(v)+ε) + wd·x "
-                           "(DeepSpeed's 1-bit Adam form)",
-                           {rules::at_least(0.0)});
-  s.template field<bool>("bias_correction", &O::bias_correction,
-                         "divide m, v by 1−β1^t, 1−β2^t during the warm-up (as PyTorch's Adam), "
-                         "and in the compression stage m by 1−β1^t and the frozen v* by "
-                         "1−β2^T_w (its value at the switch), so the step does not jump there "
-                         "(departure D24: DeepSpeed never corrects); off by default because "
-                         "DeepSpeed's 1-bit Adam accepts the flag and never applies it");
+  add_adam_fields(
+      s, {.beta2 = "updated in the warm-up only",
+          .weight_decay = "DeepSpeed's 1-bit Adam form, in both phases",
+          .bias_correction =
+              "1-bit Adam corrects the warm-up as Adam does, and in the compression stage m by "
+              "1−β1^t and the frozen v* by 1−β2^T_w (its value at the switch), so the step does "
+              "not jump there (departure D24: DeepSpeed never corrects); off by default because "
+              "DeepSpeed's 1-bit Adam accepts the flag and never applies it"});
   s.template field<int64_t>(
       "freeze_step", &O::freeze_step,
       "T_w: steps t = 1..freeze_step are the full-precision warm-up (1-based; the switch "
@@ -228,14 +219,13 @@ void OneBitAdam::finish_step(StepContext& ctx) {
 }
 
 // Paper Alg. 1, warm-up: a full-precision Adam step, bit-for-bit `adam` with
-// the same options.
+// the same options (per element adam_step_element, sim/kernels/adam_elements.hpp).
 void OneBitAdam::warmup_step(StepContext& ctx) {
   phase_ = "warmup";
   if (variance_stable_) std::copy(v_.begin(), v_.end(), v_prev_.begin());
   // ḡ: g_mean_, or on a streamed cluster the cluster's own mean.
   const std::span<const float> g_mean = allreduce_gradients(ctx, g_mean_, wire_);
-  const AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
-                                        opts_.weight_decay, opts_.bias_correction, ctx.step);
+  const AdamCoeffs c = adam_coeffs(opts_.lr, opts_, ctx.step);
   adam_update_elements(ctx.cluster.params(), m_, v_, g_mean, c);
 
   bool end = ctx.step >= opts_.freeze_step;
@@ -291,8 +281,7 @@ std::vector<std::string> OneBitAdam::warnings(int64_t steps) const {
 }
 
 AdamCoeffs OneBitAdam::compressed_coeffs(int64_t t) const {
-  AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
-                                  opts_.weight_decay, opts_.bias_correction, t);
+  AdamCoeffs c = adam_coeffs(opts_.lr, opts_, t);
   // Departure D24 (docs/algorithms.md §3): with bias correction on, the
   // frozen variance is the corrected v* / (1−β2^T_w) the last warm-up step
   // divided by, and the momentum keeps Adam's 1 − β1^t, so the step does not
@@ -319,12 +308,13 @@ bool OneBitAdam::begin_step(int64_t t) {
 }
 
 // Paper Alg. 1 line 9, worker i: m_i = β1 m + (1−β1) g_i (the last
-// synchronised m; onebit_adam_local_momentum, adam_moments' expression), handed
-// straight to the worker stage of the compressed allreduce (line 10). The
-// reference stages form m_i inside their one-pass kernel
-// (cpu::onebit_adam_worker_block), checked bit for bit against the two lines
-// below by test_kernels ("run_momentum (one pass, ...) is run() on the
-// momenta": fused, streamed in any worker order, and written-out rows).
+// synchronised m), per element onebit_adam_local_momentum
+// (sim/kernels/onebit_adam_elements.hpp), handed straight to the worker stage
+// of the compressed allreduce (line 10). The reference stages form m_i inside
+// their one-pass kernel (cpu::onebit_adam_worker_block, which calls the same
+// element function), checked bit for bit against the two lines below by
+// test_kernels ("run_momentum (one pass, ...) is run() on the momenta": fused,
+// streamed in any worker order, and written-out rows).
 void OneBitAdam::take_gradient(int i, std::span<const float> g) {
   if (fused_) {
     onebit_->add_worker_momentum(i, m_.data(), g.data(), c_);
@@ -336,11 +326,15 @@ void OneBitAdam::take_gradient(int i, std::span<const float> g) {
   if (onebit_) onebit_->add_worker(i, {m_i, dim_});
 }
 
-// Paper Alg. 1, compression stage (lines 8-12), in one place:
-//   line 9   every worker i: m_i = β1 m + (1−β1) g_i       take_gradient()
-//   line 10  m = compressed_allreduce(m_1, …, m_n)         (§1; identical on all)
+// Paper Alg. 1, compression stage (lines 8-12), in order; the per-element
+// rules are in sim/kernels/onebit_adam_elements.hpp, named on the right:
+//   line 9   every worker i: m_i = β1 m + (1−β1) g_i       take_gradient():
+//                                                          onebit_adam_local_momentum
+//   line 10  m = compressed_allreduce(m_1, …, m_n)         OneBitAllreduceSet::finish
+//                                                          (§1; identical on all)
 //   line 11  m = m ⊙ mask                                   (optional)
-//   line 12  x = x − lr·( m̂ ⊘ (sqrt(v̂*)+ε) + wd·x )        m̂ = m, v̂* = v* unless D24
+//   line 12  x = x − lr·( m̂ ⊘ (sqrt(v̂*)+ε) + wd·x )        onebit_adam_update_element
+//                                                          (m̂ = m, v̂* = v* unless D24)
 // A streamed cluster has handed every gradient to take_gradient() as it made it;
 // otherwise (MPI, the Python bridge) the held rows are folded here.
 void OneBitAdam::compressed_step(StepContext& ctx) {

@@ -10,11 +10,13 @@
 #include <vector>
 
 #include "optimizers/adam.hpp"
+#include "optimizers/adam_hyperparams.hpp"
 #include "optimizers/onebit_stages.hpp"
 #include "optimizers/optimizer.hpp"
 #include "sim/collectives/onebit_allreduce.hpp"
 #include "sim/core/float16.hpp"
 #include "sim/core/schema.hpp"
+#include "sim/kernels/onebit_adam_elements.hpp"  // the update rule, per element
 
 namespace bitlab {
 
@@ -22,13 +24,14 @@ namespace bitlab {
 // default that differs: "fixed_step" for onebit_adam (the 1-bit Adam paper and
 // DeepSpeed's reference), "variance_stable" for apmsqueeze (the APMSqueeze
 // paper switches once "the variance has stabilised"; see ApmSqueezeOptions).
-struct OneBitAdamOptions {
+struct OneBitAdamOptions : AdamHyperparams {
+  // PyTorch's Adam defaults, but bias_correction off: DeepSpeed's OnebitAdam
+  // accepts the flag and never applies it (departure D9).
+  OneBitAdamOptions()
+      : AdamHyperparams{
+            .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0,
+            .bias_correction = false} {}
   double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  bool bias_correction = false;
   int64_t freeze_step = 100;
   std::string switch_rule = "fixed_step";  // "fixed_step" | "variance_stable"
   double var_threshold = 0.01;
@@ -78,7 +81,11 @@ struct ApmSqueezeOptions : OneBitAdamOptions {
 //   m̂ = m/(1−β1^t) and v̂* = v*/(1−β2^T_w), the corrected variance the last
 //   warm-up step used, frozen (departure D24, docs/algorithms.md §3): without
 //   it the step would grow at the switch by (1−β1^T_w)/sqrt(1−β2^T_w), 6.2x
-//   at T_w = 20. compressed_step() is the one place these lines are written.
+//   at T_w = 20. compressed_step() (onebit_adam.cpp) calls these lines in
+//   order; their per-element arithmetic is written once, in
+//   sim/kernels/onebit_adam_elements.hpp (lines 9, 11, 12) and
+//   sim/kernels/adam_elements.hpp (the warm-up, and the direction line 12
+//   shares with Adam).
 //
 // What t and T_w mean here: steps are 1-based; the warm-up covers
 // t = 1..T_w and step T_w+1 is the first compressed one.

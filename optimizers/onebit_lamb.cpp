@@ -18,23 +18,26 @@ namespace bitlab {
 Schema<OneBitLambOptions> OneBitLambOptions::schema() {
   using O = OneBitLambOptions;
   Schema<O> s;
-  s.field("lr", &O::lr, "learning rate", {rules::greater(0.0)});
-  s.field("beta1", &O::beta1, "decay rate β1 of the momentum m", {rules::in_closed_open(0.0, 1.0)});
-  s.field("beta2", &O::beta2,
-          "decay rate β2 of the second moment v (warm-up) and of v_fresh (compression stage)",
-          {rules::in_closed_open(0.0, 1.0)});
-  s.field("eps", &O::eps, "ε added to sqrt(v) in the denominator", {rules::greater(0.0)});
-  s.field("weight_decay", &O::weight_decay,
-          "decoupled weight decay wd, part of the update u = m ⊘ (sqrt(v)+ε) + wd·x",
-          {rules::at_least(0.0)});
-  s.field("max_coeff", &O::max_coeff, "upper clamp of the warm-up's per-tensor trust ratio",
-          {rules::greater(0.0)});
-  s.field("min_coeff", &O::min_coeff, "lower clamp of the warm-up's per-tensor trust ratio",
-          {rules::at_least(0.0)});
-  s.field("coeff_beta", &O::coeff_beta,
-          "decay rate of C_p, the running average of the trust ratio during warm-up that the "
-          "compression stage freezes (the reference advises 1/(1−coeff_beta) <= freeze_step)",
-          {rules::in_closed_open(0.0, 1.0)});
+  // Members of LambOptions, named with their value type (a base's member
+  // converts to O's, but is not deduced as one).
+  s.field<double>("lr", &O::lr, "learning rate", {rules::greater(0.0)});
+  add_adam_fields(
+      s, {.beta2 = "also of v_fresh in the compression stage",
+          .weight_decay = "part of the update u",
+          .bias_correction =
+              "1-bit LAMB corrects the warm-up as LAMB does, and in the compression stage m by "
+              "1−β1^t and the frozen v and v_fresh by 1−β2^T_w (departure D24, as 1-bit Adam); "
+              "off by default because DeepSpeed's OnebitLamb accepts the flag and applies it "
+              "nowhere"});
+  s.field<double>("max_coeff", &O::max_coeff, "upper clamp of the warm-up's per-tensor trust ratio",
+                  {rules::greater(0.0)});
+  s.field<double>("min_coeff", &O::min_coeff, "lower clamp of the warm-up's per-tensor trust ratio",
+                  {rules::at_least(0.0)});
+  s.field<double>("coeff_beta", &O::coeff_beta,
+                  "decay rate of C_p, the running average of the trust ratio during warm-up that "
+                  "the compression stage freezes (the reference advises 1/(1−coeff_beta) <= "
+                  "freeze_step)",
+                  {rules::in_closed_open(0.0, 1.0)});
   s.field("factor_max", &O::factor_max,
           "upper clamp of f_p, the compression stage's rescaling of the frozen C_p",
           {rules::greater(0.0)});
@@ -46,9 +49,6 @@ Schema<OneBitLambOptions> OneBitLambOptions::schema() {
           "T_w: steps 1..T_w are full-precision LAMB, later steps compress the momentum to 1 "
           "bit (the reference's default is 100000; its docs advise 15-25 % of training)",
           {rules::at_least<int64_t>(1)});
-  s.field("bias_correction", &O::bias_correction,
-          "bias-correct m, v during the warm-up (LAMB paper); the compression stage never does, "
-          "as in the reference, which accepts the flag and applies it nowhere");
   s.field(
       "pad_multiple", &O::pad_multiple,
       "the compressed buffer is padded to a multiple of this (a multiple of 8·workers); "
@@ -84,26 +84,11 @@ Schema<OneBitLambOptions> OneBitLambOptions::schema() {
   return s;
 }
 
-LambOptions OneBitLambOptions::lamb_options() const {
-  LambOptions l;
-  l.lr = lr;
-  l.beta1 = beta1;
-  l.beta2 = beta2;
-  l.eps = eps;
-  l.weight_decay = weight_decay;
-  l.max_coeff = max_coeff;
-  l.min_coeff = min_coeff;
-  l.coeff_beta = coeff_beta;
-  l.bias_correction = bias_correction;
-  l.wire = wire;
-  return l;
-}
-
 OneBitLamb::OneBitLamb(const OneBitLambOptions& opts)
     : opts_(opts),
       stages_(
           make_onebit_stages(opts.worker_compressor, opts.server_compressor, opts.error_feedback)),
-      warmup_(opts.lamb_options()) {}
+      warmup_(opts) {}
 
 CommPlan OneBitLamb::comm_plan(const PlanShape& shape) const {
   check_pad_multiple(opts_.pad_multiple, shape.workers);
@@ -258,8 +243,7 @@ void OneBitLamb::compute_scaling_coeffs(int64_t step) {
 AdamCoeffs OneBitLamb::compressed_coeffs(int64_t t) const {
   // β and ε in float; no bias correction unless asked (the reference applies
   // none). D24: with it, m̂ = m/(1−β1^t) and the frozen v̂ = v/(1−β2^T_w).
-  AdamCoeffs c = make_adam_coeffs(opts_.lr, opts_.beta1, opts_.beta2, opts_.eps,
-                                  opts_.weight_decay, opts_.bias_correction, t);
+  AdamCoeffs c = adam_coeffs(opts_.lr, opts_, t);
   if (opts_.bias_correction) {
     c.bias_correction2 =
         opts_.freeze_step > 0
@@ -284,7 +268,8 @@ bool OneBitLamb::begin_step(int64_t t) {
 }
 
 // Worker i: m_i = (β1 m + (1−β1) g_i)·k (k = k_p of the element's tensor),
-// straight into the worker stage of the compressed allreduce.
+// straight into the worker stage of the compressed allreduce; per element
+// onebit_adam_local_momentum (sim/kernels/onebit_adam_elements.hpp) times k.
 void OneBitLamb::take_gradient(int i, std::span<const float> g) {
   float* m_i = scratch_.data() + static_cast<size_t>(omp_get_thread_num()) * stride_;
   const float* m = m_.data();
@@ -326,6 +311,7 @@ void OneBitLamb::compressed_step(StepContext& ctx) {
     // m_p /= k_p ; ĝ = (m − β1 m_prev)/(1−β1) ; v_fresh = β2 v_fresh + (1−β2) ĝ²
     // u_prelim = m ⊘ (sqrt(v)+ε) ; u = u_prelim + wd·x
     // f_p = max_k (sqrt(v)+ε)/(sqrt(v_fresh)+ε)   (max is exact: any order)
+    // per element: onebit_lamb_stage_element (sim/kernels/onebit_lamb_elements.hpp)
     double f = cpu::onebit_lamb_stage({m, m_prev, v, vf, up, u, x}, t.size, kf, c);
     if (opts_.weight_decay > 0.0) {
       // ρ = min(1, ‖u_prelim‖/‖u‖) ; f = f·ρ + (1−ρ). ‖u‖ = 0 gives ρ = 1, as

@@ -19,35 +19,27 @@
 
 namespace bitlab {
 
-struct OneBitLambOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  double max_coeff = 10.0;
-  double min_coeff = 0.01;
-  double coeff_beta = 0.9;
+// The warm-up's options are LambOptions, inherited with LAMB's defaults (lr,
+// β1, β2, ε, wd, bias_correction off, the trust-ratio clamps, wire): the
+// warm-up is the `lamb` optimizer run with this struct, so the two share every
+// field they share by construction. Its gradient_exchange stays the default:
+// 1-bit LAMB's schema refuses the key. The compression stage's own follow.
+struct OneBitLambOptions : LambOptions {
   double factor_max = 4.0;
   double factor_min = 0.5;
   double factor_threshold = 0.1;
   // T_w. The reference's default is 100000 (its docs advise 15–25 % of
   // training); 100 suits bitlab's small problems.
   int64_t freeze_step = 100;
-  bool bias_correction = false;
   int64_t pad_multiple = 0;          // 0: the reference's n·lcm(n, 8)
   std::string granularity = "flat";  // "flat" | "group" | "tensor"
   std::string padding = "reuse";     // "reuse" | "zeros"
   bool error_feedback = true;
-  std::string wire = "fp32";  // warm-up gradient allreduce
   Json worker_compressor = default_stage_compressor();
   Json server_compressor = default_stage_compressor();
   static Schema<OneBitLambOptions> schema();
   // Uncompressed twin: LAMB, the paper's baseline (its warm-up is LAMB).
   static TwinDeclaration twin(const Json&) { return {"lamb", Json::object(), ""}; }
-
-  // The warm-up's LAMB options (the fields both share).
-  LambOptions lamb_options() const;
 };
 
 // 1-bit LAMB (Li, Awan, Tang, Rajbhandari, Zhang, Yang, He, "1-bit LAMB:

@@ -17,17 +17,12 @@ Schema<ZeroOneAdamOptions> ZeroOneAdamOptions::schema() {
   using O = ZeroOneAdamOptions;
   Schema<O> s;
   s.field("lr", &O::lr, "learning rate (> 0, so lrs > 0 at every sync)", {rules::greater(0.0)});
-  s.field("beta1", &O::beta1, "decay rate β1 of the momentum m (stage A) and m_i (stage B)",
-          {rules::in_closed_open(0.0, 1.0)});
-  s.field("beta2", &O::beta2, "decay rate β2 of the variance v (updated on full-precision steps)",
-          {rules::in_closed_open(0.0, 1.0)});
-  s.field("eps", &O::eps, "ε added to sqrt(v) in the denominator", {rules::greater(0.0)});
-  s.field("weight_decay", &O::weight_decay,
-          "decoupled weight decay wd: update = m ⊘ (sqrt(v)+ε) + wd·x (worker i: wd·x_i)",
-          {rules::at_least(0.0)});
-  s.field("bias_correction", &O::bias_correction,
-          "accepted and never applied, as in the reference (DeepSpeed's ZeroOneAdam accepts it, "
-          "default True, and never reads it)");
+  add_adam_fields(
+      s, {.beta1 = "of m_i too, on local steps",
+          .beta2 = "updated on full-precision steps only",
+          .weight_decay = "worker i's local steps use wd·x_i",
+          .bias_correction = "accepted and never applied, as in the reference (DeepSpeed's "
+                             "ZeroOneAdam accepts it, default True, and never reads it)"});
   s.field("var_freeze_step", &O::var_freeze_step,
           "last step of stage A (the paper's max T_v): the variance is frozen and local steps "
           "begin after it (the reference's default is 100000; ours is 100, for small problems)",

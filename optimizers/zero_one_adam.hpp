@@ -115,6 +115,7 @@
 #include <string>
 #include <vector>
 
+#include "optimizers/adam_hyperparams.hpp"
 #include "optimizers/adam.hpp"
 #include "optimizers/onebit_stages.hpp"
 #include "optimizers/optimizer.hpp"
@@ -124,13 +125,14 @@
 
 namespace bitlab {
 
-struct ZeroOneAdamOptions {
+struct ZeroOneAdamOptions : AdamHyperparams {
+  // PyTorch's Adam defaults, but bias_correction off: DeepSpeed's ZeroOneAdam
+  // accepts it (default True) and never reads it, so off says what runs.
+  ZeroOneAdamOptions()
+      : AdamHyperparams{
+            .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0,
+            .bias_correction = false} {}
   double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  bool bias_correction = false;
   int64_t var_freeze_step = 100;      // reference: 100000
   int64_t var_update_scaler = 16;     // κ
   int64_t local_step_scaler = 32768;  // reference: 32678 (typo)

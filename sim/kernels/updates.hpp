@@ -14,6 +14,7 @@
 #include <cstddef>
 
 #include "sim/kernels/elements.hpp"
+#include "sim/kernels/onebit_lamb_elements.hpp"
 
 namespace bitlab {
 
@@ -56,34 +57,6 @@ inline float binsgdm_scale_element(float& m, float& b, float* bmax, float g,
     den = *bmax;
   }
   return m / (den + c.eps);  // z = m ⊘ (b + ε)
-}
-
-// 1-bit LAMB's compression stage for one element of tensor p (Li et al. 2022,
-// Alg. 1, lines 14-19; DeepSpeed's onebit/lamb.py, OnebitLamb.step):
-//   m /= k_p ; ĝ = (m − β1 m_prev)/(1−β1) ; v_fresh = β2 v_fresh + (1−β2) ĝ²
-//   u_prelim = m ⊘ (sqrt(v)+ε) ; u = u_prelim + wd·x
-// returns (sqrt(v)+ε)/(sqrt(v_fresh)+ε), whose maximum over the tensor is the
-// scaling factor's raw value. The corrections of c are exactly 1 (exact
-// divisions) unless bias correction carries across the switch (departure D24).
-struct OneBitLambStageRow {
-  float* m;
-  const float* m_prev;
-  const float* v;
-  float* v_fresh;
-  float* u_prelim;
-  float* u;
-  const float* x;
-};
-inline float onebit_lamb_stage_element(const OneBitLambStageRow& r, size_t k, float k_p,
-                                       const AdamCoeffs& c) {
-  const float mk = r.m[k] / k_p;
-  r.m[k] = mk;
-  const float g_hat = (mk - r.m_prev[k] * c.beta1) / c.one_minus_beta1;
-  r.v_fresh[k] = c.beta2 * r.v_fresh[k] + c.one_minus_beta2 * (g_hat * g_hat);
-  const float denom = std::sqrt(r.v[k] / c.bias_correction2) + c.eps;
-  r.u_prelim[k] = (mk / c.bias_correction1) / denom;
-  r.u[k] = r.u_prelim[k] + c.weight_decay * r.x[k];
-  return denom / (std::sqrt(r.v_fresh[k] / c.bias_correction2) + c.eps);
 }
 
 namespace cpu {
