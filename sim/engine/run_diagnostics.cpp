@@ -1,8 +1,8 @@
 // After the last step: the warnings about a run that went wrong without
-// diverging, or whose numbers need a second look (run_parts.hpp,
-// end_of_run_warnings; docs/results.md "Warnings after the run"). They read
-// what the run wrote (metrics.csv) and its summary; nothing here changes a
-// metric or a record.
+// diverging, or whose numbers need a second look (end_of_run_warnings, called
+// by run_summary.cpp's finish_run; docs/experiments.md "Honest outcomes").
+// They read what the run wrote (metrics.csv) and its summary; nothing here
+// changes a metric or a record.
 #include <algorithm>
 #include <optional>
 
@@ -200,9 +200,14 @@ std::vector<std::string> end_of_run_warnings(const RunContext& run, const RunTal
                                              const Json& summary) {
   std::vector<std::string> out;
   if (!run.writer || tally.status != RunStatus::kCompleted) return out;
-  for (std::string w : {diag_rising_loss(run), diag_twin_gap(run, summary),
-                        diag_slower_than_twin(run, tally)}) {
-    if (!w.empty()) out.push_back(std::move(w));
+  try {
+    for (std::string w : {diag_rising_loss(run), diag_twin_gap(run, summary),
+                          diag_slower_than_twin(run, tally)}) {
+      if (!w.empty()) out.push_back(std::move(w));
+    }
+  } catch (const std::exception&) {
+    // A second look that cannot be taken (an unreadable metrics.csv) costs
+    // the run nothing: it completed, and its summary is written without it.
   }
   return out;
 }

@@ -277,12 +277,6 @@ RunTally run_steps(const RunContext& run, RunFiles& files, RunTally tally);
 int finish_run(const RunContext& run, const RunTally& tally, const Json& twin);
 int exit_status_of_summary(const Json& summary);
 
-// run_diagnostics.cpp: after a completed run, on rank 0, the warnings about
-// a run that went wrong without diverging (its loss rising, far above its
-// twin's) or whose simulated communication is slower than its twin's.
-std::vector<std::string> end_of_run_warnings(const RunContext& run, const RunTally& tally,
-                                             const Json& summary);
-
 // run_twin.cpp.
 Json run_twin(const RunContext& run);
 Json twin_comparison(const Json& summary, const Json& twin);

@@ -7,6 +7,12 @@
 
 namespace bitlab::run_parts {
 
+// run_diagnostics.cpp: after a completed run, on rank 0, the warnings about
+// a run that went wrong without diverging (its loss rising, far above its
+// twin's) or whose simulated communication is slower than its twin's.
+std::vector<std::string> end_of_run_warnings(const RunContext& run, const RunTally& tally,
+                                             const Json& summary);
+
 namespace {
 
 Json final_metrics(const RunContext& run, const RunTally& tally) {
