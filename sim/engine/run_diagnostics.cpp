@@ -190,8 +190,8 @@ std::string diag_slower_than_twin(const RunContext& run, const RunTally& tally) 
          human_bytes(twin->bytes) + ": latency decides, " +
          std::to_string(tally.last.messages_cum) + " messages per worker against " +
          std::to_string(twin->messages) +
-         " (each pays the network's latency); fewer, larger messages (a coarser granularity) "
-         "or a lower-latency network change that";
+         " (each pays the network's latency); fewer, larger messages (the optimizer's "
+         "granularity or exchange option) or a lower-latency network change that";
 }
 
 }  // namespace

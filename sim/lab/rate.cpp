@@ -235,8 +235,9 @@ void write_rate_csv(const SweepSpec& spec, const std::vector<RateRun>& runs, con
   for (const auto& a : o.axes) csv += "," + a.path;
   csv += ",seed,lr,status,error,dir\n";
   // Cells appended one by one: GCC 12 at -O3 warns (-Wstringop-overflow,
-  // -Wrestrict) about chains of std::string operator+ with temporaries, a
-  // known false positive (GCC bugs 105329, 105651); appending says the same.
+  // -Wrestrict) about `"literal" + std::string&&` (operator+ inserting at
+  // the front of the temporary) once inlined here, a known false positive
+  // (GCC bugs 105329, 105651); appending says the same without it.
   const auto cell = [&csv](const std::string& text) {
     csv += ',';
     csv += text;
@@ -306,7 +307,10 @@ void print_check(const RateFit& fit, const RateOptions& o) {
               fmt(c.r2, "%.4f").c_str(), p_text.c_str());
   for (size_t k = 0; k < c.local_slopes.size() && k < o.axes.size(); ++k) {
     std::string slopes;
-    for (double v : c.local_slopes[k]) slopes += " " + fmt(v, "%.3f");
+    for (double v : c.local_slopes[k]) {
+      slopes += ' ';  // appended, not " " + fmt(...): see write_rate_csv
+      slopes += fmt(v, "%.3f");
+    }
     std::printf("  local exponents in %s (between consecutive values):%s\n",
                 o.axes[k].path.c_str(), slopes.c_str());
   }
@@ -333,9 +337,14 @@ void print_fit(const RateFit& fit, const Json& j, const fs::path& dir) {
               ("95% CI (t, " + std::to_string(fit.seeds) + " seeds)").c_str(), "of the mean",
               "theorem");
   for (const auto& e : fit.exponents) {
-    const std::string ci = fit.seeds < 2
-                               ? "(one seed: none)"
-                               : "[" + fmt(e.ci_low, "%.3f") + ", " + fmt(e.ci_high, "%.3f") + "]";
+    std::string ci = "(one seed: none)";
+    if (fit.seeds >= 2) {  // appended, not "[" + fmt(...): see write_rate_csv
+      ci = "[";
+      ci += fmt(e.ci_low, "%.3f");
+      ci += ", ";
+      ci += fmt(e.ci_high, "%.3f");
+      ci += "]";
+    }
     std::printf("  %-18s %9s  %-22s %12s  %s\n", e.path.c_str(), fmt(e.exponent, "%.3f").c_str(),
                 ci.c_str(), fmt(e.exponent_of_mean, "%.3f").c_str(),
                 e.expected ? fmt(*e.expected, "%.1f").c_str() : "-");
