@@ -543,7 +543,13 @@ TEST_SUITE("report") {
     CHECK_MESSAGE(html.find("<li>a planted warning of run 100\u2013250 steps <span class='note'>"
                             "(all 4 runs)</span></li>") != std::string::npos,
                   html.substr(html.find("id='warnings'"), 600));
-    CHECK(html.find("Warnings (1)") != std::string::npos);
+    // 1-bit Adam on this tiny problem: more messages than its twin, and latency decides;
+    // said once for the four runs, their times as a range.
+    const std::string warned = html.substr(html.find("id='warnings'"),
+                                           html.find("<h2>Settings") - html.find("id='warnings'"));
+    CHECK(count(warned, "exceeds the uncompressed twin") == 1);
+    CHECK(warned.find("onebit_adam with compression none priced on the same network") !=
+          std::string::npos);
     // Two pairs of which one matches no run: bad input, naming both.
     r = run_bitlab(d, "report " + out.string() + " --out " + (d.path / "x.html").string() +
                           " --baseline optimizer.freeze_step=15% --baseline seed=99");

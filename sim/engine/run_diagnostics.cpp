@@ -81,7 +81,7 @@ std::string diag_cause(const RunContext& run) {
 std::string diag_rising_loss(const RunContext& run) {
   const std::vector<double> loss = diag_train_losses(run.dir);
   const size_t w = loss.size() / 10;
-  if (w < 3) return "";
+  if (w < 10) return "";  // means of fewer steps follow the minibatch noise (100 steps at least)
   std::vector<double> means;
   for (size_t start = 0; start + w <= loss.size(); start += w) {
     double sum = 0;
@@ -182,9 +182,10 @@ std::string diag_slower_than_twin(const RunContext& run, const RunTally& tally) 
   const std::optional<TwinComm> twin = diag_twin_comm(run, tally.last.step);
   if (!twin || !(twin->comm_s > 0) || comm_s <= twin->comm_s) return "";
   const std::string name = run.experiment.optimizer.value("name", "");
+  std::string twin_name = twin_optimizer(run.experiment.optimizer).optimizer.value("name", "");
+  if (twin_name == name) twin_name += " with compression none";
   return "simulated communication " + human_duration(comm_s) + " exceeds the uncompressed " +
-         "twin's " + human_duration(twin->comm_s) + " (" +
-         twin_optimizer(run.experiment.optimizer).optimizer.value("name", "") +
+         "twin's " + human_duration(twin->comm_s) + " (" + twin_name +
          " priced on the same network, " + std::to_string(tally.last.step) + " steps) though " +
          name + " sends " + human_bytes(tally.last.bytes_sent_cum) + " per worker against " +
          human_bytes(twin->bytes) + ": latency decides, " +
