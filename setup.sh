@@ -5,6 +5,9 @@
 #                       package; no tests, no CUDA), run experiments/quickstart.json
 #   ./setup.sh test     the same, then build the tests and benchmarks and run
 #                       the whole test suite (CTest)
+#   ./setup.sh path     only make the built tool reachable: `bitlab` on PATH
+#                       (a link in $BITLAB_BIN_DIR, default /usr/local/bin) and
+#                       `import bitlab` (done by the two above too)
 #   ./setup.sh cuda     install what is missing, then validate the CUDA kernels
 #                       on this machine's GPU (tests/cuda/run.sh: build with
 #                       -DBITLAB_CUDA=ON, the `cuda` suite, compute-sanitizer,
@@ -113,6 +116,31 @@ build() {
   for t in "$@"; do targets+=(--target "$t"); done
   cmake --build "$BUILD_DIR" -j "$JOBS" "${targets[@]}"
   install_python_path
+  install_cli_path
+}
+
+# Puts the CLI where a shell finds it: a symlink $BITLAB_BIN_DIR/bitlab (default
+# /usr/local/bin, on every user's PATH) to this checkout's build/bitlab, so
+# that `bitlab ...` runs as the documents write it. Without the rights to
+# write there, says the one line that does the same per shell.
+install_cli_path() {
+  local bin dir="${BITLAB_BIN_DIR:-/usr/local/bin}"
+  bin="$(cd "$BUILD_DIR" && pwd)/bitlab"
+  [ -x "$bin" ] || return 0
+  if [ "$(readlink -f "$dir/bitlab" 2>/dev/null)" = "$(readlink -f "$bin")" ]; then
+    return 0
+  fi
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null; then sudo="sudo -n"; fi
+  if [ -e "$dir/bitlab" ] && [ ! -L "$dir/bitlab" ]; then
+    echo "setup: $dir/bitlab is not a link set-up made: left as it is; use: export PATH=\"$(dirname "$bin"):\$PATH\"" >&2
+    return 0
+  fi
+  if { $sudo mkdir -p "$dir" && $sudo ln -sfn "$bin" "$dir/bitlab"; } 2>/dev/null; then
+    echo "setup: bitlab is on PATH: $dir/bitlab -> $bin" >&2
+    return 0
+  fi
+  echo "setup: cannot write $dir/bitlab; use: export PATH=\"$(dirname "$bin"):\$PATH\"" >&2
 }
 
 # Says which BLAS torch calls (python/bitlab/_blas.py reads the library the
@@ -151,8 +179,13 @@ case "$MODE" in
     install_missing
     tests/cuda/run.sh
     ;;
+  path)
+    # Only the links: the CLI on PATH and the Python package, for a build made already.
+    install_python_path
+    install_cli_path
+    ;;
   *)
-    echo "usage: ./setup.sh [test|cuda]" >&2
+    echo "usage: ./setup.sh [test|cuda|path]" >&2
     exit 2
     ;;
 esac

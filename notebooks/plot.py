@@ -4,7 +4,7 @@
 Usage (also through `bitlab plot`, which runs this script with /usr/bin/python3):
 
     plot.py DIR... [--metric M] [--x step|sim_time_s|bytes_sent_cum|all|COLUMN]
-                   [--out PREFIX] [--title T] [--logx] [--logy]
+                   [--out PREFIX] [--title T] [--logx | --linx] [--logy]
 
 A DIR is a run folder (it holds metrics.csv), a sweep folder (it holds sweep.csv, whose
 `dir` column names the run folders) or any folder with run folders below it (searched
@@ -22,7 +22,10 @@ runs of a group are aligned by step; the x value of a grouped point is the mean 
 runs' x values (bytes are equal across seeds; simulated time with jitter is not). A run that
 stopped early (diverged, interrupted) counts only at the steps it has; non-finite values
 are left out. Eval metrics (eval_loss, ...) are only filled at eval steps: only those rows
-are drawn.
+are drawn. A sweep's run is labelled by its values as the sweep file wrote them
+(sweep.json's assignments), with what they resolved to beside them where they differ
+(`freeze_step=15% (step 90)`). The bytes axis is logarithmic when a run changes phase
+(--logx: every x axis, --linx: none).
 
 Writes PREFIX.png and PREFIX.svg (default: DIR/plot for train_loss, DIR/plot-METRIC for
 another metric, DIR being the first one given) and prints their paths.
@@ -167,10 +170,33 @@ NUMBER = "a number or null"
 SUMMARY_FIELDS = {
     "status": "a string", "steps_completed": "an integer", "steps_planned": "an integer",
     "wall_s": NUMBER, "final": {"*": NUMBER},
-    "totals": {"bytes_sent_per_worker": NUMBER}, "time": {"sim_time_s": NUMBER},
+    "totals": {"bytes_sent_per_worker": NUMBER},
+    "time": {"sim_time_s": NUMBER, "compute_s": NUMBER},
     "phases": {"*": {"steps": NUMBER, "bytes_sent_per_worker": NUMBER, "comm_s": NUMBER}},
     "baseline": {"speedup": NUMBER, "bytes_ratio": NUMBER, "gap": {"*": NUMBER}},
 }
+
+
+SWEEP_ASSIGNMENTS = {}  # sweep folder -> {run folder name: flattened assignments}
+
+
+def written_values(run_path):
+    """The values the sweep file gave this run (sweep.json's "assignments" beside the run
+    folder), flattened to config paths; {} for a run that is not a sweep's."""
+    folder = os.path.dirname(os.path.abspath(run_path))
+    if folder not in SWEEP_ASSIGNMENTS:
+        by_dir = {}
+        sweep_json = os.path.join(folder, "sweep.json")
+        if os.path.isfile(sweep_json):
+            try:
+                runs = read_json_object(sweep_json).get("runs")
+            except InputError:
+                runs = None  # the tools read runs, not sweep.json: no labels from it
+            for r in runs if isinstance(runs, list) else []:
+                if isinstance(r, dict) and isinstance(r.get("assignments"), dict):
+                    by_dir[str(r.get("dir"))] = flatten(r["assignments"])
+        SWEEP_ASSIGNMENTS[folder] = by_dir
+    return SWEEP_ASSIGNMENTS[folder].get(os.path.basename(os.path.abspath(run_path)), {})
 
 
 class Run:
@@ -183,6 +209,8 @@ class Run:
         self.config = {}
         if os.path.isfile(config_path):
             self.config = flatten(read_json_object(config_path))
+        # A sweep's run: its swept values as the sweep file wrote them ("15%"), by path.
+        self.written = written_values(path)
         metrics_path = os.path.join(path, "metrics.csv")
         text = read_text(metrics_path)
         if text and not text.endswith("\n"):
@@ -282,7 +310,7 @@ def person_label(run, paths, names, varying_all):
         elif p.endswith(".name") or p == "name":
             parts.append(format_value(v))
         else:
-            parts.append("%s=%s" % (names[p], format_value(v)))
+            parts.append("%s=%s" % (names[p], as_written(run, p, v)))
     phrases = {}
     for section in stages:
         name = run.config.get(section + ".name")
@@ -300,6 +328,16 @@ def person_label(run, paths, names, varying_all):
         parts += ["%s %s" % (s.split("_")[0], phrases[s]) for s in COMPRESSOR_STAGES
                   if s in phrases]
     return ", ".join(parts)
+
+
+def as_written(run, path, value):
+    """A value as the sweep file wrote it, with what it resolved to beside it where they
+    differ: freeze_step=15% (step 90); else as format_value writes it."""
+    written = run.written.get(path)
+    if written is None or json.dumps(written) == json.dumps(value):
+        return format_value(value)
+    return "%s (%s%s)" % (format_value(written), "step " if path.endswith("_step") else "= ",
+                          format_value(value))
 
 
 def format_value(v):
@@ -631,16 +669,25 @@ def choose_styles(groups, paths, names, matplotlib):
             g_color = [color_of[json.dumps(g.values[color_path])] for g in groups]
             g_style = [style_of.get(json.dumps(g.values.get(style_path)), "-")
                        if style_path else "-" for g in groups]
-            sections = [(names[color_path], [(format_value(json.loads(v)), color_of[v], "-")
-                                             for v in values[color_path]])]
+            sections = [(names[color_path], [(value_text(groups, color_path, v), color_of[v],
+                                              "-") for v in values[color_path]])]
             if style_path:
                 sections.append((names[style_path],
-                                 [(format_value(json.loads(v)), "0.3", style_of[v])
+                                 [(value_text(groups, style_path, v), "0.3", style_of[v])
                                   for v in values[style_path]]))
             return g_color, g_style, sections
     colors = value_colors(list(range(len(groups))), matplotlib, categorical=True)
     return colors, ["-"] * len(groups), [(None, [(g.label, colors[i], "-")
                                                  for i, g in enumerate(groups)])]
+
+
+def value_text(groups, path, value_json):
+    """A legend entry: the value as the sweep file wrote it (as_written, from a run of a
+    curve with that value), else as format_value writes it."""
+    for g in groups:
+        if json.dumps(g.values.get(path)) == value_json:
+            return as_written(g.members[0], path, json.loads(value_json))
+    return format_value(json.loads(value_json))
 
 
 def value_colors(vals, matplotlib, categorical=False):
@@ -664,11 +711,11 @@ def value_colors(vals, matplotlib, categorical=False):
 
 # ---------------------------------------------------------------- drawing
 
-PANEL_IN = (2.35, 2.2)  # inches per panel: three panels and a legend fit a 9 in page width
-FONT_PT = 8
+PANEL_IN = (3.6, 3.1)  # inches per panel: three panels and a legend fit a 14 in screen width
+FONT_PT = 10
 
 
-def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix, logx=False):
+def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix, log_axes=()):
     matplotlib, plt = import_matplotlib()
     from matplotlib.ticker import EngFormatter, MaxNLocator, NullFormatter
     plt.rcParams.update({"font.size": FONT_PT, "axes.titlesize": FONT_PT,
@@ -684,6 +731,7 @@ def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix, logx=F
     eval_like = not metric.startswith("train_loss") and metric != "grad_norm"
     any_stopped = any_unfinished = False
     for panel, x in zip(panels, axes):
+        logx = x in log_axes
         curves = [Curve(g, x, metric, smooth) for g in groups]
         limit = blowup_limit(curves)
         for c in curves:
@@ -730,7 +778,8 @@ def draw(groups, paths, names, metric, axes, title, logy, smooth, prefix, logx=F
             panel.xaxis.set_major_formatter(EngFormatter(unit="B", sep=""))
         elif x.startswith("sim_time_s"):
             panel.xaxis.set_major_formatter(EngFormatter(unit="s", sep=""))
-            panel.set_xlabel("simulated time" + x[len("sim_time_s"):])
+            panel.set_xlabel("simulated time" + x[len("sim_time_s"):] +
+                             (" (communication only)" if comm_only(groups) else ""))
         if not logx:
             panel.xaxis.set_major_locator(MaxNLocator(nbins=4))  # room for "400ms" labels
     panels[0].set_ylabel(metric + (" (EMA)" if smooth > 1 else ""))
@@ -825,6 +874,32 @@ def default_title(dirs, runs, metric):
             else "") + metric
 
 
+def comm_only(groups):
+    """True when every run has a simulated time without compute in it (summary.json's
+    time.compute_s is 0: no compute model)."""
+    times = [(r.summary.get("time") or {}) for g in groups for r in g.members]
+    return bool(times) and all(t.get("sim_time_s") is not None and t.get("compute_s") == 0
+                               for t in times)
+
+
+def changes_phase(run):
+    """True when the run's metrics.csv names more than one phase (a warm-up, then a
+    compressed phase): its bytes per step differ by orders of magnitude."""
+    if "phase" not in run.columns:
+        return False
+    col = run.columns.index("phase")
+    return len({row[col] for row in run.rows if col < len(row)}) > 1
+
+
+def log_axes(axes, runs, logx, linx):
+    """The x axes drawn logarithmic: all with --logx, none with --linx; by default the
+    bytes axis when some run changes phase (a linear axis squashes the compressed
+    phase's curve into the warm-up's first few bytes)."""
+    if logx or linx:
+        return set(axes) if logx else set()
+    return {x for x in axes if x.startswith("bytes_sent") and any(map(changes_phase, runs))}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="plot.py",
@@ -846,9 +921,13 @@ def main(argv=None):
     parser.add_argument("--title", help="figure title (default: the sweep's name, else the "
                                         "runs' names, and the metric)")
     parser.add_argument("--logy", action="store_true", help="logarithmic y axis")
-    parser.add_argument("--logx", action="store_true",
+    xscale = parser.add_mutually_exclusive_group()
+    xscale.add_argument("--logx", action="store_true",
                         help="logarithmic x axes (points at x <= 0 left out): a warm-up's "
                              "bytes no longer squash the compressed phase into a line")
+    xscale.add_argument("--linx", action="store_true",
+                        help="linear x axes throughout (by default the bytes axis is "
+                             "logarithmic when a run changes phase)")
     parser.add_argument("--where", action="append", default=[], metavar="PATH=VALUE",
                         help="keep only runs whose config has PATH=VALUE (PATH may be its last "
                              "part: freeze_step=120); repeat to combine (a path given twice "
@@ -873,7 +952,7 @@ def main(argv=None):
 
     title = args.title or default_title(args.dirs, runs, args.metric)
     out = draw(groups, varying, names, args.metric, axes, title, args.logy, args.smooth, prefix,
-               logx=args.logx)
+               log_axes=log_axes(axes, runs, args.logx, args.linx))
     print("plot: %d runs in %d curves" % (len(runs), len(groups)), file=sys.stderr)
     write_stdout("".join(p + "\n" for p in out))
     return 0

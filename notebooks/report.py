@@ -2,7 +2,8 @@
 """One self-contained report.html for a run, a sweep or a results tree (behind
 `bitlab report`).
 
-Usage: report.py [--out FILE] [--baseline RUN|PATH=VALUE] [--title T] [--metric M] DIR
+Usage: report.py [--out FILE] [--baseline RUN|PATH=VALUE[,PATH=VALUE...]]... [--title T]
+                 [--metric M] DIR
 
 The page embeds plotly.js (Debian's python3-plotly: only its scatter and bar traces,
 gzipped, plotly_bundle()) and all the data, so it opens from disk with no server and no
@@ -58,7 +59,7 @@ from bitlab_files import (InputError, check_out_folder, read_csv_dicts,  # noqa:
                           write_text_atomic)
 from plot import (BLOWUP_FACTOR, Run, find_runs, group_curve, group_runs,  # noqa: E402
                   read_number)
-from runs import human_bytes, human_duration, run_record  # noqa: E402
+from runs import human_bytes, human_duration, run_record, sim_time_text  # noqa: E402
 
 PLOTLY_MISSING = ("plotly is not installed for /usr/bin/python3: install the Debian package "
                   "python3-plotly (apt-get install python3-plotly)")
@@ -104,29 +105,57 @@ def sort_value(raw):
     return json.dumps(raw)
 
 
-def select_baseline(spec, runs, records):
-    """Indices of the baseline runs: a folder (relative to DIR or as given) or PATH=VALUE."""
-    if not spec:
+def select_baseline(specs, runs, records):
+    """Indices of the baseline runs: a run folder (relative to DIR or as given), or the runs
+    matching every PATH=VALUE pair given (--baseline repeated, or pairs joined by commas:
+    optimizer.name=adam,bias_correction=false)."""
+    if not specs:
         return []
-    # A run folder first (sweep folder names hold '=' too), then PATH=VALUE.
-    norm = os.path.normpath(spec)
-    hits = [i for i, rec in enumerate(records)
-            if os.path.normpath(rec["run"]) == norm or
-            os.path.realpath(rec["path"]) == os.path.realpath(spec)]
-    if not hits and "=" in spec:
-        path, text = spec.split("=", 1)
-        try:
-            value = json.loads(text)
-        except ValueError:
-            value = text
-        hits = [i for i, r in enumerate(runs)
-                if any(r.config.get(p) == value for p in r.config
-                       if p == path or p.endswith("." + path))]
+    if len(specs) == 1:  # a run folder first (sweep folder names hold '=' too)
+        norm = os.path.normpath(specs[0])
+        hits = [i for i, rec in enumerate(records)
+                if os.path.normpath(rec["run"]) == norm or
+                os.path.realpath(rec["path"]) == os.path.realpath(specs[0])]
+        if hits:
+            return hits
+    pairs = baseline_pairs(specs)
+    hits = [i for i, r in enumerate(runs) if all(matches(r, path, value) for path, value in pairs)]
     if not hits:
         raise InputError("--baseline %s: matches none of the %d runs (give a run folder below "
-                         "DIR, e.g. %s, or PATH=VALUE, e.g. optimizer.name=adam)"
-                         % (spec, len(runs), records[0]["run"]))
+                         "DIR, e.g. %s, or PATH=VALUE pairs, e.g. optimizer.name=adam,"
+                         "optimizer.bias_correction=false)"
+                         % (",".join(specs), len(runs), records[0]["run"]))
     return hits
+
+
+def baseline_pairs(specs):
+    """[(path, value)] from the --baseline values; a piece without '=' is bad input."""
+    pairs = []
+    for spec in specs:
+        pieces = spec.split(",")
+        # "a=[1,2]" holds commas of its own: split only where every piece is a pair
+        if not all("=" in p for p in pieces):
+            pieces = [spec]
+        for piece in pieces:
+            if "=" not in piece:
+                raise InputError("--baseline %s: not a run folder below DIR nor PATH=VALUE"
+                                 % spec)
+            path, text = piece.split("=", 1)
+            try:
+                value = json.loads(text)
+            except ValueError:
+                value = text
+            pairs.append((path.strip(), value))
+    return pairs
+
+
+def matches(run, path, value):
+    """The run's config (or its value as the sweep file wrote it: "15%") has path = value;
+    path may be a config path's last parts (bias_correction)."""
+    for source in (run.config, run.written):
+        if any(source.get(p) == value for p in source if p == path or p.endswith("." + path)):
+            return True
+    return False
 
 
 def mean(xs):
@@ -245,14 +274,29 @@ def html_table(table_id, head, rows, classes):
     return "\n".join(out)
 
 
-def settings_table(settings, metric, baseline):
+def column_names(records, base):
+    """What the speed-up and simulated-time columns measure: with no compute model the
+    simulated time is communication only ("comm-only speed-up"); with no time model the
+    speed-up is the bytes' ratio."""
+    timed = [r for r in records if r["sim_time_s"] is not None]
+    comm_only = bool(timed) and all(r.get("communication_only") for r in timed)
+    if base["time"]:
+        speed = "comm-only speed-up" if comm_only else "speed-up"
+    else:
+        speed = "speed-up in bytes (no time model)"
+    return {"speedup": speed,
+            "time": "simulated time (comm only)" if comm_only else "simulated time",
+            "twin": "comm-only speed-up vs twin" if comm_only else "speed-up vs twin"}
+
+
+def settings_table(settings, metric, baseline, names):
     """One row per setting: its seeds' mean final metric and, given a baseline, the gap
     with its spread over seeds and the speed-up."""
     head = [("label", "setting"), ("runs", "runs")]
     if baseline:
-        head += [("speedup", "speed-up"), ("gap", metric + " gap ± sd [range]")]
+        head += [("speedup", names["speedup"]), ("gap", metric + " gap ± sd [range]")]
     head += [("value", metric + " (mean ± sd)"), ("bytes", "bytes / worker"),
-             ("time", "simulated time")]
+             ("time", names["time"])]
     rows = []
     for st in settings:
         m, sd = st.value[0], st.value[1]
@@ -267,7 +311,7 @@ def settings_table(settings, metric, baseline):
     return html_table("settings", head, rows, classes)
 
 
-def runs_table(records, short, values, base, metric, baseline):
+def runs_table(records, short, values, base, metric, baseline, names):
     """One row per run: its short label (the full folder on hover), then the speed-up and
     the gap on `metric` next to it (so that no long name pushes them off the screen), then
     the rest."""
@@ -278,13 +322,13 @@ def runs_table(records, short, values, base, metric, baseline):
                 metrics.append(k)
     head = [("label", "run")]
     if baseline:
-        head += [("speedup", "speed-up"), ("gap", metric + " gap")]
+        head += [("speedup", names["speedup"]), ("gap", metric + " gap")]
     head += [("optimizer", "optimizer"), ("seed", "seed"), ("status", "status"),
              ("steps", "steps")] + [("metric", m) for m in metrics] + [
-        ("bytes", "bytes / worker"), ("time", "simulated time")]
+        ("bytes", "bytes / worker"), ("time", names["time"])]
     twins = any(rec.get("twin") for rec in records)
     if twins:  # runs with "baseline": "twin": their gaps to their own twin
-        head += [("twin", "speed-up vs twin"), ("twin", "bytes vs twin"),
+        head += [("twin", names["twin"]), ("twin", "bytes vs twin"),
                  ("twin", "loss gap vs twin")]
     rows = []
     for k, rec in enumerate(records):
@@ -297,7 +341,7 @@ def runs_table(records, short, values, base, metric, baseline):
                   (rec["status"], rec["status"]), (rec["steps"], rec["steps"])]
         cells += [(rec["final"].get(m), number(rec["final"].get(m), "%.4g")) for m in metrics]
         cells += [(rec["bytes_sent_per_worker"], human_bytes(rec["bytes_sent_per_worker"])),
-                  (rec["sim_time_s"], human_duration(rec["sim_time_s"]))]
+                  (rec["sim_time_s"], sim_time_text(rec))]
         if twins:
             twin = rec.get("twin") or {}
             speed, ratio = twin.get("speedup"), twin.get("bytes_ratio")
@@ -568,26 +612,55 @@ def sweep_warnings(d):
     return found
 
 
+NUMBER_RE = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
+
+
+def group_warnings(messages):
+    """[(text, where)] with messages equal but for their numbers as one, each number that
+    differs shown as its range ("29.1–36.4 % of the coordinates"), `where` the union of
+    theirs (None: the sweep file), in first-seen order; as bitlab sweep's summary groups
+    them (sim/lab/sweep_csv.cpp, group_warnings)."""
+    kinds = {}
+    for text, where in messages:
+        key = NUMBER_RE.sub("\x01", text)
+        kind = kinds.setdefault(key, {"numbers": [], "where": None, "text": text})
+        kind["numbers"].append(NUMBER_RE.findall(text))
+        if where is not None:
+            kind["where"] = (kind["where"] or []) + [k for k in where
+                                                      if k not in (kind["where"] or [])]
+    out = []
+    for key, kind in kinds.items():
+        parts = key.split("\x01")
+        text = parts[0]
+        for k, part in enumerate(parts[1:]):
+            values = [ns[k] for ns in kind["numbers"]]
+            low, high = min(values, key=float), max(values, key=float)
+            text += (low if float(low) == float(high) else low + "\u2013" + high) + part
+        out.append((text, kind["where"]))
+    return out
+
+
 def warnings_html(sweep, per_run, short):
-    """The page's first section: each message once, with the runs it came from (all of
-    them, or the first few by their short labels and the rest on hover)."""
-    messages = {}
-    for w in sweep:
-        messages.setdefault(w, None)
+    """The page's first section: each kind of message once (numbers that differ between
+    runs as their range), with the runs it came from (all of them, or the first few by
+    their short labels and the rest on hover)."""
+    messages = [(w, None) for w in dict.fromkeys(sweep)]
+    by_text = {}
     for k, ws in enumerate(per_run):
         for w in ws:
-            if messages.get(w, 0) is not None:
-                messages.setdefault(w, []).append(k)
+            if w not in sweep:
+                by_text.setdefault(w, []).append(k)
+    messages += list(by_text.items())
     if not messages:
         return ""
     items = []
-    for w, ks in messages.items():
+    for w, ks in group_warnings(messages):
         if ks is None:
             where = "the sweep file"
         elif len(ks) == len(short):
             where = "all %d runs" % len(ks)
         else:
-            names = [short[k] for k in ks]
+            names = [short[k] for k in sorted(ks)]
             where = "%d run%s: %s" % (len(ks), "" if len(ks) == 1 else "s", ", ".join(
                 shorten(n, NOTE_CHARS) for n in names[:3]) + (", …" if len(names) > 3 else ""))
             where = "<span title='%s'>%s</span>" % (esc("\n".join(names)), esc(where))
@@ -750,7 +823,9 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(prog="report.py", description=__doc__.split("\n")[0])
     parser.add_argument("dir", metavar="DIR")
     parser.add_argument("--out", help="the page (default DIR/report.html)")
-    parser.add_argument("--baseline", help="a run folder below DIR, or PATH=VALUE")
+    parser.add_argument("--baseline", action="append", default=[],
+                        help="a run folder below DIR, or PATH=VALUE pairs the baseline runs "
+                             "all match (repeat it, or join pairs with commas)")
     parser.add_argument("--title")
     parser.add_argument("--metric", default="train_loss",
                         help="metrics.csv column of the curves and the gap (default "
@@ -795,8 +870,10 @@ def main(argv=None):
         for i in st.indices:
             short[i] = st.label + ("" if len(st.indices) == 1 else
                                    " · seed %s" % records[i]["seed"])
-    table_html, nrows = runs_table(records, short, values, base, metric, baseline)
-    figures, traces = make_figures(go, settings, records, runs, short, metric)
+    names = column_names(records, base)
+    table_html, nrows = runs_table(records, short, values, base, metric, baseline, names)
+    figures, traces = make_figures(go, settings, records, runs, short, metric,
+                                   names["time"])
     parts = [FIGURE.format(heading=esc(heading), div="bitlab-figure-%d" % k,
                            height=FIGURE_HEIGHT,
                            spec=script_json(plotly.io.to_json(fig, validate=False)))
@@ -806,9 +883,10 @@ def main(argv=None):
     page = PAGE.format(
         title=esc(title), summary=summary_text(records, args.dir),
         warnings=warnings_html(found_sweep_warnings, per_run_warnings, short),
-        settings=settings_table(settings, metric, baseline), table=table_html,
+        settings=settings_table(settings, metric, baseline, names), table=table_html,
         curves_note=esc(curves_note(settings, metric)), figures="\n".join(parts),
-        traces=traces, rows=nrows, baseline_note=esc(baseline_note(short, baseline, metric)),
+        traces=traces, rows=nrows,
+        baseline_note=esc(baseline_note(short, baseline, metric, names["speedup"])),
         head_js=HEAD_JS, body_js=BODY_JS, plotly_packed=packed(plotlyjs),
         csp=esc(content_security_policy([HEAD_JS, plotlyjs, BODY_JS])))
     write_text_atomic(out, page)
@@ -823,9 +901,11 @@ def strip_seeds(label):
     return re.sub(r" \(\d+ seeds\)$", "", label)
 
 
-def make_figures(go, settings, records, runs, short, metric):
+def make_figures(go, settings, records, runs, short, metric, time_name):
     figures = []
     for x, title in LOSS_AXES:
+        if x == "sim_time_s":
+            title = time_name + " (s)"
         fig = loss_figure(go, settings, x, title, metric)
         if fig is not None:
             figures.append(("%s against %s" % (metric, title), fig))
@@ -849,17 +929,19 @@ def summary_text(records, d):
         "%d %s" % (n, s) for s, n in sorted(statuses.items())), os.path.abspath(d)))
 
 
-def baseline_note(short, baseline, metric):
+def baseline_note(short, baseline, metric, speed_name):
     if not baseline:
-        return "No baseline marked (bitlab report --baseline RUN or PATH=VALUE)."
-    return ("Baseline (highlighted): %s. Speed-up: the baseline's mean simulated time (bytes "
-            "where the runs have no time model) over the setting's or run's. %s gap: final %s "
+        return ("No baseline marked (bitlab report --baseline RUN, or PATH=VALUE pairs: "
+                "--baseline optimizer.name=adam,optimizer.bias_correction=false).")
+    return ("Baseline (highlighted): %s. " % ", ".join(
+                shorten(t, NOTE_CHARS) for t in
+                dict.fromkeys(short[i].split(" · seed ")[0] for i in baseline)) +
+            speed_name[0].upper() + speed_name[1:] + ": the baseline's mean simulated time "
+            "(bytes where the runs have no time model; communication only where they have no "
+            "compute model) over the setting's or run's. %s gap: final %s "
             "minus the baseline's mean final %s (final: summary.json's, else the last value "
             "in metrics.csv); for a setting, the mean over its seeds ± their sample standard "
-            "deviation [lowest, highest seed]." % (", ".join(
-                shorten(t, NOTE_CHARS) for t in
-                dict.fromkeys(short[i].split(" · seed ")[0] for i in baseline)),
-                metric, metric, metric))
+            "deviation [lowest, highest seed]." % (metric, metric, metric))
 
 
 def curves_note(settings, metric):

@@ -88,12 +88,30 @@ def run_record(run, root):
         "final": final,
         "bytes_sent_per_worker": (s.get("totals") or {}).get("bytes_sent_per_worker"),
         "sim_time_s": (s.get("time") or {}).get("sim_time_s"),
+        # no compute model: the simulated time is the communication's alone
+        "communication_only": comm_only(s),
         "wall_s": s.get("wall_s"),
         "warnings": run_warnings(run),
         # "baseline": "twin" runs: the gaps to the uncompressed twin (summary.json)
         "twin": s.get("baseline"),
         "path": run.path,
     }
+
+
+def comm_only(summary):
+    """True when the run's simulated time has no compute in it (summary.json's time.compute_s
+    is 0), None without a time model."""
+    time = summary.get("time") or {}
+    if time.get("sim_time_s") is None:
+        return None
+    compute = time.get("compute_s")
+    return isinstance(compute, (int, float)) and compute == 0
+
+
+def sim_time_text(record):
+    """The simulated time for people, "(comm only)" beside it when no compute is modelled."""
+    text = human_duration(record["sim_time_s"])
+    return text + " (comm only)" if text and record.get("communication_only") else text
 
 
 def run_warnings(run):
@@ -165,7 +183,7 @@ def print_table(records):
         rows.append([r["run"], str(r["optimizer"] or ""), options_text(key),
                      str(r["workers"] or ""), str(r["problem"] or ""), r["status"], steps] +
                     [number_text(r["final"].get(m)) for m in metrics] +
-                    [human_bytes(r["bytes_sent_per_worker"]), human_duration(r["sim_time_s"]),
+                    [human_bytes(r["bytes_sent_per_worker"]), sim_time_text(r),
                      human_duration(r["wall_s"]),
                      "%d (below)" % len(r["warnings"]) if r["warnings"] else ""])
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]

@@ -390,6 +390,167 @@ TEST_SUITE("cli") {
     CHECK(r.err.find("this is a sweep file (it has \"seeds\")") != std::string::npos);
   }
 
+  TEST_CASE("messages that point the right way (issue 47: names, sweeps, --set, cost, batch)") {
+    TempDir d;
+    const auto good = d.file("exp.json", kGood);
+    const auto out = d.path / "out";
+    // A name that cannot be a folder name: refused by name, with the rule, nothing created.
+    const auto long_name = d.file("long.json", R"({"base": "exp.json", "name": ")" +
+                                                   std::string(300, 'n') + R"("})");
+    Result r = run_bitlab(d, "run " + long_name + " --out " + out.string());
+    CHECK(r.status == 2);
+    CHECK_MESSAGE(r.err.find("is 300 bytes long: at most 200 (it names the results folder)") !=
+                      std::string::npos,
+                  r.err);
+    CHECK(r.err.find("bitlab: error: name = ") != std::string::npos);
+    CHECK_FALSE(fs::exists(out));
+    CHECK_FALSE(fs::exists(d.path / "results"));
+    const auto long_sweep =
+        d.file("ls.json", R"({"base": "exp.json", "name": ")" + std::string(201, 's') + R"("})");
+    r = run_bitlab(d, "sweep " + long_sweep + " --dry-run");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("is 201 bytes long: at most 200") != std::string::npos);
+    // An experiment given to sweep: said as such, not as "seed: did you mean seeds?".
+    r = run_bitlab(d, "sweep " + good + " --out " + out.string());
+    CHECK(r.status == 2);
+    CHECK_MESSAGE(r.err.find(good + ": this is an experiment (it has \"problem\" and no "
+                             "\"grid\", \"zip\" or \"seeds\"), not a sweep: run it with "
+                             "bitlab run") != std::string::npos,
+                  r.err);
+    CHECK(r.err.find("did you mean") == std::string::npos);
+    CHECK_FALSE(fs::exists(out));
+    // --set deepspeed_config=FILE, as files use it (relative to the working folder).
+    d.file("ds.json", R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4,
+      "optimizer": {"type": "Adam", "params": {"lr": 0.01}}})");
+    r = run_bitlab(d, "validate " + good + " --print --set deepspeed_config=ds.json",
+                   "cd " + d.path.string() + " &&");
+    CHECK_MESSAGE(r.status == 0, r.err);
+    CHECK(r.out.find("\"workers\": 4") != std::string::npos);
+    CHECK(r.err.find("--set deepspeed_config=ds.json: optimizer and cluster read from DeepSpeed "
+                     "config") != std::string::npos);
+    r = run_bitlab(d, "validate " + good + " --set deepspeed_config=nope.json",
+                   "cd " + d.path.string() + " &&");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("nope.json: no such file") != std::string::npos);
+    // cost: every missing field at once, each with its flag.
+    r = run_bitlab(d, "cost --params 1e6 --optimizer adam");
+    CHECK(r.status == 2);
+    CHECK_MESSAGE(r.err.find("3 required fields missing: workers (--workers N), steps (--steps "
+                             "N), network (--network PRESET or --network-file FILE)") !=
+                      std::string::npos,
+                  r.err);
+    // A batch larger than a worker's shard (256 samples over 4 workers: 64 each) warns.
+    r = run_bitlab(d, "run " + good + " --out " + out.string() +
+                          " --set cluster.batch_size=100000 --set steps=2");
+    CHECK(r.status == 0);
+    const std::string batch_warning =
+        "cluster.batch_size = 100000 is larger than a worker's shard (about 64 samples: 256 "
+        "training samples over 4 workers)";
+    CHECK_MESSAGE(r.err.find("bitlab: warning: " + batch_warning) != std::string::npos, r.err);
+    CHECK(slurp(out / "summary.json").find(batch_warning) != std::string::npos);
+    fs::remove_all(out);
+    r = run_bitlab(d, "run " + good + " --out " + out.string() +
+                          " --set cluster.batch_size=64 --set steps=2");
+    CHECK(r.status == 0);
+    CHECK(r.err.find("larger than a worker's shard") == std::string::npos);
+  }
+
+  TEST_CASE("a base chain too deep is one short line; a big padding names pad_multiple") {
+    TempDir d;
+    const std::string stem = "chain-" + std::string(40, 'x') + "-";
+    for (int k = 0; k < 70; ++k) {
+      d.file(stem + std::to_string(k) + ".json",
+             R"({"base": ")" + stem + std::to_string(k + 1) + R"(.json"})");
+    }
+    Result r = run_bitlab(d, "validate " + (d.path / (stem + "0.json")).string());
+    CHECK(r.status == 2);
+    CHECK(r.err.find("a chain of \"base\" files deeper than 64: ") != std::string::npos);
+    CHECK(r.err.find("-> ... (61 more) -> ") != std::string::npos);
+    // Said once: not wrapped by each of the 64 files ("base = ..." at most once).
+    CHECK(r.err.find("base = ") == std::string::npos);
+    CHECK_MESSAGE(r.err.size() < 1000, r.err);  // was one line of 6 kB
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    // optimizer.pad_multiple = 2^40 pads d = 6 (5 weights and the bias) to 2^40: named,
+    // with the fix (8n).
+    const auto pad = d.file("pad.json", R"({"name": "pad", "steps": 5,
+      "problem": {"name": "logistic", "dim": 5, "samples": 64},
+      "cluster": {"workers": 4, "batch_size": 8},
+      "optimizer": {"name": "onebit_adam", "pad_multiple": 1099511627776}})");
+    r = run_bitlab(d, "validate " + pad);
+    CHECK(r.status == 2);
+    CHECK_MESSAGE(r.err.find("bitlab: error: optimizer.pad_multiple = 1099511627776 pads d = 6 "
+                             "parameters to 1099511627776 (1.83e+11x)") != std::string::npos,
+                  r.err);
+    CHECK(r.err.find("set optimizer.pad_multiple = 8*n = 32") != std::string::npos);
+    CHECK(r.err.rfind("bitlab: error: cluster.workers", 0) == std::string::npos);
+  }
+
+  TEST_CASE("after the run: a loss that rose, communication slower than the twin's") {
+    TempDir d;
+    // 1-bit Adam with lr 0.1, eps 1e-8 and a 3-step warm-up on logistic regression: its
+    // 20-step mean loss rises from 0.585 to 0.807 without reaching the divergence line.
+    const auto rising = d.file("rising.json", R"({"name": "rising", "steps": 200,
+      "problem": {"name": "logistic", "dim": 20, "samples": 512},
+      "cluster": {"workers": 4, "batch_size": 16},
+      "optimizer": {"name": "onebit_adam", "lr": 0.1, "eps": 1e-8, "freeze_step": 3}})");
+    Result r = run_bitlab(d, "run " + rising + " --out " + (d.path / "rising").string());
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    const std::string rose = "train_loss rose without diverging: its 20-step mean rose from ";
+    CHECK_MESSAGE(r.err.find("bitlab: warning: " + rose) != std::string::npos, r.err);
+    CHECK(r.err.find("cause: ") != std::string::npos);
+    CHECK(slurp(d.path / "rising" / "summary.json").find(rose) != std::string::npos);
+    // The same run with a sound learning rate: no such warning.
+    r = run_bitlab(d, "run " + rising + " --out " + (d.path / "sound").string() +
+                          " --set optimizer.lr=0.01 --set optimizer.freeze_step=20");
+    REQUIRE(r.status == 0);
+    CHECK_MESSAGE(r.err.find("rose without diverging") == std::string::npos, r.err);
+
+    // LoCo's per-tensor two-stage exchange on 40 tensors over 2 nodes: half Adam's bytes,
+    // 20x its messages, and latency decides (0.185 s against 0.0093 s).
+    const auto loco = d.file("loco.json", R"({"name": "loco", "steps": 10,
+      "problem": {"name": "quadratic", "dim": 4000, "tensors": 40},
+      "cluster": {"workers": 16}, "optimizer": {"name": "loco", "lr": 0.01},
+      "network": {"preset": "ethernet_10g_a100x8"}})");
+    r = run_bitlab(d, "run " + loco + " --out " + (d.path / "loco").string());
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    CHECK_MESSAGE(r.err.find("exceeds the uncompressed twin's") != std::string::npos, r.err);
+    CHECK(r.err.find("latency decides, 6150 messages per worker against 300") !=
+          std::string::npos);
+    CHECK(r.err.find("(communication only: no compute model)") != std::string::npos);
+    const Json summary = Json::parse(slurp(d.path / "loco" / "summary.json"));
+    CHECK(summary["time"]["communication_only"] == true);
+    CHECK(summary["warnings"].dump().find("latency decides") != std::string::npos);
+    // Its twin (Adam, priced the same way) raises no such warning.
+    r = run_bitlab(d, "run " + loco + " --out " + (d.path / "adam").string() +
+                          " --set optimizer.name=adam");
+    REQUIRE(r.status == 0);
+    CHECK(r.err.find("exceeds the uncompressed twin's") == std::string::npos);
+  }
+
+  TEST_CASE("setup.sh path: bitlab on PATH by a link, or the one line to add") {
+    TempDir d;
+    d.file("build/bitlab", "#!/bin/sh\necho fake-bitlab\n");
+    fs::permissions(d.path / "build" / "bitlab", fs::perms::owner_all);
+    const std::string setup = "BITLAB_BUILD_DIR=" + (d.path / "build").string() + " bash " +
+                              (fs::path(BITLAB_SOURCE_DIR) / "setup.sh").string() + " path";
+    Result r = bitlab::testing::run_shell(d, "BITLAB_BIN_DIR=" + (d.path / "bin").string() + " " +
+                                                 setup);
+    CHECK_MESSAGE(r.status == 0, r.err);
+    CHECK(fs::read_symlink(d.path / "bin" / "bitlab") == d.path / "build" / "bitlab");
+    CHECK(r.err.find("setup: bitlab is on PATH: " + (d.path / "bin" / "bitlab").string()) !=
+          std::string::npos);
+    r = bitlab::testing::run_shell(d, "PATH=" + (d.path / "bin").string() + ":$PATH bitlab");
+    CHECK(r.out == "fake-bitlab\n");
+    // A folder it cannot write (a file stands in its way): the export line instead.
+    d.file("blocked", "");
+    r = bitlab::testing::run_shell(
+        d, "BITLAB_BIN_DIR=" + (d.path / "blocked" / "bin").string() + " " + setup);
+    CHECK(r.status == 0);
+    CHECK_MESSAGE(r.err.find("use: export PATH=\"" + (d.path / "build").string() + ":$PATH\"") !=
+                      std::string::npos,
+                  r.err);
+  }
+
   TEST_CASE("setup.sh stops on a build folder configured for another source tree") {
     TempDir d;
     const fs::path build = d.path / "build";

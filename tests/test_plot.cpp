@@ -249,9 +249,44 @@ TEST_SUITE("plot") {
     // (about 25 B to 1.5 kB); a linear axis is labelled 0B, 500B, 1kB, 1.5kB.
     CHECK_MESSAGE(svg.find("\n100B\n") != std::string::npos, svg);
     CHECK(svg.find("\n500B\n") == std::string::npos);
+    // By default the bytes axis is logarithmic too, since 1-bit Adam changes phase (its
+    // warm-up's bytes would squash the compressed phase); the step axis stays linear.
     r = run_bitlab(d, "plot " + out + " --out " + prefix);
     REQUIRE(r.status == 0);
+    std::string plain = svg_text(slurp(prefix + ".svg"));
+    CHECK_MESSAGE(plain.find("\n100B\n") != std::string::npos, plain);
+    CHECK(plain.find("\n500B\n") == std::string::npos);
+    CHECK(plain.find("\n15\n") != std::string::npos);  // steps 0, 15, 30: a linear axis
+    // The simulated time has no compute in it: its axis says so.
+    CHECK(plain.find("simulated time (communication only)") != std::string::npos);
+    r = run_bitlab(d, "plot " + out + " --out " + prefix + " --linx");
+    REQUIRE(r.status == 0);
     CHECK(svg_text(slurp(prefix + ".svg")).find("\n500B\n") != std::string::npos);
+    r = run_bitlab(d, "plot " + out + " --out " + prefix + " --linx --logx");
+    CHECK(r.status != 0);  // one or the other
+  }
+
+  TEST_CASE("a sweep's values as written: freeze_step=25% (step 10) in the legend") {
+    if (!have_matplotlib()) {
+      MESSAGE("skipped: matplotlib is not importable by /usr/bin/python3 (python3-matplotlib)");
+      return;
+    }
+    TempDir d;
+    const std::string sweep = d.file("sweep.json", R"({
+      "name": "pct", "base": {"steps": 40, "problem": {"name": "logistic", "dim": 5,
+        "samples": 256}, "cluster": {"workers": 4, "batch_size": 8},
+        "optimizer": {"name": "onebit_adam", "lr": 0.05}},
+      "grid": {"optimizer.freeze_step": ["25%", "50%"]}})");
+    const std::string out = (d.path / "pct").string();
+    Result r = run_bitlab(d, "sweep " + sweep + " --quiet --jobs 2 --out " + out);
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    CHECK(fs::exists(fs::path(out) / "run-001_optimizer.freeze_step=25%"));
+    const std::string prefix = (d.path / "fig").string();
+    r = run_bitlab(d, "plot " + out + " --out " + prefix);
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    const std::string svg = svg_text(slurp(prefix + ".svg"));
+    CHECK_MESSAGE(svg.find("\n25% (step 10)\n") != std::string::npos, svg);
+    CHECK(svg.find("\n50% (step 20)\n") != std::string::npos);
   }
 
   TEST_CASE("a run that blew up is cut, marked and kept out of the y limits") {

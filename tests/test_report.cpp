@@ -178,8 +178,9 @@ TEST_SUITE("report") {
     Result r = run_bitlab(d, "runs " + tree.string());
     REQUIRE(r.status == 0);
     CHECK(r.err.find("3 runs") != std::string::npos);
+    // " ms (comm only)": the runs are timed without a compute model.
     for (const char* s : {"adam-a", "adam-b", "onebit", "onebit_adam", "lr=0.01", "completed",
-                          "40/40", "logistic", " kB", " ms"}) {
+                          "40/40", "logistic", " kB", " ms (comm only)"}) {
       CHECK_MESSAGE(r.out.find(s) != std::string::npos, s, "\n", r.out);
     }
     r = run_bitlab(d, "runs " + tree.string() + " --json");
@@ -495,6 +496,69 @@ TEST_SUITE("report") {
                        shot.string() + " 'file://" + page.string() + "' >/dev/null 2>&1");
       CHECK(fs::exists(shot));
       MESSAGE("screenshot: " << shot.string());
+    }
+  }
+
+  TEST_CASE("a sweep in the user's words: values as written, grouped warnings, comm-only") {
+    if (!have("/usr/bin/python3 -c 'import plotly'")) {
+      MESSAGE("skipped: plotly is not importable by /usr/bin/python3 (python3-plotly)");
+      return;
+    }
+    // 1-bit Adam with a warm-up of 15 % or 40 % of 40 steps, timed without compute; each
+    // run also gets a warning whose number differs ("... 100 ..." and "... 150 ...").
+    TempDir d;
+    const std::string sweep = d.file("s.json", R"({"name": "pct",
+      "base": {"steps": 40, "problem": {"name": "logistic", "dim": 5, "samples": 256},
+        "cluster": {"workers": 4, "batch_size": 8},
+        "optimizer": {"name": "onebit_adam", "lr": 0.05, "bias_correction": false},
+        "network": {"preset": "ethernet_10g_a100x8"}},
+      "grid": {"optimizer.freeze_step": ["15%", "40%"], "optimizer.bias_correction": [false, true]}})");
+    const fs::path out = d.path / "pct";
+    Result r = run_bitlab(d, "sweep " + sweep + " --quiet --jobs 2 --out " + out.string());
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    int k = 0;
+    for (const auto& e : fs::directory_iterator(out)) {
+      if (!fs::exists(e.path() / "summary.json")) continue;
+      Json summary = Json::parse(slurp(e.path() / "summary.json"));
+      summary["warnings"].push_back("a planted warning of run " + std::to_string(100 + 50 * k++) +
+                                    " steps");
+      put_file(e.path() / "summary.json", summary.dump());
+    }
+    REQUIRE(k == 4);
+    // Several PATH=VALUE pairs select the baseline: all must match (a value as written too).
+    r = run_bitlab(d, "report " + out.string() +
+                          " --baseline optimizer.freeze_step=15%,bias_correction=true");
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    const fs::path page = out / "report.html";
+    const std::string html = slurp(page);
+    CHECK(count(html, "<tr class='baseline'>") == 2);  // its setting and its one run
+    CHECK(html.find("Baseline (highlighted): bias_correction=true, fr") != std::string::npos);
+    CHECK(html.find("title='bias_correction=true, freeze_step=15% (step 6)'") !=
+          std::string::npos);
+    // The columns say what they measure: no compute model, so communication only.
+    CHECK(html.find(">comm-only speed-up<") != std::string::npos);
+    CHECK(html.find(">simulated time (comm only)<") != std::string::npos);
+    CHECK(html.find(">speed-up<") == std::string::npos);
+    // One warning of one kind, its differing number as a range, all four runs.
+    CHECK_MESSAGE(html.find("<li>a planted warning of run 100\u2013250 steps <span class='note'>"
+                            "(all 4 runs)</span></li>") != std::string::npos,
+                  html.substr(html.find("id='warnings'"), 600));
+    // 1-bit Adam on this tiny problem: more messages than its twin, and latency decides;
+    // said once for the four runs, their times as a range.
+    const std::string warned = html.substr(html.find("id='warnings'"),
+                                           html.find("<h2>Settings") - html.find("id='warnings'"));
+    CHECK(count(warned, "exceeds the uncompressed twin") == 1);
+    CHECK(warned.find("onebit_adam with compression none priced on the same network") !=
+          std::string::npos);
+    // Two pairs of which one matches no run: bad input, naming both.
+    r = run_bitlab(d, "report " + out.string() + " --out " + (d.path / "x.html").string() +
+                          " --baseline optimizer.freeze_step=15% --baseline seed=99");
+    check_stopped(r, 2, "--baseline optimizer.freeze_step=15%,seed=99: matches none");
+    if (access("/usr/bin/chromium", X_OK) == 0) {
+      const std::string dom = dump_dom(d, page);
+      CHECK(attribute(dom, "data-errors") == "[]");
+      CHECK(attribute(dom, "data-rows") == "4");
+      screenshot(d, page, "report-values-as-written.png");
     }
   }
 

@@ -20,6 +20,7 @@
 #include "sim/core/files.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/lab/sweep.hpp"
+#include "sim/lab/sweep_csv.hpp"
 #include "tests/cli_fixtures.hpp"
 
 namespace fs = std::filesystem;
@@ -156,6 +157,50 @@ TEST_SUITE("sweep") {
     CHECK(one.name == "solo");
     REQUIRE(one.runs.size() == 1);
     CHECK(one.runs[0].dir_name == "run-001");
+  }
+
+  TEST_CASE("values as written: \"15%\" in labels and folder names, the step beside it") {
+    TempDir d;
+    const std::string base = R"("base": {"steps": 600, "problem": {"name": "quadratic", "dim": 4},
+               "optimizer": {"name": "onebit_adam"}})";
+    auto spec = bitlab::resolve_sweep(
+        Json::parse("{" + base + R"(, "grid": {"optimizer.freeze_step": ["15%", 120]}})"),
+        d.path.string(), "pct", false);
+    REQUIRE(spec.runs.size() == 2);
+    CHECK(spec.runs[0].dir_name == "run-001_optimizer.freeze_step=15%");
+    CHECK(spec.runs[0].label == "optimizer.freeze_step=15% (step 90)");
+    CHECK(spec.runs[0].value_texts[0] == "15%");  // sweep.csv's cell: as written
+    CHECK(spec.runs[1].label == "optimizer.freeze_step=120");
+    // Inside a swept object too: its key's value as written, the step beside it.
+    spec = bitlab::resolve_sweep(Json::parse("{" + base + R"(, "zip": {"optimizer": [
+        {"name": "zero_one_adam", "var_freeze_step": "10%"}, {"name": "adam"}]}})"),
+                                 d.path.string(), "pct", false);
+    REQUIRE(spec.runs.size() == 2);
+    CHECK_MESSAGE(spec.runs[0].label == "optimizer=zero_one_adam var_freeze_step=10% (step 60)",
+                  spec.runs[0].label);
+    CHECK(spec.runs[0].dir_name.find("var_freeze_step=10%") != std::string::npos);
+    CHECK(spec.runs[1].label == "optimizer=adam");
+  }
+
+  TEST_CASE("warnings grouped by kind: a number that differs between runs as its range") {
+    using bitlab::group_warnings;
+    const std::string a = "at the switch (step 90) ", b = "% of the coordinates have sqrt(v) "
+                                                          "below eps = 1e-08";
+    const auto groups = group_warnings({{1, {a + "29.1" + b, "fp32 wire"}},
+                                        {2, {a + "36.4" + b}},
+                                        {3, {a + "30" + b, "fp16 wire"}}});
+    REQUIRE(groups.size() == 3);
+    CHECK(groups[0].text == a + "29.1\u2013" + "36.4" + b);
+    CHECK(groups[0].runs == std::vector<int>{1, 2, 3});
+    // Numbers inside words ("fp32", "fp16") are words: two kinds, one run each.
+    CHECK(groups[1].text == "fp32 wire");
+    CHECK(groups[2].text == "fp16 wire");
+    CHECK(groups[2].runs == std::vector<int>{3});
+    // The same number everywhere stays as it is; a run's warning counted once per run.
+    const auto same = group_warnings({{4, {"eps = 1e-08 x 2", "eps = 1e-08 x 3"}}});
+    REQUIRE(same.size() == 1);
+    CHECK(same[0].text == "eps = 1e-08 x 2\u20133");
+    CHECK(same[0].runs == std::vector<int>{4});
   }
 
   TEST_CASE("a bad sweep exits 2, names the path or the run, and creates no folder") {
@@ -474,12 +519,13 @@ TEST_SUITE("sweep") {
     REQUIRE(warned.size() >= 1);
     const std::string first = warned[0].get<std::string>();
     CHECK(first.find("never compresses") != std::string::npos);
-    // The summary: each distinct warning once, with its count and runs.
-    CHECK_MESSAGE(r.err.find("warnings (" + std::to_string(warned.size()) +
-                             " distinct, in 2 of 4 runs; sweep.csv's warnings column):") !=
-                      std::string::npos,
+    // The summary: each kind of warning once, with its count and runs.
+    CHECK_MESSAGE(r.err.find("warnings (" + std::to_string(warned.size()) + " kind" +
+                             (warned.size() == 1 ? "" : "s") +
+                             ", in 2 of 4 runs; sweep.csv's warnings column has each run's "
+                             "own):") != std::string::npos,
                   r.err);
-    CHECK(r.err.find("2 runs (runs 3, 4): " + first) != std::string::npos);
+    CHECK(r.err.find("in 2 runs (runs 3, 4): " + first) != std::string::npos);
     // sweep.csv: the last column, the run's warnings joined by " | ", empty for adam.
     std::istringstream csv(slurp(out / "sweep.csv"));
     std::string line;

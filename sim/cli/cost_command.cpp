@@ -23,6 +23,37 @@ struct CostFlags {
   bool json = false;
 };
 
+// Every required field the spec and the flags leave out, in one message
+// (resolve_cost_request names only the first). An experiment file ("problem")
+// is priced as it stands: its own checks apply.
+void check_cost_fields(const Json& file, const std::vector<CostOverride>& overrides) {
+  if (!file.is_object() || file.contains("problem")) return;
+  Json probe = file;
+  for (const auto& o : overrides) {
+    try {
+      apply_set(probe, o.assignment);
+    } catch (const ConfigError&) {
+      // a bad value: resolve_cost_request names it
+    }
+  }
+  const std::pair<const char*, const char*> kRequired[] = {
+      {"params", "--params N"},
+      {"workers", "--workers N"},
+      {"steps", "--steps N"},
+      {"network", "--network PRESET or --network-file FILE"},
+      {"optimizer", "--optimizer NAME"}};
+  std::vector<std::string> missing;
+  for (const auto& [key, how] : kRequired) {
+    if (!probe.contains(key)) missing.push_back(std::string(key) + " (" + how + ")");
+  }
+  if (missing.size() < 2) return;
+  std::string list;
+  for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+  throw ConfigError(std::to_string(missing.size()) + " required fields missing: " + list +
+                        "; give them in the spec file or as these flags",
+                    missing.front().substr(0, missing.front().find(' ')));
+}
+
 int run_cost(const CostFlags& f) {
   // The flags, then the --set overrides, in order: each is a path=value
   // applied as run applies --set (resolve_cost_request).
@@ -47,6 +78,7 @@ int run_cost(const CostFlags& f) {
   flag(f.step_ms, "compute.step_ms", "--step-ms");
   flag(f.accumulation, "compute.gradient_accumulation_steps", "--gradient-accumulation-steps");
   for (const auto& s : f.sets) overrides.push_back({s, "--set " + s});
+  check_cost_fields(file, overrides);
   const CostSpec spec = resolve_cost_request(std::move(file), overrides);
   const CostReport report = estimate_cost(spec);
   if (f.json) {

@@ -1,5 +1,5 @@
 // `bitlab plot RUN_OR_SWEEP_DIR... [--metric M] [--x X] [--out PREFIX] [--title T]
-// [--logx] [--logy] [--where PATH=VALUE]... [--smooth N]`: a thin wrapper that runs
+// [--logx | --linx] [--logy] [--where PATH=VALUE]... [--smooth N]`: a thin wrapper that runs
 // notebooks/plot.py with Debian's /usr/bin/python3 (and its python3-matplotlib)
 // and passes its exit status through (sim/cli/python_script.hpp). The script
 // does the work (finding runs, labels, seed bands, colours, PNG/SVG/PDF) and
@@ -21,6 +21,7 @@ struct PlotFlags {
   std::vector<std::string> where;
   int smooth = 0;
   bool logx = false;
+  bool linx = false;
   bool logy = false;
 };
 
@@ -36,6 +37,7 @@ int run_plot(const PlotFlags& f) {
   option("--out", f.out);
   option("--title", f.title);
   if (f.logx) args.emplace_back("--logx");
+  if (f.linx) args.emplace_back("--linx");
   if (f.logy) args.emplace_back("--logy");
   for (const auto& w : f.where) option("--where", w);
   if (f.smooth != 0) option("--smooth", std::to_string(f.smooth));
@@ -73,9 +75,13 @@ Subcommand add_plot_command(CLI::App& app) {
                   "write PREFIX.png, PREFIX.svg and PREFIX.pdf (default: FIRST_DIR/plot, or "
                   "FIRST_DIR/plot-METRIC)");
   cmd->add_option("--title", f->title, "figure title");
-  cmd->add_flag("--logx", f->logx,
-                "logarithmic x axes (points at x <= 0 left out): a warm-up's bytes no longer "
-                "squash the compressed phase into a line");
+  auto* logx = cmd->add_flag("--logx", f->logx,
+                             "logarithmic x axes (points at x <= 0 left out): a warm-up's bytes "
+                             "no longer squash the compressed phase into a line");
+  cmd->add_flag("--linx", f->linx,
+                "linear x axes throughout (by default the bytes axis is logarithmic when a run "
+                "changes phase)")
+      ->excludes(logx);
   cmd->add_flag("--logy", f->logy, "logarithmic y axis");
   cmd->add_option("--where", f->where,
                   "keep only runs whose config has PATH=VALUE (PATH may be its last part, e.g. "

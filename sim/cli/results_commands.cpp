@@ -1,5 +1,5 @@
 // `bitlab runs [DIR] [--csv|--json]` and `bitlab report DIR [--out FILE]
-// [--baseline RUN] [--metric M]`: the overview of a results tree and its interactive page.
+// [--baseline RUN|PATH=VALUE[,PATH=VALUE...]]... [--metric M]`: the overview of a results tree and its interactive page.
 // Thin wrappers around notebooks/runs.py and notebooks/report.py, run with
 // Debian's /usr/bin/python3 (sim/cli/python_script.hpp); they read run and
 // sweep folders with notebooks/plot.py's functions.
@@ -20,7 +20,8 @@ struct RunsFlags {
 };
 
 struct ReportFlags {
-  std::string dir, out, baseline, title, metric;
+  std::string dir, out, title, metric;
+  std::vector<std::string> baseline;
 };
 
 }  // namespace
@@ -59,20 +60,24 @@ Subcommand add_report_command(CLI::App& app) {
   cmd->footer(
       "The page embeds plotly.js (Debian's python3-plotly) and the data: it opens from disk "
       "without a server or network. With --baseline, the runs table gives each run's speed-up "
-      "(the baseline's simulated time, else bytes, over the run's) and loss gap (final "
-      "train_loss minus the baseline's). See docs/results.md.");
+      "(the baseline's simulated time, else bytes, over the run's; \"comm-only\" when no run "
+      "models compute) and loss gap (final train_loss minus the baseline's). See "
+      "docs/results.md.");
   cmd->add_option("dir", f->dir, "a run folder, a sweep folder or a results tree")->required();
   cmd->add_option("--out", f->out, "the page to write (default DIR/report.html)");
   cmd->add_option("--baseline", f->baseline,
                   "the runs the others are compared with: a run folder's path below DIR, or "
-                  "PATH=VALUE on the config (e.g. optimizer.name=adam; several runs: their mean)");
+                  "PATH=VALUE pairs on the config that the runs all match (repeat the flag, or "
+                  "join them with commas: optimizer.name=adam,optimizer.bias_correction=false; "
+                  "several runs: their mean)")
+      ->allow_extra_args(false);
   cmd->add_option("--title", f->title, "page title (default: the sweep's or folder's name)");
   cmd->add_option("--metric", f->metric,
                   "metrics.csv column of the curves (default train_loss; e.g. train_loss_full)");
   return {cmd, [f]() {
             std::vector<std::string> args;
             if (!f->out.empty()) args.push_back("--out=" + f->out);
-            if (!f->baseline.empty()) args.push_back("--baseline=" + f->baseline);
+            for (const auto& b : f->baseline) args.push_back("--baseline=" + b);
             if (!f->title.empty()) args.push_back("--title=" + f->title);
             if (!f->metric.empty()) args.push_back("--metric=" + f->metric);
             args.emplace_back("--");

@@ -339,6 +339,11 @@ Json resolve_named(const Json& raw, const std::string& section,
   return entry->resolve(obj, section);
 }
 
+// An experiment's "name" names its results folder: file systems take 255
+// bytes a name (NAME_MAX); 200 keeps room for a temporary suffix. (A sweep's
+// name has the same rule: sim/lab/sweep_spec.cpp, read_name.)
+constexpr size_t kMaxNameBytes = 200;
+
 Experiment resolve_inner(const Json& raw, const std::string& default_name) {
   if (!raw.is_object()) config_fail("", raw, "an experiment must be a JSON object");
   Experiment e;
@@ -352,6 +357,11 @@ Experiment resolve_inner(const Json& raw, const std::string& default_name) {
   }
   if (e.run.name.empty() || e.run.name[0] == '.') {
     config_fail("name", Json(e.run.name), "must not be empty or start with '.'");
+  }
+  if (e.run.name.size() > kMaxNameBytes) {
+    config_fail("name", Json(e.run.name),
+                "is " + std::to_string(e.run.name.size()) + " bytes long: at most " +
+                    std::to_string(kMaxNameBytes) + " (it names the results folder)");
   }
   e.problem = resolve_named(raw, "problem", problem_registry());
   Json with_steps = raw;
@@ -517,22 +527,50 @@ std::string bounded_message(const std::string& text) {
   return text.substr(0, head) + " [...] " + text.substr(tail);
 }
 
+// An error about the chain as a whole (a cycle, too deep): said once, from the
+// file given, not wrapped again by every file of the chain (64 wrappings made
+// one line of 6 kB).
+class BaseChainError : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+};
+
+// "a -> b -> c", or with more than 6 files "a -> b -> ... (60 more) -> y -> z".
+std::string chain_text(const std::vector<std::string>& chain, const std::string& last) {
+  std::vector<std::string> files = chain;
+  files.push_back(last);
+  std::string text;
+  const size_t n = files.size();
+  for (size_t k = 0; k < n; ++k) {
+    if (n > 6 && k == 2) {
+      text += " -> ... (" + std::to_string(n - 4) + " more)";
+      k = n - 3;
+      continue;
+    }
+    text += (k ? " -> " : "") + files[k];
+  }
+  return text;
+}
+
 Json load_with_bases(const std::string& path, std::vector<std::string>& chain,
                      std::vector<std::string>* notes) {
   std::error_code ec;
   const std::string canonical = std::filesystem::weakly_canonical(path, ec).string();
   for (const auto& seen : chain) {
     if (seen == canonical) {
-      std::string cycle;
-      for (const auto& c : chain) cycle += c + " -> ";
-      throw ConfigError(bounded_message(path + ": \"base\" makes a cycle: " + cycle + canonical));
+      throw BaseChainError(bounded_message(chain.front() + ": \"base\" makes a cycle: " +
+                                           chain_text(chain, canonical)),
+                           "base");
     }
   }
   // Each base is one more level of recursion (30,000 overflowed the stack).
   if (chain.size() >= static_cast<size_t>(kMaxBaseDepth)) {
-    throw ConfigError(path + ": a chain of \"base\" files deeper than " +
-                      std::to_string(kMaxBaseDepth) + " (from " + chain.front() +
-                      "); an experiment needs a few");
+    throw BaseChainError(bounded_message(
+                             chain.front() + ": a chain of \"base\" files deeper than " +
+                             std::to_string(kMaxBaseDepth) + ": " + chain_text(chain, canonical) +
+                             "; an experiment needs a few: make a file near the start a whole "
+                             "experiment"),
+                         "base");
   }
   chain.push_back(canonical);
   Json raw = load_json_file(path);
@@ -563,6 +601,8 @@ Json load_with_bases(const std::string& path, std::vector<std::string>& chain,
   Json merged;
   try {
     merged = load_with_bases(base_path.string(), chain, notes);
+  } catch (const BaseChainError&) {
+    throw;
   } catch (const ConfigError& e) {
     throw ConfigError(
         bounded_message(path + ": base = " + show_value(base_value) + ": " + e.what()), "base");
@@ -607,7 +647,19 @@ Experiment load_experiment(const std::string& file, const std::vector<std::strin
   std::vector<std::string> notes;
   Json raw = load_experiment_file(file, &notes);
   for (const auto& u : unsets) apply_unset(raw, u);
-  for (const auto& s : sets) apply_override(raw, s, "--set " + s, notes);
+  for (const auto& s : sets) {
+    const std::string ds_key = "deepspeed_config=";
+    if (s.rfind(ds_key, 0) == 0) {
+      // As in a file: the DeepSpeed config fills in, what is set already wins;
+      // a relative path is relative to the working folder.
+      const std::string ds_file = s.substr(ds_key.size());
+      raw["deepspeed_config"] =
+          ds_file.empty() ? ds_file : std::filesystem::absolute(ds_file).string();
+      raw = with_deepspeed_config("--set " + s, std::move(raw), &notes);
+      continue;
+    }
+    apply_override(raw, s, "--set " + s, notes);
+  }
   Experiment e = resolve_experiment(raw, std::filesystem::path(file).stem().string(), sets);
   e.notes = std::move(notes);
   return e;

@@ -197,6 +197,24 @@ void say_warning(const RunContext& run, const std::string& text) {
   }
 }
 
+// A batch larger than a worker's shard: each batch repeats the shard's
+// samples (the sampler goes round it), which is rarely what was meant.
+std::string batch_size_warning(const RunContext& run) {
+  const ClusterOptions& c = run.experiment.cluster;
+  const size_t samples = run.sim.problem().num_train();
+  if (c.batch_size.full || samples == 0 || c.workers < 1) return "";
+  const bool replicated = c.sharding == "replicated";
+  const size_t shard = replicated ? samples : samples / static_cast<size_t>(c.workers);
+  if (static_cast<uint64_t>(c.batch_size.samples) <= shard) return "";
+  return "cluster.batch_size = " + std::to_string(c.batch_size.samples) +
+         " is larger than a worker's shard (about " + std::to_string(shard) + " samples: " +
+         (replicated ? std::string("the whole training set")
+                     : std::to_string(samples) + " training samples over " +
+                           std::to_string(c.workers) + " workers") +
+         "): each batch repeats the shard's samples; use a batch_size of at most " +
+         std::to_string(shard) + " or \"full\"";
+}
+
 // Before the first step: the configuration's notes (options an optimizer
 // switch dropped) and the optimizer's warnings about this run's settings.
 void start_warnings(const RunContext& run, RunTally& tally) {
@@ -204,6 +222,8 @@ void start_warnings(const RunContext& run, RunTally& tally) {
   for (auto& w : run.sim.optimizer().warnings(run.experiment.run.steps)) {
     tally.warnings.push_back(std::move(w));
   }
+  const std::string batch = batch_size_warning(run);
+  if (!batch.empty()) tally.warnings.push_back(batch);
   for (const auto& w : tally.warnings) say_warning(run, w);
   // Not a setting of the experiment (the bits do not depend on it): said, not
   // kept in the summary.

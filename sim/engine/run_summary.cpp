@@ -7,6 +7,12 @@
 
 namespace bitlab::run_parts {
 
+// run_diagnostics.cpp: after a completed run, on rank 0, the warnings about
+// a run that went wrong without diverging (its loss rising, far above its
+// twin's) or whose simulated communication is slower than its twin's.
+std::vector<std::string> end_of_run_warnings(const RunContext& run, const RunTally& tally,
+                                             const Json& summary);
+
 namespace {
 
 Json final_metrics(const RunContext& run, const RunTally& tally) {
@@ -52,7 +58,10 @@ Json simulated_time(const RunContext& run, const RunTally& tally) {
           {"sim_time_s", last.sim_time_s},
           {"samples_per_s", last.sim_time_s > 0 ? samples * last.step / last.sim_time_s : 0.0},
           {"compute_s", compute_s},
-          {"comm_s", comm_s}};
+          {"comm_s", comm_s},
+          // No compute model (no compute section, or one that costs nothing):
+          // the simulated time is the communication's alone.
+          {"communication_only", compute_s == 0.0}};
 }
 
 // The MPI backend's measurements. Every rank takes part (a max over ranks).
@@ -175,7 +184,10 @@ void report(const RunContext& run, const RunTally& tally, const Json& baseline) 
   std::fprintf(stderr, "\n  sent %s per worker in %zu collectives",
                human_bytes(last.bytes_sent_cum).c_str(), run.sim.collectives());
   if (run.timed) {
-    std::fprintf(stderr, ", simulated time %s", human_duration(last.sim_time_s).c_str());
+    double compute_s = 0;
+    for (const auto& [name, v] : tally.phases) compute_s += v.compute_s;
+    std::fprintf(stderr, ", simulated time %s%s", human_duration(last.sim_time_s).c_str(),
+                 compute_s == 0.0 ? " (communication only: no compute model)" : "");
   }
   std::fprintf(stderr, "\n");
   if (tally.status == RunStatus::kDiverged) {
@@ -249,6 +261,10 @@ int exit_status_of_summary(const Json& summary) {
 int finish_run(const RunContext& run, const RunTally& tally, const Json& twin) {
   Json summary = make_summary(run, tally);
   if (!twin.is_null()) summary["baseline"] = twin_comparison(summary, twin);
+  for (const auto& w : end_of_run_warnings(run, tally, summary)) {
+    say_warning(run, w);
+    summary["warnings"].push_back(w);
+  }
   const int exit_status = exit_status_of(tally);
   if (!run.writer) return exit_status;
   if (tally.status == RunStatus::kFailed) {

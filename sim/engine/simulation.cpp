@@ -3,13 +3,52 @@
 #include "sim/engine/gradient_error.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
+#include "sim/collectives/onebit_allreduce.hpp"
 #include "sim/kernels/reduce.hpp"
 
 namespace bitlab {
+
+namespace {
+
+// The 1-bit allreduce pads d to a multiple of n·lcm(n, 8) by default (the
+// reference's padding, sim/collectives/onebit_allreduce.hpp), 16x a small
+// model at 4096 workers; a memory refusal caused by that padding (or by a
+// large optimizer.pad_multiple) names it and the fix, not cluster.workers.
+[[noreturn]] void rethrow_blaming_padding(const ConfigError& e, const Json& optimizer, size_t dim,
+                                          int workers) {
+  if (!optimizer.contains("pad_multiple") || optimizer.value("compression", "") == "none" ||
+      dim == 0 || workers < 1) {
+    throw e;
+  }
+  const Json& given = optimizer["pad_multiple"];
+  const uint64_t multiple = given.is_number_unsigned() || given.is_number_integer()
+                                ? given.get<uint64_t>()
+                                : 0;
+  const uint64_t m = multiple ? multiple : onebit_reference_pad_multiple(workers);
+  const long double padded = std::ceil(static_cast<long double>(dim) / m) * m;
+  const long double factor = padded / static_cast<long double>(dim);
+  if (factor < 2) throw e;
+  char buf[64], padded_text[64];
+  std::snprintf(buf, sizeof buf, "%.3Lg", factor);
+  std::snprintf(padded_text, sizeof padded_text, "%.0Lf", padded);
+  const uint64_t fix = 8 * static_cast<uint64_t>(workers);
+  throw ConfigError(
+      std::string("optimizer.pad_multiple = ") + std::to_string(multiple) +
+          (multiple ? "" : " (the reference's padding, n*lcm(n, 8) = " + std::to_string(m) + ")") +
+          " pads d = " + std::to_string(dim) + " parameters to " +
+          padded_text + " (" + buf +
+          "x) in the 1-bit allreduce's buffers, which makes the run too large: set "
+          "optimizer.pad_multiple = 8*n = " + std::to_string(fix) +
+          " (the smallest that keeps the chunks whole bytes); the memory check said: " + e.what(),
+      "optimizer.pad_multiple");
+}
+
+}  // namespace
 
 Simulation::Simulation(const Experiment& experiment, Transport* transport)
     : Simulation(experiment, transport, nullptr) {}
@@ -62,8 +101,12 @@ Simulation::Simulation(const Experiment& experiment, Transport* transport,
     const uint64_t optimizer_bytes = optimizer_->planned_state_bytes(
         {workers, comm_.local_workers().size(), problem_->dim(), gpus_per_node,
          &problem_->tensors()});
-    cluster_ = std::make_unique<Cluster>(experiment.cluster, *problem_, experiment.run.seed,
-                                         comm_.local_workers(), streamed, optimizer_bytes);
+    try {
+      cluster_ = std::make_unique<Cluster>(experiment.cluster, *problem_, experiment.run.seed,
+                                           comm_.local_workers(), streamed, optimizer_bytes);
+    } catch (const ConfigError& e) {
+      rethrow_blaming_padding(e, experiment.optimizer, problem_->dim(), workers);
+    }
   });
   if (timed_) cluster_->set_gpus_per_node(gpus_per_node);
   optimizer_->setup(*cluster_);

@@ -234,12 +234,23 @@ void write_rate_csv(const SweepSpec& spec, const std::vector<RateRun>& runs, con
   std::string csv = "run";
   for (const auto& a : o.axes) csv += "," + a.path;
   csv += ",seed,lr,status,error,dir\n";
+  // Cells appended one by one: GCC 12 at -O3 warns (-Wstringop-overflow,
+  // -Wrestrict) about `"literal" + std::string&&` (operator+ inserting at
+  // the front of the temporary) once inlined here, a known false positive
+  // (GCC bugs 105329, 105651); appending says the same without it.
+  const auto cell = [&csv](const std::string& text) {
+    csv += ',';
+    csv += text;
+  };
   for (size_t i = 0; i < runs.size(); ++i) {
     csv += std::to_string(spec.runs[i].index);
-    for (double x : runs[i].x) csv += "," + fmt(x, "%.10g");
-    csv += "," + std::to_string(runs[i].seed) + "," +
-           fmt(spec.runs[i].config.at("optimizer").value("lr", std::nan("")), "%.6g") + "," +
-           runs[i].status + "," + fmt(runs[i].error, "%.8g") + "," + spec.runs[i].dir_name + "\n";
+    for (double x : runs[i].x) cell(fmt(x, "%.10g"));
+    cell(std::to_string(runs[i].seed));
+    cell(fmt(spec.runs[i].config.at("optimizer").value("lr", std::nan("")), "%.6g"));
+    cell(runs[i].status);
+    cell(fmt(runs[i].error, "%.8g"));
+    cell(spec.runs[i].dir_name);
+    csv += '\n';
   }
   write_text_atomic(path.string(), csv);
 }
@@ -285,18 +296,21 @@ Json describe_fit(const RateFit& fit, const Experiment& base, const RateOptions&
 // The goodness-of-fit lines under the table, and the flag.
 void print_check(const RateFit& fit, const RateOptions& o) {
   const PowerLawCheck& c = fit.check;
+  std::string p_text = "- (one seed: no noise to judge by)";
+  if (!std::isnan(c.lack_of_fit_p)) {
+    p_text = fmt(c.lack_of_fit_p, "%.2g");  // appended, not chained: see write_rate_csv
+    p_text.append(c.lack_of_fit_p < kLackOfFitAlpha
+                      ? " (the points are off the line beyond the seeds' spread)"
+                      : " (the seeds' spread explains the residuals)");
+  }
   std::printf("  fit: R^2 = %s (log-log, seed-mean errors); lack-of-fit p = %s\n",
-              fmt(c.r2, "%.4f").c_str(),
-              std::isnan(c.lack_of_fit_p) ? "- (one seed: no noise to judge by)"
-                                          : (fmt(c.lack_of_fit_p, "%.2g") +
-                                             (c.lack_of_fit_p < kLackOfFitAlpha
-                                                  ? " (the points are off the line beyond the "
-                                                    "seeds' spread)"
-                                                  : " (the seeds' spread explains the residuals)"))
-                                                .c_str());
+              fmt(c.r2, "%.4f").c_str(), p_text.c_str());
   for (size_t k = 0; k < c.local_slopes.size() && k < o.axes.size(); ++k) {
     std::string slopes;
-    for (double v : c.local_slopes[k]) slopes += " " + fmt(v, "%.3f");
+    for (double v : c.local_slopes[k]) {
+      slopes += ' ';  // appended, not " " + fmt(...): see write_rate_csv
+      slopes += fmt(v, "%.3f");
+    }
     std::printf("  local exponents in %s (between consecutive values):%s\n",
                 o.axes[k].path.c_str(), slopes.c_str());
   }
@@ -323,9 +337,14 @@ void print_fit(const RateFit& fit, const Json& j, const fs::path& dir) {
               ("95% CI (t, " + std::to_string(fit.seeds) + " seeds)").c_str(), "of the mean",
               "theorem");
   for (const auto& e : fit.exponents) {
-    const std::string ci = fit.seeds < 2
-                               ? "(one seed: none)"
-                               : "[" + fmt(e.ci_low, "%.3f") + ", " + fmt(e.ci_high, "%.3f") + "]";
+    std::string ci = "(one seed: none)";
+    if (fit.seeds >= 2) {  // appended, not "[" + fmt(...): see write_rate_csv
+      ci = "[";
+      ci += fmt(e.ci_low, "%.3f");
+      ci += ", ";
+      ci += fmt(e.ci_high, "%.3f");
+      ci += "]";
+    }
     std::printf("  %-18s %9s  %-22s %12s  %s\n", e.path.c_str(), fmt(e.exponent, "%.3f").c_str(),
                 ci.c_str(), fmt(e.exponent_of_mean, "%.3f").c_str(),
                 e.expected ? fmt(*e.expected, "%.1f").c_str() : "-");

@@ -3,9 +3,11 @@
 #include "sim/lab/sweep_csv.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "sim/core/files.hpp"
@@ -233,6 +235,104 @@ std::string joined_warnings(const std::vector<std::string>& warnings) {
   std::string text;
   for (const auto& w : warnings) text += (text.empty() ? "" : " | ") + w;
   return text;
+}
+
+namespace {
+
+// A warning split at its numbers: the words between them (words.size() ==
+// numbers.size() + 1). A number starts at a digit that does not continue a
+// word ("fp32", "run-001" stay words) and takes a fraction and an exponent;
+// notebooks/report.py's NUMBER_RE reads them alike.
+struct WarningParts {
+  std::vector<std::string> words;
+  std::vector<std::string> numbers;
+};
+
+WarningParts split_numbers(const std::string& text) {
+  WarningParts p;
+  p.words.emplace_back();
+  const auto digit = [&text](size_t i) {
+    return i < text.size() && text[i] >= '0' && text[i] <= '9';
+  };
+  const auto wordy = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+  };
+  size_t i = 0;
+  while (i < text.size()) {
+    // "-5" stays a word too: a range of signed numbers would read wrongly.
+    const bool starts = digit(i) && (i == 0 || !wordy(text[i - 1]));
+    if (!starts) {
+      p.words.back() += text[i++];
+      continue;
+    }
+    size_t j = i;
+    while (digit(j)) ++j;
+    if (j + 1 < text.size() && text[j] == '.' && digit(j + 1)) {
+      for (++j; digit(j);) ++j;
+    }
+    if (j + 1 < text.size() && (text[j] == 'e' || text[j] == 'E')) {
+      size_t k = j + 1;
+      if (k < text.size() && (text[k] == '-' || text[k] == '+')) ++k;
+      if (digit(k)) {
+        for (j = k; digit(j);) ++j;
+      }
+    }
+    p.numbers.push_back(text.substr(i, j - i));
+    p.words.emplace_back();
+    i = j;
+  }
+  return p;
+}
+
+std::string kind_key(const WarningParts& p) {
+  std::string key;
+  for (const auto& w : p.words) key += w + '\x01';
+  return key;
+}
+
+// The group's text: each number as in every text, or its range over them.
+std::string ranged_text(const std::vector<WarningParts>& texts) {
+  const WarningParts& first = texts.front();
+  std::string out = first.words[0];
+  for (size_t k = 0; k < first.numbers.size(); ++k) {
+    std::string low = first.numbers[k], high = low;
+    for (const auto& t : texts) {
+      if (std::strtod(t.numbers[k].c_str(), nullptr) < std::strtod(low.c_str(), nullptr)) {
+        low = t.numbers[k];
+      }
+      if (std::strtod(t.numbers[k].c_str(), nullptr) > std::strtod(high.c_str(), nullptr)) {
+        high = t.numbers[k];
+      }
+    }
+    out += low == high ? low : low + "\u2013" + high;
+    out += first.words[k + 1];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<WarningGroup> group_warnings(
+    const std::vector<std::pair<int, std::vector<std::string>>>& per_run) {
+  std::vector<std::string> order;  // kinds, first seen first
+  std::map<std::string, std::vector<WarningParts>> texts;
+  std::map<std::string, std::vector<int>> runs;
+  for (const auto& [run, warnings] : per_run) {
+    for (const auto& w : warnings) {
+      WarningParts parts = split_numbers(w);
+      const std::string key = kind_key(parts);
+      if (!texts.count(key)) order.push_back(key);
+      texts[key].push_back(std::move(parts));
+      auto& r = runs[key];
+      if (r.empty() || r.back() != run) r.push_back(run);
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [&runs](const std::string& a, const std::string& b) {
+    return runs[a].size() > runs[b].size();
+  });
+  std::vector<WarningGroup> out;
+  for (const auto& key : order) out.push_back({ranged_text(texts[key]), runs[key]});
+  return out;
 }
 
 std::string shard_csv_name(int shard, int shards) {

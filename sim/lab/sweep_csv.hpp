@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/core/schema.hpp"
@@ -31,6 +32,17 @@ std::string summary_cell(const Json& j);
 std::vector<std::string> run_warnings(const Json& summary);
 // sweep.csv's `warnings` cell: the warnings joined by " | " ("" when none).
 std::string joined_warnings(const std::vector<std::string>& warnings);
+
+// The runs' warnings grouped by kind: texts equal but for their numbers are
+// one group, each number that differs shown as its range ("29.1–36.4"), with
+// the runs that raised any of them; the groups with most runs first (ties in
+// first-seen order). `per_run`: (run index, its warnings).
+struct WarningGroup {
+  std::string text;
+  std::vector<int> runs;
+};
+std::vector<WarningGroup> group_warnings(
+    const std::vector<std::pair<int, std::vector<std::string>>>& per_run);
 
 // The csv this invocation writes: sweep.csv, or its shard's csv.
 std::string sweep_csv_name(const SweepOptions& options);

@@ -379,38 +379,32 @@ void SweepRunner::final_report(double wall_s) {
   std::fprintf(stderr, "  results: %s\n", (dir_ / csv_name_).string().c_str());
 }
 
-// The finished runs' warnings (summary.json), each distinct text once with
-// how many runs and which raised it, most frequent first.
+// The finished runs' warnings (summary.json) grouped by kind (group_warnings:
+// one line for a warning whose numbers differ from run to run, with their
+// ranges), with how many runs and which raised it, most frequent first.
 void SweepRunner::report_warnings() const {
-  std::map<std::string, std::vector<int>> by_text;
-  std::vector<std::string> order;  // first-seen order, for ties
+  std::vector<std::pair<int, std::vector<std::string>>> per_run;
   int runs_warned = 0;
   for (size_t i = 0; i < outcomes_.size(); ++i) {
     if (!outcomes_[i].done) continue;
-    const auto warnings = run_warnings(outcomes_[i].summary);
-    runs_warned += warnings.empty() ? 0 : 1;
-    for (const auto& w : warnings) {
-      auto& runs = by_text[w];
-      if (runs.empty()) order.push_back(w);
-      if (runs.empty() || runs.back() != spec_.runs[i].index) runs.push_back(spec_.runs[i].index);
-    }
+    per_run.emplace_back(spec_.runs[i].index, run_warnings(outcomes_[i].summary));
+    runs_warned += per_run.back().second.empty() ? 0 : 1;
   }
-  if (order.empty()) return;
-  std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
-    return by_text[a].size() > by_text[b].size();
-  });
-  std::fprintf(stderr, "  warnings (%zu distinct, in %d of %d runs; sweep.csv's warnings column):\n",
-               order.size(), runs_warned, shard_size());
+  const std::vector<WarningGroup> groups = group_warnings(per_run);
+  if (groups.empty()) return;
+  std::fprintf(stderr, "  warnings (%zu kind%s, in %d of %d runs; sweep.csv's warnings column "
+               "has each run's own):\n",
+               groups.size(), groups.size() == 1 ? "" : "s", runs_warned, shard_size());
   constexpr size_t kShownRuns = 8;
-  for (const auto& w : order) {
-    const auto& runs = by_text[w];
+  for (const auto& g : groups) {
     std::string which;
-    for (size_t k = 0; k < runs.size() && k < kShownRuns; ++k) {
-      which += (k ? ", " : "") + std::to_string(runs[k]);
+    for (size_t k = 0; k < g.runs.size() && k < kShownRuns; ++k) {
+      which += (k ? ", " : "") + std::to_string(g.runs[k]);
     }
-    if (runs.size() > kShownRuns) which += ", ...";
-    std::fprintf(stderr, "    %zu run%s (%s%s): %s\n", runs.size(), runs.size() == 1 ? "" : "s",
-                 runs.size() == 1 ? "run " : "runs ", which.c_str(), w.c_str());
+    if (g.runs.size() > kShownRuns) which += ", ...";
+    std::fprintf(stderr, "    in %zu run%s (%s%s): %s\n", g.runs.size(),
+                 g.runs.size() == 1 ? "" : "s", g.runs.size() == 1 ? "run " : "runs ",
+                 which.c_str(), g.text.c_str());
   }
 }
 

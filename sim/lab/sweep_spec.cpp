@@ -50,8 +50,27 @@ struct BaseExperiment {
   std::string name;
 };
 
+// An experiment given where a sweep belongs: said as such, not as its first
+// unknown key ("seed: did you mean seeds?").
+void check_not_experiment(const Json& raw) {
+  for (const char* key : {"grid", "zip", "seeds", "base"}) {
+    if (raw.contains(key)) return;
+  }
+  for (const char* key : {"problem", "optimizer", "steps", "cluster"}) {
+    if (raw.contains(key)) {
+      throw ConfigError(std::string("this is an experiment (it has \"") + key +
+                            "\" and no \"grid\", \"zip\" or \"seeds\"), not a sweep: run it "
+                            "with bitlab run, or sweep it from a sweep file such as "
+                            "{\"base\": \"this-file.json\", \"grid\": {\"optimizer.lr\": "
+                            "[0.01, 0.03]}} (docs/sweeps.md)",
+                        key);
+    }
+  }
+}
+
 void check_sweep_keys(const Json& raw) {
   if (!raw.is_object()) config_fail("", raw, "a sweep must be a JSON object");
+  check_not_experiment(raw);
   for (const auto& [key, value] : raw.items()) {
     if (std::find(kSweepKeys.begin(), kSweepKeys.end(), key) == kSweepKeys.end()) {
       std::string known;
@@ -64,6 +83,10 @@ void check_sweep_keys(const Json& raw) {
   }
 }
 
+// The sweep's folder name: at most 200 bytes, as an experiment's "name"
+// (sim/engine/config.cpp, kMaxNameBytes; file systems take 255).
+constexpr size_t kMaxSweepNameBytes = 200;
+
 std::string read_name(const Json& raw, const std::string& default_name) {
   if (!raw.contains("name")) return default_name;
   const Json& n = raw["name"];
@@ -73,6 +96,11 @@ std::string read_name(const Json& raw, const std::string& default_name) {
   const std::string name = n.get<std::string>();
   if (name.find('/') != std::string::npos || name == "." || name == "..") {
     config_fail("name", n, "must not contain '/' (it names the results folder)");
+  }
+  if (name.size() > kMaxSweepNameBytes) {
+    config_fail("name", n,
+                "is " + std::to_string(name.size()) + " bytes long: at most " +
+                    std::to_string(kMaxSweepNameBytes) + " (it names the results folder)");
   }
   return name;
 }
@@ -243,7 +271,7 @@ std::string sanitize(const std::string& s) {
   std::string out;
   for (char c : s) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '=' || c == '-' || c == '+';
+                    c == '.' || c == '_' || c == '=' || c == '-' || c == '+' || c == '%';
     out += ok ? c : '-';
   }
   return out;
@@ -346,6 +374,38 @@ Json apply_assignments(const Json& base, const std::vector<std::pair<std::string
   return exp;
 }
 
+// A share of the run written as a step option ("15%" for freeze_step) keeps
+// its text in the label, with the step it resolved to beside it:
+// "optimizer.freeze_step=15% (step 90)".
+void label_resolved_steps(SweepRun& r) {
+  // The assignments, then (appended as found) the leaves of assigned objects.
+  std::vector<std::pair<std::string, Json>> objects(r.assignments.begin(), r.assignments.end());
+  for (size_t k = 0; k < objects.size(); ++k) {
+    const auto [path, value] = objects[k];  // a copy: emplace_back below reallocates
+    if (value.is_object()) {
+      for (const auto& [key, inner] : value.items()) objects.emplace_back(path + "." + key, inner);
+    } else if (value.is_string()) {
+      const std::string text = value.get<std::string>();
+      const bool step = path.size() > 5 && path.compare(path.size() - 5, 5, "_step") == 0;
+      if (!step || text.empty() || text.back() != '%') continue;
+      const Json::json_pointer at("/" + [&path] {
+        std::string p = path;
+        std::replace(p.begin(), p.end(), '.', '/');
+        return p;
+      }());
+      if (!r.config.contains(at) || !r.config[at].is_number_integer()) continue;
+      const std::string key = path.substr(path.rfind('.') + 1);
+      for (const std::string& written : {key + "=" + text, path + "=" + text}) {
+        const size_t pos = r.label.find(written);
+        if (pos == std::string::npos) continue;
+        r.label.insert(pos + written.size(),
+                       " (step " + std::to_string(r.config[at].get<int64_t>()) + ")");
+        break;
+      }
+    }
+  }
+}
+
 // The base with the run's assignments, resolved; `check_runs`: also built.
 // `checked` holds the configurations built so far.
 void resolve_run(SweepRun& r, const BaseExperiment& base, bool check_runs,
@@ -356,6 +416,7 @@ void resolve_run(SweepRun& r, const BaseExperiment& base, bool check_runs,
     Json exp = apply_assignments(base.raw, r.assignments, notes);
     Experiment e = resolve_experiment(exp, base.name);
     r.config = e.resolved;
+    label_resolved_steps(r);
     if (check_runs) {
       // Building the problem and shards checks the data-dependent rules;
       // seeds change only the draws, so one build per configuration.
@@ -442,6 +503,13 @@ SweepSpec resolve_sweep(const Json& raw, const std::string& base_dir,
 SweepSpec load_sweep(const std::string& file) {
   const Json raw = load_json_file(file);
   const fs::path p(file);
+  if (raw.is_object()) {
+    try {
+      check_not_experiment(raw);
+    } catch (const ConfigError& e) {
+      throw ConfigError(file + ": " + e.what(), e.path());
+    }
+  }
   return resolve_sweep(raw, p.parent_path().string(), p.stem().string());
 }
 
