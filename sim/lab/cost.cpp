@@ -660,7 +660,8 @@ void print_stages(std::string& out, const CostReport& r) {
            pad(bytes_text(static_cast<double>(row.memory_bytes)), 11) +
            pad(duration_text(row.baseline_total_s), 22) +
            pad(bytes_text(static_cast<double>(row.baseline_memory_bytes)), 11) +
-           (row.in_deepspeed ? "" : "  (not available in DeepSpeed)") + "\n";
+           (row.in_deepspeed ? "" : "  (" + r.job.label + ": not available in DeepSpeed)") +
+           "\n";
   }
   out += "\n";
 }
