@@ -561,7 +561,8 @@ TEST_SUITE("cost") {
     CHECK(gather == 1);
     raw["zero"]["stage"] = 1;  // stage 1 reduces once a step
     reduce = 0;
-    for (const auto& r : estimate_cost(resolve_cost_spec(raw)).job.phases.at(0).plan.records) {
+    const CostReport r1b = estimate_cost(resolve_cost_spec(raw));
+    for (const auto& r : r1b.job.phases.at(0).plan.records) {
       reduce += std::string(r.op) == "reduce_scatter";
     }
     CHECK(reduce == 4);

@@ -288,6 +288,23 @@ CommPlan plan_communication(const Json& opt, int64_t params, int n, int64_t step
 // ---------------------------------------------------------------------------
 // Pricing
 
+namespace {
+
+// Adds a priced phase to a job: its volume, and its steps' totals.
+void add_phase(JobCost& job, PhaseCost pc) {
+  for (const auto& r : pc.plan.records) {
+    pc.sent_bytes += r.sent_bytes;
+    pc.messages += r.messages;
+  }
+  const int64_t steps = pc.plan.steps;
+  job.total_s += static_cast<double>(steps) * pc.time.step_s;
+  job.total_sent_bytes += static_cast<double>(steps) * pc.sent_bytes;
+  job.total_messages += steps * pc.messages;
+  job.phases.push_back(std::move(pc));
+}
+
+}  // namespace
+
 JobCost price_plan(const CommPlan& plan, const Topology& topology, const ComputeOptions& compute,
                    const std::vector<double>& worker_compute_s, std::string label) {
   JobCost job;
@@ -297,14 +314,7 @@ JobCost price_plan(const CommPlan& plan, const Topology& topology, const Compute
     PhaseCost pc;
     pc.plan = p;
     pc.time = price_step(p.records, topology, worker_compute_s, compute);
-    for (const auto& r : p.records) {
-      pc.sent_bytes += r.sent_bytes;
-      pc.messages += r.messages;
-    }
-    job.total_s += static_cast<double>(p.steps) * pc.time.step_s;
-    job.total_sent_bytes += static_cast<double>(p.steps) * pc.sent_bytes;
-    job.total_messages += p.steps * pc.messages;
-    job.phases.push_back(std::move(pc));
+    add_phase(job, std::move(pc));
   }
   return job;
 }
@@ -335,14 +345,7 @@ JobCost price_zero_plan(const CommPlan& plan, const Json& optimizer, const ZeroO
     PhaseCost pc;
     pc.plan = zp.plan;
     pc.time = price_zero_step(zp, z, *js.topology, *js.worker_s, *js.compute);
-    for (const auto& r : pc.plan.records) {
-      pc.sent_bytes += r.sent_bytes;
-      pc.messages += r.messages;
-    }
-    job.total_s += static_cast<double>(p.steps) * pc.time.step_s;
-    job.total_sent_bytes += static_cast<double>(p.steps) * pc.sent_bytes;
-    job.total_messages += p.steps * pc.messages;
-    job.phases.push_back(std::move(pc));
+    add_phase(job, std::move(pc));
   }
   return job;
 }
