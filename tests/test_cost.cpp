@@ -487,5 +487,229 @@ TEST_SUITE("cost") {
     CHECK(r.err.find(": makes more than 2^63 - 1 parameters") != std::string::npos);
     CHECK(r.out.empty());
   }
-}
 
+  // -------------------------------------------------------------------------
+  // ZeRO (sim/lab/zero_plan.hpp, docs/algorithms.md §11)
+
+  TEST_CASE("ZeRO memory: Adam at stages 0-3 equals DeepSpeed's estimators") {
+    // DeepSpeed's estimators (microsoft/DeepSpeed, no offload), restated:
+    //   estimate_zero2_model_states_mem_needs (runtime/zero/stage_1_and_2.py):
+    //     gpu_mem = 2 * total_params + int(18 * total_params / total_gpus)
+    //   estimate_zero3_model_states_mem_needs (runtime/zero/stage3.py):
+    //     gpu_mem = 4 * largest_layer_params + int(18 * total_params / total_gpus)
+    // Stage 0 is the ZeRO-2 estimator on one GPU (nothing to share: 20 P);
+    // stage 1 keeps the estimator's 2 bytes of fp16 gradients whole: 4 P +
+    // int(16 P / N). P is prime, so 18 P / N is not a whole number: the
+    // truncation must be DeepSpeed's (int() of the quotient).
+    const int64_t p = 1000003, layer = 12347;
+    for (const int n : {1, 4, 8}) {
+      const auto zero2 = [&](int gpus) {
+        return 2 * p + static_cast<int64_t>(18.0 * static_cast<double>(p) / gpus);
+      };
+      const int64_t expected[4] = {
+          zero2(1), 4 * p + static_cast<int64_t>(16.0 * static_cast<double>(p) / n), zero2(n),
+          4 * layer + static_cast<int64_t>(18.0 * static_cast<double>(p) / n)};
+      for (int64_t stage = 0; stage <= 3; ++stage) {
+        INFO("workers ", n, " stage ", stage);
+        Json raw = base_spec();
+        raw["params"] = p;
+        raw["workers"] = n;
+        raw["network"]["gpus_per_node"] = 4;
+        raw["largest_layer_params"] = layer;
+        raw["zero"] = {{"stage", stage}};
+        const CostReport rep = estimate_cost(resolve_cost_spec(raw));
+        CHECK(rep.memory.total_bytes == expected[stage]);
+        CHECK(rep.baseline_memory.total_bytes == expected[stage]);  // the baseline is Adam
+        CHECK(rep.stages[static_cast<size_t>(stage)].memory_bytes == expected[stage]);
+        // The parts add up to the total (up to the truncation, < 1 byte).
+        const ZeroMemory& m = rep.memory;
+        CHECK(std::abs(m.params_bytes + m.gradients_bytes + m.optimizer_state_bytes +
+                       m.error_buffer_bytes + m.working_bytes -
+                       static_cast<double>(m.total_bytes)) < 1.0);
+      }
+    }
+  }
+
+  TEST_CASE("ZeRO time: stages 1/2 split the allreduce into a reduce-scatter and an all-gather") {
+    // On a ring, reduce-scatter + all-gather of S bytes is the allreduce's
+    // 2(p-1) alpha + 2(p-1)/p S/B: the same time at stage 0 and 1 (fp16).
+    Json raw = base_spec();
+    raw["workers"] = 4;
+    raw["network"]["gpus_per_node"] = 4;
+    raw["optimizer"] = {{"name", "adam"}, {"wire", "fp16"}};
+    const double t0 = estimate_cost(resolve_cost_spec(raw)).job.total_s;
+    raw["zero"] = {{"stage", 1}};
+    const CostReport r1 = estimate_cost(resolve_cost_spec(raw));
+    CHECK(r1.job.total_s == doctest::Approx(t0).epsilon(1e-12));  // rounding only
+    const auto& recs = r1.job.phases.at(0).plan.records;
+    REQUIRE(recs.size() == 2);
+    CHECK(std::string(recs[0].op) == "reduce_scatter");
+    CHECK(std::string(recs[1].op) == "allgather");
+    CHECK(recs[0].payload_bytes == 2 * 1000000);
+    CHECK(recs[1].payload_bytes == 2 * 1000000);
+    CHECK(r1.in_deepspeed);
+    // Buckets of 300 000 elements: 4 reduce-scatters (3 full, 1 of 100 000)
+    // and, at stage 2 with 3 micro-steps, every micro-step's.
+    raw["zero"] = {{"stage", 2}, {"reduce_bucket_size", 300000}};
+    raw["compute"]["gradient_accumulation_steps"] = 3;
+    const CostReport r2 = estimate_cost(resolve_cost_spec(raw));
+    int reduce = 0, gather = 0;
+    for (const auto& r : r2.job.phases.at(0).plan.records) {
+      (std::string(r.op) == "reduce_scatter" ? reduce : gather) += 1;
+    }
+    CHECK(reduce == 12);
+    CHECK(gather == 1);
+    raw["zero"]["stage"] = 1;  // stage 1 reduces once a step
+    reduce = 0;
+    const CostReport r1b = estimate_cost(resolve_cost_spec(raw));
+    for (const auto& r : r1b.job.phases.at(0).plan.records) {
+      reduce += std::string(r.op) == "reduce_scatter";
+    }
+    CHECK(reduce == 4);
+  }
+
+  TEST_CASE("ZeRO-3 and ZeRO++: gathers forward and backward, qwZ int8, hpZ inside the node") {
+    Json raw = base_spec();
+    raw["workers"] = 8;
+    raw["network"]["gpus_per_node"] = 4;
+    raw["tensor_sizes"] = {600000, 400000};
+    raw["zero"] = {{"stage", 3}};
+    const CostReport plain = estimate_cost(resolve_cost_spec(raw));
+    std::vector<std::string> ops;
+    for (const auto& r : plain.job.phases.at(0).plan.records) {
+      ops.push_back(std::string(r.op) + " " + r.dtype + " " + r.scope + " " +
+                    std::to_string(r.payload_bytes));
+    }
+    // Forward: both tensors gathered in fp16; backward again; then the
+    // gradient reduce-scatter (Adam's fp32 allreduce, one bucket).
+    CHECK(ops == std::vector<std::string>{"allgather fp16 all 1200000", "allgather fp16 all 800000",
+                                          "allgather fp16 all 1200000", "allgather fp16 all 800000",
+                                          "reduce_scatter fp32 all 4000000"});
+    CHECK(plain.spec.zero.overlap_comm);  // DeepSpeed's default at stage 3
+    raw["zero"] = {{"stage", 3}, {"zero_quantized_weights", true}, {"zero_hpz_partition_size", 4}};
+    const CostReport pp = estimate_cost(resolve_cost_spec(raw));
+    const auto& recs = pp.job.phases.at(0).plan.records;
+    REQUIRE(recs.size() == 9);
+    // int8 codes and an fp32 scale per block of at most 8000 (CUDAQuantizer).
+    CHECK(std::string(recs[0].dtype) == "int8");
+    CHECK(recs[0].payload_bytes == 600000);
+    CHECK(recs[1].payload_bytes == 4 * 75);
+    // Backward from hpZ's secondary copy: groups of 4 inside each node.
+    CHECK(std::string(recs[4].scope) == "intra");
+    CHECK(recs[4].ranks == 4);
+    CHECK(recs[4].groups == 2);
+    CHECK(pp.job.total_s < plain.job.total_s);
+    // hpZ keeps a secondary int8 copy of 1/4 of the model (plus its scales).
+    CHECK(pp.memory.params_bytes ==
+          doctest::Approx(2.0 * 1000000 / 8 + (1000000.0 + 4 * 125) / 4).epsilon(1e-12));
+  }
+
+  TEST_CASE("1-bit Adam at ZeRO-1/2: priced, marked not available in DeepSpeed") {
+    Json raw = base_spec();
+    raw["workers"] = 8;
+    raw["network"]["gpus_per_node"] = 4;
+    raw["optimizer"] = {{"name", "onebit_adam"}, {"freeze_step", 10}};
+    const CostReport r0 = estimate_cost(resolve_cost_spec(raw));
+    CHECK(r0.in_deepspeed);
+    raw["zero"] = {{"stage", 1}};
+    const CostReport r1 = estimate_cost(resolve_cost_spec(raw));
+    CHECK_FALSE(r1.in_deepspeed);
+    CHECK(format_cost_report(r1).find("not available in DeepSpeed") != std::string::npos);
+    CHECK(cost_report_json(r1)["available_in_deepspeed"] == false);
+    // Compression stage: its compressed exchange as at stage 0, plus the
+    // fp16 all-gather of the updated partitions.
+    const auto& c0 = r0.job.phases.at(1).plan.records;
+    const auto& c1 = r1.job.phases.at(1).plan.records;
+    REQUIRE(c1.size() == c0.size() + 1);
+    CHECK(std::string(c1.back().op) == "allgather");
+    CHECK(c1.back().payload_bytes == 2 * 1000000);
+    // Memory (docs/algorithms.md §11): fp16 params 2 + fp16 grads 2 +
+    // momentum 4 + worker error 4 whole; fp32 grads, master, variance and
+    // the server error (4 each) sharded: 12 P + 16 P / N, against stage 0's
+    // 24 P + 4 P / N.
+    const double p = 1000000;
+    CHECK(r1.memory.total_bytes == static_cast<int64_t>(12 * p + 16 * p / 8));
+    CHECK(r0.memory.total_bytes == static_cast<int64_t>(24 * p + 4 * p / 8));
+    // No stage-3 form: the stage table says so.
+    CHECK_FALSE(r1.stages.at(3).available);
+    CHECK(r1.stages.at(3).why_not.find("no partitioned form") != std::string::npos);
+  }
+
+  TEST_CASE("ZeRO bad input: stage, optimizer without a partitioned form, hpZ, GPU memory") {
+    std::string msg;
+    Json raw = base_spec();
+    raw["zero"] = {{"stage", 4}};
+    CHECK(error_path(raw, {}, &msg) == "zero.stage");
+    CHECK(msg.find("zero.stage = 4: must be <= 3") != std::string::npos);
+    raw["zero"] = {{"stage", 3}};
+    raw["optimizer"] = {{"name", "onebit_adam"}};
+    CHECK(error_path(raw, {}, &msg) == "zero.stage");
+    CHECK(msg.find("onebit_adam has no partitioned form at stage 3") != std::string::npos);
+    raw = base_spec();
+    raw["workers"] = 8;
+    raw["network"]["gpus_per_node"] = 4;
+    raw["zero"] = {{"stage", 3}, {"zero_hpz_partition_size", 3}};
+    CHECK(error_path(raw, {}, &msg) == "zero.zero_hpz_partition_size");
+    CHECK(msg.find("must divide the GPUs of a node (4 here)") != std::string::npos);
+    raw["zero"] = {{"stage", 2}, {"zero_quantized_gradients", true}};
+    CHECK(error_path(raw) == "zero.zero_quantized_gradients");
+    raw = base_spec();
+    raw["gpu_memory_gb"] = 0;
+    CHECK(error_path(raw, {}, &msg) == "gpu_memory_gb");
+    CHECK(msg.find("gpu_memory_gb = 0: must be > 0") != std::string::npos);
+    // The command line: exit 2, nothing on stdout.
+    using testing::run_bitlab;
+    testing::TempDir d;
+    const std::string job = "cost --params 1e6 --workers 8 --steps 10 --network ethernet_40g_v100x4 ";
+    for (const char* bad : {"--zero-stage 5", "--gpu-memory-gb -1",
+                            "--optimizer zero_one_adam --zero-stage 3",
+                            "--zero-stage 3 --set zero.zero_hpz_partition_size=3"}) {
+      INFO(bad);
+      const testing::Result r = run_bitlab(d, job + bad);
+      CHECK(r.status == 2);
+      CHECK(r.out.empty());
+    }
+    // Fits or not: 1e9 parameters of Adam at stage 0 need 20 GB.
+    testing::Result r = run_bitlab(d, "cost --params 1e9 --workers 8 --steps 10 --network "
+                                      "ethernet_40g_v100x4 --optimizer adam --gpu-memory-gb 16");
+    CHECK(r.status == 0);
+    CHECK(r.out.find("adam does NOT fit (20 GB of 16 GB)") != std::string::npos);
+    r = run_bitlab(d, "cost --params 1e9 --workers 8 --steps 10 --network ethernet_40g_v100x4 "
+                      "--optimizer adam --gpu-memory-gb 16 --zero-stage 2 --json");
+    CHECK(Json::parse(r.out)["memory_per_gpu"]["optimizer"]["fits"] == true);
+  }
+
+  TEST_CASE("the limiting link of each phase, and a fitted network used beyond its nodes") {
+    using testing::run_bitlab;
+    testing::TempDir d;
+    // Fitted on one node of 4: priced on 2 nodes, cost warns.
+    const auto net = d.file("net.json", R"({"format": "bitlab-network-1", "name": "fit",
+      "network": {"gpus_per_node": 4, "intra_latency_us": 5, "intra_bandwidth_gbps": 96,
+                  "inter_latency_us": 30, "inter_bandwidth_gbps": 10},
+      "fit": {"points": [{"nodes": 1, "gpus_per_node": 4}, {"nodes": 1, "gpus_per_node": 2}]}})");
+    Json raw = base_spec();
+    raw["network"] = {{"file", net}};
+    raw["workers"] = 4;
+    CostReport rep = estimate_cost(resolve_cost_spec(raw));
+    CHECK(rep.links.at(0).inter == false);
+    CHECK(format_cost_report(rep).find("inside a node: 96 Gbit/s, 5 us") != std::string::npos);
+    for (const auto& w : rep.warnings) CHECK(w.find("fitted on") == std::string::npos);
+    raw["workers"] = 8;
+    rep = estimate_cost(resolve_cost_spec(raw));
+    CHECK(rep.links.at(0).inter == true);
+    CHECK(rep.links.at(0).share == 1.0);  // a flat ring across nodes: all on the NIC
+    bool warned = false;
+    for (const auto& w : rep.warnings) {
+      warned = warned || w.find("fitted on measurements over 1 node(s); this job spans 2") !=
+                             std::string::npos;
+    }
+    CHECK(warned);
+    // A file without a fit report (hand-written) warns of nothing.
+    const auto bare = d.file("bare.json", R"({"format": "bitlab-network-1",
+      "network": {"gpus_per_node": 4, "intra_latency_us": 5, "intra_bandwidth_gbps": 96,
+                  "inter_latency_us": 30, "inter_bandwidth_gbps": 10}})");
+    raw["network"] = {{"file", bare}};
+    rep = estimate_cost(resolve_cost_spec(raw));
+    CHECK(rep.topology.fitted_max_nodes == 0);
+  }
+}

@@ -159,7 +159,9 @@ TEST_SUITE("deepspeed") {
     CHECK(o["err_beta"] == 0.7);
     CHECK(o["reset_T"] == 512);
     CHECK(!o.contains("wire"));
-    CHECK(has_line(m.ignored, "zero_optimization.overlap_comm: "));
+    // The ZeRO fields are read into the experiment's "zero" section.
+    CHECK(m.experiment["zero"] == Json{{"stage", 3}, {"zero_quantized_gradients", true},
+                                       {"overlap_comm", true}});
     CHECK(resolved(m).optimizer["bits"] == 4);
     // qgZ without LoCo's error feedback is not modeled; LoCo needs both keys.
     ds["zero_optimization"].erase("zeropp_loco_param");
@@ -174,6 +176,44 @@ TEST_SUITE("deepspeed") {
     CHECK(s2.experiment["optimizer"]["name"] == "adam");
     CHECK(has_line(s2.ignored, "zero_optimization.zero_quantized_gradients: read only by ZeRO "
                                "stage 3"));
+  }
+
+  TEST_CASE("zero_optimization is read into the zero section; bad values name the field") {
+    Json ds = ds_with({{"type", "Adam"}});
+    ds["zero_optimization"] = {{"stage", 3},
+                               {"reduce_bucket_size", 5e7},
+                               {"allgather_bucket_size", 2e8},
+                               {"zero_quantized_weights", true},
+                               {"zero_hpz_partition_size", 8},
+                               {"stage3_prefetch_bucket_size", 5e7}};
+    const auto m = map_deepspeed_config(ds, "ds.json");
+    const Json& z = m.experiment["zero"];
+    CHECK(z["stage"] == 3);
+    CHECK(z["reduce_bucket_size"] == 5e7);
+    CHECK(z["zero_quantized_weights"] == true);
+    CHECK(z["zero_hpz_partition_size"] == 8);
+    CHECK(!z.contains("stage3_prefetch_bucket_size"));
+    CHECK(has_line(m.ignored, "zero_optimization.stage3_prefetch_bucket_size: "));
+    CHECK(!has_line(m.ignored, "zero_optimization.stage:"));
+    // Resolved with DeepSpeed's defaults (overlap_comm: true at stage 3).
+    const Json rz = resolved(m).resolved["zero"];
+    CHECK(rz["overlap_comm"] == true);
+    CHECK(rz["reduce_bucket_size"] == 50000000);
+    // ZeRO++ below stage 3: DeepSpeed never reads it, nor does bitlab.
+    ds["zero_optimization"]["stage"] = 2;
+    const auto s2 = map_deepspeed_config(ds, "ds.json");
+    CHECK(!s2.experiment["zero"].contains("zero_quantized_weights"));
+    CHECK(has_line(s2.ignored, "zero_optimization.zero_hpz_partition_size: read only by ZeRO "
+                               "stage 3"));
+    CHECK(resolved(s2).resolved["zero"]["overlap_comm"] == false);
+    // Bad values: the DeepSpeed field, the value, bitlab's rule.
+    ds["zero_optimization"]["stage"] = 3;
+    ds["zero_optimization"]["zero_hpz_partition_size"] = 0;
+    CHECK(error_of(ds).find("ds.json: zero_optimization.zero_hpz_partition_size = 0: bitlab's "
+                            "zero.zero_hpz_partition_size = 0: must be >= 1") == 0);
+    ds["zero_optimization"]["zero_hpz_partition_size"] = 1;
+    ds["zero_optimization"]["reduce_bucket_size"] = -1;
+    CHECK(error_of(ds).find("zero_optimization.reduce_bucket_size = -1") != std::string::npos);
   }
 
   TEST_CASE("batch fields: world size derived, accumulation folded in, inconsistency refused") {

@@ -20,6 +20,7 @@ struct CostFlags {
   std::string file;
   std::vector<std::string> sets;
   std::string params, workers, steps, network, network_file, optimizer, step_ms, accumulation;
+  std::string zero_stage, gpu_memory_gb;
   bool json = false;
 };
 
@@ -77,6 +78,8 @@ int run_cost(const CostFlags& f) {
   flag(f.optimizer, "optimizer.name", "--optimizer");
   flag(f.step_ms, "compute.step_ms", "--step-ms");
   flag(f.accumulation, "compute.gradient_accumulation_steps", "--gradient-accumulation-steps");
+  flag(f.zero_stage, "zero.stage", "--zero-stage");
+  flag(f.gpu_memory_gb, "gpu_memory_gb", "--gpu-memory-gb");
   for (const auto& s : f.sets) overrides.push_back({s, "--set " + s});
   check_cost_fields(file, overrides);
   const CostSpec spec = resolve_cost_request(std::move(file), overrides);
@@ -96,12 +99,13 @@ Subcommand add_cost_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "cost",
       "price a training job without training it: per-phase step time, total time and volume, "
-      "speed-up against Adam with fp16 and fp32 allreduce");
+      "speed-up against Adam with fp16 and fp32 allreduce, memory per GPU at each ZeRO stage");
   cmd->footer(
       "Spec (JSON): {\"params\": 340e6, \"workers\": 64, \"steps\": 10000, "
       "\"samples_per_worker\": 1,\n"
       "  \"network\": {NETWORK options}, \"compute\": {COMPUTE options},\n"
-      "  \"optimizer\": {\"name\": ..., options}}  (see `bitlab list`). Applied in order: the "
+      "  \"optimizer\": {\"name\": ..., options}, optional \"zero\": {\"stage\": 0-3, ...}}  "
+      "(see `bitlab list`). Applied in order: the "
       "file, the flags, --set; with any, the file's description is shown as the file's.");
   cmd->add_option("spec", f->file,
                   "cost spec JSON file, or an experiment file (priced as it stands: d from its "
@@ -126,6 +130,12 @@ Subcommand add_cost_command(CLI::App& app) {
                   "micro-steps per optimizer step (compute.gradient_accumulation_steps): each "
                   "step computes N micro-steps and communicates once; --steps counts optimizer "
                   "steps");
+  cmd->add_option("--zero-stage", f->zero_stage,
+                  "ZeRO stage 0-3 (zero.stage; the other zero.* fields by --set, DeepSpeed's "
+                  "names: reduce_bucket_size, allgather_bucket_size, overlap_comm, "
+                  "zero_quantized_weights, zero_hpz_partition_size, zero_quantized_gradients)");
+  cmd->add_option("--gpu-memory-gb", f->gpu_memory_gb,
+                  "each GPU's memory in GB (10^9 bytes): cost says whether the model states fit");
   cmd->add_flag("--json", f->json, "machine-readable output (the same numbers)");
   return {cmd, [f]() { return run_cost(*f); }};
 }

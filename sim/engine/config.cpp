@@ -12,6 +12,7 @@
 #include "sim/core/field_error.hpp"
 #include "sim/engine/deepspeed.hpp"
 #include "sim/engine/deepspeed_auto.hpp"
+#include "sim/timing/zero.hpp"
 
 namespace bitlab {
 
@@ -48,7 +49,8 @@ Schema<RunSettings> RunSettings::schema() {
       .allow_key("cluster")
       .allow_key("optimizer")
       .allow_key("network")
-      .allow_key("compute");
+      .allow_key("compute")
+      .allow_key("zero");
   return s;
 }
 
@@ -395,6 +397,12 @@ Experiment resolve_inner(const Json& raw, const std::string& default_name) {
   r["optimizer"] = e.optimizer;
   r["network"] = network_schema.write(e.network);
   r["compute"] = compute_schema.write(e.compute);
+  // ZeRO (sim/timing/zero.hpp) is priced by `bitlab cost`; the simulated
+  // update is the same at every stage. Written back only when given, so an
+  // experiment without it resolves as before.
+  if (raw.contains("zero")) {
+    r["zero"] = ZeroOptions::schema().write(read_zero_options(raw.at("zero"), "zero"));
+  }
   return e;
 }
 

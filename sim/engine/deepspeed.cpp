@@ -17,6 +17,7 @@
 #include "sim/core/field_error.hpp"
 #include "sim/engine/config.hpp"
 #include "sim/engine/deepspeed_auto.hpp"
+#include "sim/timing/zero.hpp"
 
 namespace bitlab {
 
@@ -635,7 +636,19 @@ const std::vector<std::string>& zero_fields() {
 struct ZeroPlan {
   int64_t stage = 0;
   Json loco;  // {"err_beta", "reset_T"} when LoCo is on, else null
+  Json zero;  // the experiment's "zero" section (sim/timing/zero.hpp), null without one
 };
+
+// The zero_optimization fields bitlab's "zero" section takes as they are
+// (the same names; `cost` prices them). ZeRO++'s only at stage 3, which
+// alone reads them (DeepSpeedZeroOptimizer_Stage3).
+bool zero_section_field(const std::string& key, int64_t stage) {
+  if (key == "stage" || key == "reduce_bucket_size" || key == "allgather_bucket_size" ||
+      key == "overlap_comm") {
+    return true;
+  }
+  return stage == 3 && (key == "zero_quantized_weights" || key == "zero_hpz_partition_size");
+}
 
 // LoCo's two parameters: all_to_all_loco_quant_reduce
 // (deepspeed/runtime/comm/coalesced_collectives.py) indexes both.
@@ -675,6 +688,7 @@ ZeroPlan map_zero(const Json& ds, Mapper& m) {
     m.ignore("zero_optimization", "stage " + std::to_string(plan.stage) +
                                       " (deprecated boolean form): partitioning only, the same "
                                       "update as data-parallel training");
+    plan.zero = {{"stage", plan.stage}};
     return plan;
   }
   const Json& zero = object_at(ds, "zero_optimization", "zero_optimization", m);
@@ -692,21 +706,25 @@ ZeroPlan map_zero(const Json& ds, Mapper& m) {
   // Only ZeRO stage 3 reduces gradients through LoCo
   // (DeepSpeedZeroOptimizer_Stage3, deepspeed/runtime/zero/stage3.py).
   if (quantized && plan.stage == 3) plan.loco = map_loco_param(zero, m);
+  plan.zero = {{"stage", plan.stage}};
+  if (!plan.loco.is_null()) plan.zero["zero_quantized_gradients"] = true;
   for (auto it = zero.begin(); it != zero.end(); ++it) {
     const std::string path = "zero_optimization." + it.key();
+    if (zero_section_field(it.key(), plan.stage)) {
+      // Read into "zero" (validated there, errors at the DeepSpeed field).
+      if (!it.value().is_null()) plan.zero[it.key()] = it.value();
+      continue;
+    }
     if (!plan.loco.is_null() && (it.key() == "zero_quantized_gradients" ||
                                  it.key() == "zeropp_loco_param" || it.key() == "stage")) {
       continue;  // mapped to loco
     }
     if (it.key() == "zero_quantized_gradients" || it.key() == "zeropp_loco_param") {
       m.ignore(path, "read only by ZeRO stage 3 with zero_quantized_gradients on");
-    } else if (it.key() == "zero_quantized_weights" && it.value() == Json(true)) {
-      m.ignore(path, "NOT modeled: ZeRO++ qwZ quantizes the weights the forward pass sees");
+    } else if (it.key() == "zero_quantized_weights" || it.key() == "zero_hpz_partition_size") {
+      m.ignore(path, "read only by ZeRO stage 3");
     } else {
-      m.ignore(path, it.key() == "stage"
-                         ? "partitions optimizer state, gradients or parameters: the same "
-                           "update as data-parallel training, priced as bitlab's allreduce"
-                         : "partitioning, bucketing, offload or memory setting: the same update");
+      m.ignore(path, "offload, prefetch or memory setting: the same update, not priced");
     }
   }
   return plan;
@@ -760,6 +778,17 @@ DeepSpeedMapping map_deepspeed_config(const Json& ds, const std::string& source,
   Json experiment = Json::object();
   map_batch(ds, m, experiment, workers);
   const ZeroPlan zero = map_zero(ds, m);
+  if (!zero.zero.is_null()) {
+    try {
+      (void)read_zero_options(zero.zero, "zero");
+    } catch (const ConfigError& e) {
+      const std::string field = e.path().rfind("zero.", 0) == 0 ? e.path().substr(5) : "stage";
+      m.fail("zero_optimization." + field,
+             zero.zero.contains(field) ? zero.zero[field] : Json(nullptr),
+             std::string("bitlab's ") + e.what());
+    }
+    experiment["zero"] = zero.zero;
+  }
   if (ds.contains("optimizer")) {
     const Json& section = object_at(ds, "optimizer", "optimizer", m);
     if (!section.contains("type")) {

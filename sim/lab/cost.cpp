@@ -59,6 +59,15 @@ Schema<CostSettings> CostSettings::schema() {
                                         return true;
                                       },
                                       "every entry must be >= 0"}});
+  s.field("gpu_memory_gb", &O::gpu_memory_gb,
+          "optional: each GPU's memory in GB (10^9 bytes; a \"16 GB\" card holds 16 GiB = 17.18 "
+          "GB); cost says whether the model states fit (activations and buffers not counted)",
+          {rules::greater(0.0)});
+  s.field("largest_layer_params", &O::largest_layer_params,
+          "optional: parameters of the largest layer, for ZeRO-3's working buffer (4 bytes "
+          "each, DeepSpeed's estimate_zero3_model_states_mem_needs); 0: the largest "
+          "tensor_sizes entry, or left out",
+          {rules::at_least<int64_t>(0)});
   s.check([](const O& o, const std::string& path) {
     if (o.tensor_rows.empty()) return;
     if (o.tensor_rows.size() != o.tensor_sizes.size()) {
@@ -84,11 +93,33 @@ Schema<CostSettings> CostSettings::schema() {
                       std::to_string(sum) + ")");
     }
   });
-  s.allow_key("network").allow_key("compute").allow_key("optimizer");
+  s.allow_key("network").allow_key("compute").allow_key("optimizer").allow_key("zero");
   return s;
 }
 
 namespace {
+
+// The zero section against the optimizer and the cluster (exit 2).
+void check_zero(const CostSpec& spec) {
+  const ZeroOptions& z = spec.zero;
+  const std::string name = spec.optimizer.at("name").get<std::string>();
+  (void)zero_model(spec.optimizer, z.stage);  // a stage the optimizer has no form for
+  if (z.zero_quantized_gradients && (name != "loco" || z.stage != 3)) {
+    config_fail("zero.zero_quantized_gradients", Json(true),
+                "qgZ is LoCo's exchange in bitlab (DeepSpeed's qgZ without error feedback is not "
+                "modelled): needs optimizer loco at stage 3 (here " + name + ", stage " +
+                    std::to_string(z.stage) + ")");
+  }
+  if (name == "loco" && z.stage == 3 && !z.zero_quantized_gradients) {
+    config_fail("zero.zero_quantized_gradients", Json(false),
+                "LoCo under ZeRO-3 is DeepSpeed's qgZ with zeropp_loco_param: set it true");
+  }
+  const Topology t = make_topology(spec.network, spec.settings.workers);
+  if (z.zero_hpz_partition_size > 1 && t.gpus_per_node % z.zero_hpz_partition_size != 0) {
+    config_fail("zero.zero_hpz_partition_size", Json(z.zero_hpz_partition_size),
+                "must divide the GPUs of a node (" + std::to_string(t.gpus_per_node) + " here)");
+  }
+}
 
 CostSpec resolve_inner(const Json& raw) {
   if (!raw.is_object()) config_fail("", raw, "a cost spec must be a JSON object");
@@ -159,8 +190,13 @@ CostSpec resolve_inner(const Json& raw) {
   }
   plan_communication(spec.optimizer, spec.settings.params, static_cast<int>(spec.settings.workers),
                      1, 0, cost_layout(spec.settings));
+  spec.zero_given = raw.contains("zero");
+  if (spec.zero_given) spec.zero = read_zero_options(raw.at("zero"), "zero");
+  check_zero(spec);
 
   Json& r = spec.resolved = settings_schema.write(spec.settings);
+  if (spec.settings.gpu_memory_gb == 0) r.erase("gpu_memory_gb");  // not given: not checked
+  if (spec.zero_given) r["zero"] = ZeroOptions::schema().write(spec.zero);
   r["network"] = network_schema.write(spec.network);
   r["compute"] = compute_schema.write(spec.compute);
   r["optimizer"] = spec.optimizer;
@@ -252,6 +288,23 @@ CommPlan plan_communication(const Json& opt, int64_t params, int n, int64_t step
 // ---------------------------------------------------------------------------
 // Pricing
 
+namespace {
+
+// Adds a priced phase to a job: its volume, and its steps' totals.
+void add_phase(JobCost& job, PhaseCost pc) {
+  for (const auto& r : pc.plan.records) {
+    pc.sent_bytes += r.sent_bytes;
+    pc.messages += r.messages;
+  }
+  const int64_t steps = pc.plan.steps;
+  job.total_s += static_cast<double>(steps) * pc.time.step_s;
+  job.total_sent_bytes += static_cast<double>(steps) * pc.sent_bytes;
+  job.total_messages += steps * pc.messages;
+  job.phases.push_back(std::move(pc));
+}
+
+}  // namespace
+
 JobCost price_plan(const CommPlan& plan, const Topology& topology, const ComputeOptions& compute,
                    const std::vector<double>& worker_compute_s, std::string label) {
   JobCost job;
@@ -261,30 +314,92 @@ JobCost price_plan(const CommPlan& plan, const Topology& topology, const Compute
     PhaseCost pc;
     pc.plan = p;
     pc.time = price_step(p.records, topology, worker_compute_s, compute);
-    for (const auto& r : p.records) {
-      pc.sent_bytes += r.sent_bytes;
-      pc.messages += r.messages;
-    }
-    job.total_s += static_cast<double>(p.steps) * pc.time.step_s;
-    job.total_sent_bytes += static_cast<double>(p.steps) * pc.sent_bytes;
-    job.total_messages += p.steps * pc.messages;
-    job.phases.push_back(std::move(pc));
+    add_phase(job, std::move(pc));
   }
   return job;
 }
 
-CostReport estimate_cost(const CostSpec& spec) {
-  CostReport rep;
-  rep.spec = spec;
-  const auto& s = spec.settings;
-  const int n = static_cast<int>(s.workers);
-  rep.topology = make_topology(spec.network, s.workers);
-  rep.compute_s = base_compute_s(spec.compute, static_cast<double>(s.params), s.samples_per_worker);
-  // Expected compute: no jitter; the straggler (deterministic) is kept.
-  std::vector<double> worker_s(static_cast<size_t>(n), rep.compute_s);
-  if (spec.compute.straggler_worker >= 0) {
-    worker_s[static_cast<size_t>(spec.compute.straggler_worker)] *= spec.compute.straggler_factor;
+namespace {
+
+// What a job is priced with besides its plan (estimate_cost).
+struct JobShape {
+  ZeroShape zero;
+  std::vector<TensorInfo> tensors;
+  const Topology* topology = nullptr;
+  const ComputeOptions* compute = nullptr;
+  const std::vector<double>* worker_s = nullptr;
+};
+
+// price_plan under ZeRO: each phase rewritten by zero_phase and priced by
+// price_zero_step (stage 0: the plan's own records through price_step, the
+// same bits as price_plan).
+JobCost price_zero_plan(const CommPlan& plan, const Json& optimizer, const ZeroOptions& z,
+                        const JobShape& js, std::string label) {
+  const ZeroModel model = zero_model(optimizer, z.stage);
+  JobCost job;
+  job.label = std::move(label);
+  job.notes = plan.notes;
+  for (const auto& p : plan.phases) {
+    const ZeroPhase zp = zero_phase(p, model, z, js.zero, js.tensors,
+                                    js.compute->gradient_accumulation_steps);
+    PhaseCost pc;
+    pc.plan = zp.plan;
+    pc.time = price_zero_step(zp, z, *js.topology, *js.worker_s, *js.compute);
+    add_phase(job, std::move(pc));
   }
+  return job;
+}
+
+Json baseline_optimizer_json(const char* wire) {
+  const auto& baseline = baseline_optimizer();
+  return baseline.resolve(Json{{"name", baseline.name}, {"wire", wire}}, "optimizer");
+}
+
+// Whether DeepSpeed runs this optimizer at this ZeRO setting: stage 0 as
+// before; above, LoCo only at stage 3 with qgZ, the 1-bit family never.
+bool runs_in_deepspeed(const ZeroModel& m, const ZeroOptions& z) {
+  if (z.stage == 0) return true;
+  if (m.optimizer == "loco") return z.stage == 3 && z.zero_quantized_gradients;
+  return m.in_deepspeed;
+}
+
+// The spec's ZeRO options at another stage: ZeRO++ only at stage 3, where
+// LoCo runs as qgZ.
+ZeroOptions at_stage(ZeroOptions z, int64_t stage, const std::string& optimizer) {
+  z.stage = stage;
+  if (stage < 3) {
+    z.zero_quantized_weights = false;
+    z.zero_hpz_partition_size = 1;
+    z.zero_quantized_gradients = false;
+  } else {
+    z.zero_quantized_gradients = optimizer == "loco";
+  }
+  return z;
+}
+
+std::vector<PhaseLink> phase_links(const JobCost& job, const Topology& t) {
+  std::vector<PhaseLink> out;
+  for (const auto& p : job.phases) {
+    LinkTimes sum;
+    for (const auto& r : p.plan.records) {
+      const LinkTimes l = collective_link_times(r, t);
+      sum.intra_s += l.intra_s;
+      sum.inter_s += l.inter_s;
+    }
+    PhaseLink link;
+    link.phase = p.plan.name;
+    link.comm_s = sum.intra_s + sum.inter_s;
+    link.inter = sum.inter_s > sum.intra_s;
+    link.share = link.comm_s > 0 ? (link.inter ? sum.inter_s : sum.intra_s) / link.comm_s : 0;
+    out.push_back(link);
+  }
+  return out;
+}
+
+// The notes and warnings of a job's inputs: compute, the optimizer's own
+// warnings, a fitted network used beyond the nodes it was fitted on.
+void note_inputs(CostReport& rep, const CostSpec& spec) {
+  const auto& s = spec.settings;
   if (spec.compute.jitter > 0) {
     rep.notes.push_back(
         "compute.jitter is ignored: cost prices the expected step, every worker at the base "
@@ -303,19 +418,99 @@ CostReport estimate_cost(const CostSpec& spec) {
   for (auto& w : find_entry(optimizer_registry(), name)->make(spec.optimizer)->warnings(s.steps)) {
     rep.warnings.push_back(std::move(w));
   }
+  const Topology& t = rep.topology;
+  if (t.fitted_max_nodes > 0 && (t.nodes > t.fitted_max_nodes || t.nodes < t.fitted_min_nodes)) {
+    rep.warnings.push_back(
+        "the network file was fitted on measurements over " + std::to_string(t.fitted_min_nodes) +
+        (t.fitted_max_nodes > t.fitted_min_nodes ? "-" + std::to_string(t.fitted_max_nodes) : "") +
+        " node(s); this job spans " + std::to_string(t.nodes) +
+        ": its prices extrapolate the fit (measure at this size, `bitlab calibrate`)");
+  }
 
-  const int node = n / rep.topology.nodes;  // workers per node
-  rep.job = price_plan(
-      plan_communication(spec.optimizer, s.params, n, s.steps, node, cost_layout(s)), rep.topology,
-      spec.compute, worker_s, name);
+}
+
+}  // namespace
+
+CostReport estimate_cost(const CostSpec& spec) {
+  CostReport rep;
+  rep.spec = spec;
+  const auto& s = spec.settings;
+  const int n = static_cast<int>(s.workers);
+  rep.topology = make_topology(spec.network, s.workers);
+  rep.compute_s = base_compute_s(spec.compute, static_cast<double>(s.params), s.samples_per_worker);
+  // Expected compute: no jitter; the straggler (deterministic) is kept.
+  std::vector<double> worker_s(static_cast<size_t>(n), rep.compute_s);
+  if (spec.compute.straggler_worker >= 0) {
+    worker_s[static_cast<size_t>(spec.compute.straggler_worker)] *= spec.compute.straggler_factor;
+  }
+  note_inputs(rep, spec);
+  const Topology& t = rep.topology;
+  const std::string name = spec.optimizer.at("name").get<std::string>();
+  const int node = n / t.nodes;  // workers per node
+  const std::vector<TensorInfo> layout = cost_layout(s);
+  JobShape js;
+  js.zero.params = s.params;
+  js.zero.workers = n;
+  js.zero.gpus_per_node = node;
+  js.zero.largest_layer_params = s.largest_layer_params;
+  if (js.zero.largest_layer_params == 0 && !s.tensor_sizes.empty()) {
+    js.zero.largest_layer_params = *std::max_element(s.tensor_sizes.begin(), s.tensor_sizes.end());
+  }
+  js.tensors = layout;
+  js.topology = &t;
+  js.compute = &spec.compute;
+  js.worker_s = &worker_s;
   const auto& baseline = baseline_optimizer();
   rep.baseline = baseline.name;
-  for (const char* wire : {"fp16", "fp32"}) {
-    const Json resolved =
-        baseline.resolve(Json{{"name", baseline.name}, {"wire", wire}}, "optimizer");
-    JobCost j = price_plan(plan_communication(resolved, s.params, n, s.steps, node), rep.topology,
-                           spec.compute, worker_s, baseline.name + ", " + wire + " allreduce");
-    (std::string_view(wire) == "fp16" ? rep.baseline_fp16 : rep.baseline_fp32) = std::move(j);
+  const auto price = [&](const ZeroOptions& z, StageCost* row) {
+    const CommPlan plan = plan_communication(spec.optimizer, s.params, n, s.steps, node, layout);
+    JobCost job = price_zero_plan(plan, spec.optimizer, z, js, name);
+    ZeroOptions bz = z;
+    bz.zero_quantized_gradients = false;
+    const Json b16 = baseline_optimizer_json("fp16");
+    JobCost base16 = price_zero_plan(plan_communication(b16, s.params, n, s.steps, node), b16, bz,
+                                     js, baseline.name + ", fp16 allreduce");
+    if (row) {
+      row->total_s = job.total_s;
+      row->baseline_total_s = base16.total_s;
+      row->memory_bytes = zero_memory(zero_model(spec.optimizer, z.stage), z, js.zero).total_bytes;
+      row->baseline_memory_bytes = zero_memory(zero_model(b16, z.stage), bz, js.zero).total_bytes;
+      return;
+    }
+    rep.job = std::move(job);
+    rep.baseline_fp16 = std::move(base16);
+    const Json b32 = baseline_optimizer_json("fp32");
+    rep.baseline_fp32 = price_zero_plan(plan_communication(b32, s.params, n, s.steps, node), b32,
+                                        bz, js, baseline.name + ", fp32 allreduce");
+    const ZeroModel model = zero_model(spec.optimizer, z.stage);
+    rep.in_deepspeed = runs_in_deepspeed(model, z);
+    rep.memory = zero_memory(model, z, js.zero);
+    rep.baseline_memory = zero_memory(zero_model(b16, z.stage), bz, js.zero);
+  };
+  price(spec.zero, nullptr);
+  for (int64_t stage = 0; stage <= 3; ++stage) {
+    StageCost row;
+    row.stage = stage;
+    const ZeroOptions z = at_stage(spec.zero, stage, name);
+    try {
+      row.in_deepspeed = runs_in_deepspeed(zero_model(spec.optimizer, stage), z);
+      price(z, &row);
+      row.available = true;
+    } catch (const ConfigError& e) {
+      row.why_not = e.what();
+    }
+    rep.stages.push_back(row);
+  }
+  rep.links = phase_links(rep.job, t);
+  if (!rep.in_deepspeed) {
+    rep.warnings.push_back(name + " at ZeRO stage " + std::to_string(spec.zero.stage) +
+                           " is not available in DeepSpeed (it refuses the combination): priced "
+                           "as docs/algorithms.md section 11 composes them");
+  }
+  if (spec.zero.stage == 3 && js.zero.largest_layer_params == 0) {
+    rep.notes.push_back(
+        "ZeRO-3's working buffer (4 bytes per parameter of the largest layer) is left out of the "
+        "memory: give largest_layer_params or tensor_sizes");
   }
   for (const auto& note : rep.job.notes) rep.notes.push_back(note);
   if (spec.optimizer.value("wire", "fp16") == "fp32") {
@@ -423,12 +618,78 @@ double baseline_step_s(const CostReport& r) {
   return r.baseline_fp16.phases.empty() ? 0.0 : r.baseline_fp16.phases[0].time.step_s;
 }
 
-}  // namespace
+std::string memory_line(const std::string& label, const ZeroMemory& m) {
+  std::string out = "  " + pad(label, 22, false) + pad(bytes_text(m.params_bytes), 11) +
+                    pad(bytes_text(m.gradients_bytes), 11) +
+                    pad(bytes_text(m.optimizer_state_bytes), 11) +
+                    pad(bytes_text(m.error_buffer_bytes), 11) +
+                    pad(bytes_text(m.working_bytes), 11) +
+                    pad(bytes_text(static_cast<double>(m.total_bytes)), 11) + "\n";
+  return out;
+}
 
-std::string format_cost_report(const CostReport& r) {
+void print_memory(std::string& out, const CostReport& r) {
   const auto& s = r.spec.settings;
-  const auto& t = r.topology;
-  std::string out;
+  out += "memory per GPU (model states at ZeRO stage " + std::to_string(r.spec.zero.stage) +
+         ", DeepSpeed's accounting; activations and buffers not counted):\n";
+  out += "  " + pad("", 22, false) + pad("params", 11) + pad("gradients", 11) + pad("optimizer", 11) +
+         pad("errors", 11) + pad("working", 11) + pad("total", 11) + "\n";
+  out += memory_line(r.job.label, r.memory);
+  out += memory_line(r.baseline, r.baseline_memory);
+  if (s.gpu_memory_gb > 0) {
+    const double cap = s.gpu_memory_gb * 1e9;
+    const auto verdict = [&](const std::string& who, const ZeroMemory& m) {
+      const double need = static_cast<double>(m.total_bytes);
+      return who + (need <= cap ? " fits" : " does NOT fit") + " (" + bytes_text(need) + " of " +
+             bytes_text(cap) + ")";
+    };
+    out += "  --gpu-memory-gb " + fmt("%g", s.gpu_memory_gb) + ": " +
+           verdict(r.job.label, r.memory) + "; " + verdict(r.baseline, r.baseline_memory) + "\n";
+  }
+  out += "\n";
+}
+
+void print_stages(std::string& out, const CostReport& r) {
+  out += "by ZeRO stage (total time; memory per GPU; ZeRO++ options at stage 3 only):\n";
+  out += "  " + pad("stage", 7, false) + pad(r.job.label + " time", 22) + pad("memory", 11) +
+         pad(r.baseline + " fp16 time", 22) + pad("memory", 11) + "\n";
+  for (const auto& row : r.stages) {
+    out += "  " + pad(std::to_string(row.stage), 7, false);
+    if (!row.available) {
+      out += "  not priced: " + row.why_not + "\n";
+      continue;
+    }
+    out += pad(duration_text(row.total_s), 22) +
+           pad(bytes_text(static_cast<double>(row.memory_bytes)), 11) +
+           pad(duration_text(row.baseline_total_s), 22) +
+           pad(bytes_text(static_cast<double>(row.baseline_memory_bytes)), 11) +
+           (row.in_deepspeed ? "" : "  (" + r.job.label + ": not available in DeepSpeed)") +
+           "\n";
+  }
+  out += "\n";
+}
+
+void print_links(std::string& out, const CostReport& r) {
+  out += "limiting link per phase (most of its communication time):\n";
+  for (const auto& l : r.links) {
+    if (l.comm_s <= 0) {
+      out += "  " + r.job.label + " / " + l.phase + ": no communication\n";
+      continue;
+    }
+    out += "  " + r.job.label + " / " + l.phase + ": " + link_text(l.inter, r.topology) + " (" +
+           fmt("%.0f", 100 * l.share) + " %)\n";
+  }
+  out += "\n";
+}
+
+bool same_record(const CommRecord& a, const CommRecord& b) {
+  return std::string_view(a.op) == b.op && std::string_view(a.dtype) == b.dtype &&
+         std::string_view(a.scope) == b.scope && std::string_view(a.algorithm) == b.algorithm &&
+         a.ranks == b.ranks && a.groups == b.groups && a.payload_bytes == b.payload_bytes;
+}
+
+void print_header(std::string& out, const CostReport& r) {
+  const auto& s = r.spec.settings;
   out += "bitlab cost: " + r.job.label + ", " + std::to_string(s.params) + " parameters, " +
          std::to_string(s.workers) + " workers, " + std::to_string(s.steps) + " steps\n";
   const auto& overrides = r.spec.overrides;
@@ -444,6 +705,27 @@ std::string format_cost_report(const CostReport& r) {
     out += "  priced with: " + changed + "\n";
   }
   for (const auto& w : r.warnings) out += "warning: " + w + "\n";
+  if (r.spec.zero.stage > 0) {
+    const auto& z = r.spec.zero;
+    out += "ZeRO stage " + std::to_string(z.stage) + ": reduce_bucket_size " +
+           std::to_string(z.reduce_bucket_size) + ", allgather_bucket_size " +
+           std::to_string(z.allgather_bucket_size) + ", overlap_comm " +
+           (z.overlap_comm ? "true" : "false") +
+           (z.zero_quantized_weights ? ", qwZ (int8 weight all-gathers)" : "") +
+           (z.zero_hpz_partition_size > 1
+                ? ", hpZ " + std::to_string(z.zero_hpz_partition_size) + " GPUs"
+                : "") +
+           (z.zero_quantized_gradients ? ", qgZ (LoCo's exchange)" : "") +
+           (r.in_deepspeed ? "" : "  [not available in DeepSpeed]") + "\n";
+  }
+}
+
+}  // namespace
+
+std::string format_cost_report(const CostReport& r) {
+  const auto& t = r.topology;
+  std::string out;
+  print_header(out, r);
   out += "topology: " + t.name + ": " + std::to_string(t.nodes) + " node(s) x " +
          std::to_string(t.gpus_per_node) + " GPUs; intra " + fmt("%g us", t.intra_latency_s * 1e6) +
          ", " + fmt("%g Gbit/s", t.intra_bytes_per_s * 8 / 1e9) + "; inter (NIC per node) " +
@@ -482,18 +764,28 @@ std::string format_cost_report(const CostReport& r) {
       if (p.plan.steps == 0 && job != &r.job) continue;
       out += "  " + job->label + " / " + p.plan.name + ":" +
              (p.plan.records.empty() ? " none" : "") + "\n";
-      for (const auto& rec : p.plan.records) {
+      const auto& recs = p.plan.records;
+      for (size_t i = 0; i < recs.size();) {
+        const auto& rec = recs[i];
+        // Under ZeRO a bucket or micro-step repeats a record: shown once, x k.
+        size_t k = 1;
+        while (r.spec.zero.stage > 0 && i + k < recs.size() && same_record(recs[i + k], rec)) ++k;
         out += "    " +
                pad(std::string(rec.op) + " " + rec.algorithm + " " + rec.dtype +
                        (std::string_view(rec.scope) == "all" ? "" : std::string(" ") + rec.scope),
                    32, false) +
                "S " + pad(bytes_text(static_cast<double>(rec.payload_bytes)), 9) + "  p " +
                pad(std::to_string(rec.ranks), 5) + "  " +
-               pad(duration_text(collective_time_s(rec, t)), 12) + "\n";
+               pad(duration_text(collective_time_s(rec, t)), 12) +
+               (k > 1 ? "  x " + std::to_string(k) : "") + "\n";
+        i += k;
       }
     }
   }
   out += "\n";
+  print_links(out, r);
+  print_memory(out, r);
+  print_stages(out, r);
   const std::string& b = r.baseline;
   const double sp16 = ratio(r.baseline_fp16.total_s, r.job.total_s);
   const double sp32 = ratio(r.baseline_fp32.total_s, r.job.total_s);
@@ -546,6 +838,48 @@ Json cost_report_json(const CostReport& r) {
     j["volume_ratio"][key + "_over_this"] =
         ratio_json(ratio(job->total_sent_bytes, r.job.total_sent_bytes));
   }
+  j["zero"] = ZeroOptions::schema().write(r.spec.zero);
+  j["available_in_deepspeed"] = r.in_deepspeed;
+  const auto memory_json = [&](const ZeroMemory& m) {
+    Json out = {{"params_bytes", m.params_bytes},
+                {"gradients_bytes", m.gradients_bytes},
+                {"optimizer_state_bytes", m.optimizer_state_bytes},
+                {"error_buffer_bytes", m.error_buffer_bytes},
+                {"working_bytes", m.working_bytes},
+                {"total_bytes", m.total_bytes}};
+    const double cap = r.spec.settings.gpu_memory_gb * 1e9;
+    if (cap > 0) out["fits"] = static_cast<double>(m.total_bytes) <= cap;
+    return out;
+  };
+  j["memory_per_gpu"] = {{"optimizer", memory_json(r.memory)},
+                         {b + "_fp16", memory_json(r.baseline_memory)}};
+  if (r.spec.settings.gpu_memory_gb > 0) {
+    j["memory_per_gpu"]["gpu_memory_bytes"] = r.spec.settings.gpu_memory_gb * 1e9;
+  }
+  j["stages"] = Json::array();
+  for (const auto& row : r.stages) {
+    Json s = {{"stage", row.stage}, {"available", row.available}};
+    if (!row.available) {
+      s["why_not"] = row.why_not;
+    } else {
+      s["available_in_deepspeed"] = row.in_deepspeed;
+      s["total_s"] = row.total_s;
+      s["memory_bytes"] = row.memory_bytes;
+      s[b + "_fp16_total_s"] = row.baseline_total_s;
+      s[b + "_fp16_memory_bytes"] = row.baseline_memory_bytes;
+    }
+    j["stages"].push_back(s);
+  }
+  j["limiting_links"] = Json::array();
+  for (const auto& l : r.links) {
+    j["limiting_links"].push_back({{"phase", l.phase},
+                                   {"link", l.comm_s > 0 ? (l.inter ? "inter" : "intra") : "none"},
+                                   {"text", l.comm_s > 0 ? link_text(l.inter, t) : ""},
+                                   {"share", l.share}});
+  }
+  if (t.fitted_max_nodes > 0) {
+    j["topology"]["fitted_nodes"] = {t.fitted_min_nodes, t.fitted_max_nodes};
+  }
   j["overrides"] = r.spec.overrides;
   j["warnings"] = r.warnings;
   j["notes"] = r.notes;
@@ -572,6 +906,7 @@ Json cost_spec_of_experiment(const Json& raw) {
   spec["samples_per_worker"] = std::max(samples, 1.0);
   spec["optimizer"] = raw.at("optimizer");
   spec["compute"] = e.resolved.at("compute");
+  if (e.resolved.contains("zero")) spec["zero"] = e.resolved.at("zero");
   // An experiment without a time model leaves the network to --network.
   if (e.network.timed()) spec["network"] = e.resolved.at("network");
   return spec;

@@ -27,7 +27,9 @@
 #include "sim/comm/comm.hpp"
 #include "sim/comm/comm_plan.hpp"
 #include "sim/core/schema.hpp"
+#include "sim/lab/zero_plan.hpp"
 #include "sim/timing/network.hpp"
+#include "sim/timing/zero.hpp"
 
 namespace bitlab {
 
@@ -40,6 +42,8 @@ struct CostSettings {
   double samples_per_worker = 1.0;    // per step; only for a compute time derived from FLOPs
   std::vector<int64_t> tensor_sizes;  // the model's tensors (sum = params); empty: a stand-in
   std::vector<int64_t> tensor_rows;   // each tensor's first dimension, 0 for 1-D; empty: most square
+  double gpu_memory_gb = 0;           // GPU memory (10^9 bytes) the model states must fit; 0: unchecked
+  int64_t largest_layer_params = 0;   // ZeRO-3's working buffer; 0: the largest tensor_sizes entry
   static Schema<CostSettings> schema();
 };
 
@@ -48,6 +52,8 @@ struct CostSpec {
   NetworkOptions network;
   ComputeOptions compute;
   Json optimizer;  // resolved through the optimizer registry
+  ZeroOptions zero;         // the "zero" section (stage 0 when absent)
+  bool zero_given = false;  // the spec has a "zero" section (written back in `resolved`)
   Json resolved;   // the whole spec, every default filled in
   // The overrides applied to the file, as the user wrote them: when there
   // are any, settings.description describes the file, not the priced job.
@@ -124,6 +130,25 @@ struct JobCost {
 JobCost price_plan(const CommPlan& plan, const Topology& topology, const ComputeOptions& compute,
                    const std::vector<double>& worker_compute_s, std::string label);
 
+// One ZeRO stage of the job and of the baseline (fp16), for the table of
+// every stage `cost` prints; the spec's ZeRO++ options apply at stage 3 only.
+struct StageCost {
+  int64_t stage = 0;
+  bool available = false;  // the optimizer has a partitioned form at this stage
+  std::string why_not;
+  bool in_deepspeed = true;
+  double total_s = 0, baseline_total_s = 0;
+  int64_t memory_bytes = 0, baseline_memory_bytes = 0;
+};
+
+// The limiting link of a phase: where most of its communication time goes.
+struct PhaseLink {
+  std::string phase;
+  bool inter = false;
+  double share = 0;  // of the phase's communication time (before overlap)
+  double comm_s = 0;
+};
+
 struct CostReport {
   CostSpec spec;
   Topology topology;
@@ -137,6 +162,12 @@ struct CostReport {
   // priced, one as long as the job): printed at the top.
   std::vector<std::string> warnings;
   std::vector<std::string> notes;
+  // Memory per GPU (model states) at the spec's ZeRO stage: the optimizer's
+  // and the baseline's; the stage table; each phase's limiting link.
+  bool in_deepspeed = true;  // false: DeepSpeed refuses this optimizer at this stage
+  ZeroMemory memory, baseline_memory;
+  std::vector<StageCost> stages;
+  std::vector<PhaseLink> links;
 };
 
 CostReport estimate_cost(const CostSpec& spec);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string_view>
 
 #include "sim/core/rng.hpp"
@@ -205,6 +206,12 @@ Topology make_topology(const NetworkOptions& o, int64_t workers) {
     t.name = "file:" + from_file.links.name;
     if (o.allreduce == "as_logged") t.allreduce = from_file.allreduce;
     t.efficiency = from_file.efficiency;
+    if (!from_file.fitted_nodes.empty()) {
+      t.fitted_min_nodes = *std::min_element(from_file.fitted_nodes.begin(),
+                                             from_file.fitted_nodes.end());
+      t.fitted_max_nodes = *std::max_element(from_file.fitted_nodes.begin(),
+                                             from_file.fitted_nodes.end());
+    }
   }
   auto pick = [&](double given, double from_preset, const char* field) {
     if (given > 0) return given;
@@ -357,6 +364,47 @@ double collective_time_s(const CommRecord& r, const Topology& t) {
                    : op == "alltoall"       ? t.efficiency.alltoall
                                             : 1.0;
   return alpha_beta_time_s(r, t) / e;
+}
+
+LinkTimes collective_link_times(const CommRecord& r, const Topology& t) {
+  LinkTimes out;
+  const double time = collective_time_s(r, t);
+  const std::string_view scope(r.scope), op(r.op);
+  if (scope == "intra" || (scope == "all" && t.nodes <= 1)) {
+    out.intra_s = time;
+    return out;
+  }
+  if (scope == "inter") {
+    out.inter_s = time;
+    return out;
+  }
+  const std::string_view algo =
+      t.allreduce == "as_logged" ? std::string_view(r.algorithm) : std::string_view(t.allreduce);
+  if (op == "allreduce" && algo == "hierarchical" && r.ranks > 1) {
+    // As allreduce_time: the two intra-node passes, the rest across nodes.
+    const int g = t.gpus_per_node;
+    const double s = static_cast<double>(r.payload_bytes);
+    const double rs = ring_like(g, s, intra_link(t), g - 1, static_cast<double>(g - 1) / g);
+    out.intra_s = std::min(time, 2 * rs / t.efficiency.allreduce);
+    out.inter_s = time - out.intra_s;
+    return out;
+  }
+  // A flat collective across nodes: bounded by the slower bandwidth.
+  (t.inter_bytes_per_s <= t.intra_bytes_per_s || op == "alltoall" ? out.inter_s : out.intra_s) =
+      time;
+  return out;
+}
+
+std::string link_text(bool inter, const Topology& t) {
+  char buf[128];
+  if (inter) {
+    std::snprintf(buf, sizeof buf, "across nodes: NIC %g Gbit/s per node, %g us",
+                  t.inter_bytes_per_s * 8 / 1e9, t.inter_latency_s * 1e6);
+  } else {
+    std::snprintf(buf, sizeof buf, "inside a node: %g Gbit/s, %g us",
+                  t.intra_bytes_per_s * 8 / 1e9, t.intra_latency_s * 1e6);
+  }
+  return buf;
 }
 
 double bus_factor(const CommRecord& r) {

@@ -109,6 +109,10 @@ struct Topology {
   std::string allreduce = "as_logged";
   CollectiveEfficiency efficiency;
   std::string source;  // where the preset's (or network file's) numbers come from
+  // A network file fitted by `bitlab calibrate`: the fewest and most nodes its
+  // measurements spanned (0 and 0: a preset, custom values, or a file that
+  // does not record them). Pricing more nodes than it saw extrapolates.
+  int fitted_min_nodes = 0, fitted_max_nodes = 0;
 };
 
 struct NetworkPreset {
@@ -130,6 +134,20 @@ Topology make_topology(const NetworkOptions& options, int64_t workers);
 
 // Time of one logged collective on the topology, in seconds.
 double collective_time_s(const CommRecord& r, const Topology& t);
+
+// A collective's time (collective_time_s) split by the link that bounds it:
+// inside a node, or across nodes (the NIC). A flat collective across nodes
+// counts on the slower of the two bandwidths it runs at (the inter-node
+// latency); a hierarchical allreduce splits into its intra-node
+// reduce-scatter and all-gather and its inter-node allreduce.
+struct LinkTimes {
+  double intra_s = 0;
+  double inter_s = 0;
+};
+LinkTimes collective_link_times(const CommRecord& r, const Topology& t);
+// How `bitlab cost` names a link: "inside a node: 96 Gbit/s, 5 us" or
+// "across nodes: NIC 4.1 Gbit/s per node, 50 us".
+std::string link_text(bool inter, const Topology& t);
 
 // algbw = S / t and busbw = algbw · factor (allreduce 2(p−1)/p; allgather,
 // reduce-scatter, alltoall (p−1)/p; broadcast 1), in bytes per second.

@@ -91,6 +91,17 @@ NetworkFile read_network_file(const std::string& path) {
   f.efficiency.allgather = efficiency(net, path, "allgather_efficiency");
   f.efficiency.reduce_scatter = efficiency(net, path, "reduce_scatter_efficiency");
   f.efficiency.alltoall = efficiency(net, path, "alltoall_efficiency");
+  // The fit's report is not checked (a hand-written file may have none);
+  // only well-formed node counts are kept.
+  const Json fit = j.value("fit", Json::object());
+  if (fit.is_object() && fit.contains("points") && fit["points"].is_array()) {
+    for (const Json& point : fit["points"]) {
+      if (point.is_object() && point.contains("nodes") && point["nodes"].is_number_integer() &&
+          point["nodes"].get<int64_t>() >= 1 && point["nodes"].get<int64_t>() <= (1 << 20)) {
+        f.fitted_nodes.push_back(static_cast<int>(point["nodes"].get<int64_t>()));
+      }
+    }
+  }
   return f;
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "sim/core/schema.hpp"
 #include "sim/timing/network.hpp"
@@ -27,6 +28,10 @@ struct NetworkFile {
   NetworkPreset links;  // name, gpus_per_node, latencies, bandwidths, source
   std::string allreduce = "ring";
   CollectiveEfficiency efficiency;
+  // The node counts of the measurements the file was fitted on, read from
+  // its fit report (fit.points[].nodes, which calibrate writes); empty when
+  // the file does not record them. `cost` warns beyond them.
+  std::vector<int> fitted_nodes;
 };
 
 // Reads and checks `path`; throws ConfigError naming network.file, the file,
