@@ -531,7 +531,7 @@ TEST_SUITE("calibrate") {
     const Calibration c = calibrate(both, o);
     CHECK(c.points.size() == 26);
     REQUIRE(!c.notes.empty());
-    CHECK(c.notes[0].find("52 rows measure 26 points more than once") != std::string::npos);
+    CHECK(c.notes[0].find("52 rows measure 26 point(s) more than once (52 rows, 26 points in all") != std::string::npos);
     CHECK(c.notes[0].find("mean") != std::string::npos);
   }
 

@@ -586,11 +586,13 @@ std::vector<Measurement> merged(const std::vector<Measurement>& in, std::vector<
   for (const auto& m : in) set.add(m);
   const auto& pts = set.points();
   size_t repeated = 0;
+  int64_t repeat_rows = 0;
   double widest = 0;
   std::string where;
   for (const auto& m : pts) {
     if (m.repeats < 2) continue;
     ++repeated;
+    repeat_rows += m.repeats;
     const double spread = m.max_time_s / m.min_time_s - 1;
     if (spread >= widest) {
       widest = spread;
@@ -599,12 +601,14 @@ std::vector<Measurement> merged(const std::vector<Measurement>& in, std::vector<
   }
   if (repeated > 0) {
     char text[160];
-    std::snprintf(text, sizeof text, "%lld rows measure %zu points more than once",
-                  static_cast<long long>(set.rows()), repeated);
-    notes.push_back(std::string(text) + " (the same collective, nodes, ranks per node and size): " +
-                    "each is fitted once, at the mean of its times (" + std::to_string(pts.size()) +
-                    " points in all; the widest spread, " + std::to_string(static_cast<int>(std::lround(100 * widest))) +
-                    " % from fastest to slowest, at " + where + ")");
+    std::snprintf(text, sizeof text,
+                  "%lld rows measure %zu point(s) more than once (%lld rows, %zu points in all; "
+                  "the widest spread, %.0f %% from fastest to slowest, at ",
+                  static_cast<long long>(repeat_rows), repeated, static_cast<long long>(set.rows()),
+                  pts.size(), 100 * widest);
+    notes.push_back(std::string(text) + where +
+                    "): each point is fitted once, at the mean of its rows' times (the same "
+                    "collective, nodes, ranks per node and size)");
   }
   return pts;
 }
