@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -161,12 +162,19 @@ TEST_SUITE("calibrate") {
   }
 
   TEST_CASE("a fit that cannot determine a parameter is refused, naming it") {
-    // One message size inside one node: latency and bandwidth move together.
+    // One message size inside one node, measured twice: one point (the
+    // repeats are merged), so latency and bandwidth cannot both be fitted.
     std::vector<Measurement> one_size = {{"allreduce", 1, 8, 1e6, 1e-3, "a.csv:2"},
                                          {"allreduce", 1, 8, 1e6, 1.1e-3, "a.csv:3"}};
     const std::string e = error_of([&] { calibrate(one_size, {}); });
-    CHECK(e.find("intra_latency_us") != std::string::npos);
+    CHECK(e.find("cannot determine 2 parameters from 1 measurements") != std::string::npos);
     CHECK(e.find("--fix") != std::string::npos);
+    // Two node shapes at that size: latency and bandwidth still move together.
+    const std::string e1 = error_of([&] {
+      calibrate({{"allreduce", 1, 2, 1e6, 1e-3, "b.csv:2"}, {"allreduce", 1, 2, 1e6, 1.1e-3, "b.csv:3"},
+                 {"allgather", 1, 2, 1e6, 1e-3, "b.csv:4"}}, {});
+    });
+    CHECK(e1.find("intra_latency_us") != std::string::npos);
     // With the latency fixed, the bandwidth is determined; the inter-node link
     // is not (nothing spans nodes).
     CalibrationOptions fix;
@@ -440,8 +448,12 @@ TEST_SUITE("calibrate") {
       CHECK(c.max_abs_residual < 0.15);
       for (const auto& p : c.points) {
         CAPTURE(p.measured.origin);
-        // Leave-one-out within 25 % wherever the other rows determine the fit.
-        if (p.measured.nodes > 1 && !std::isnan(p.loo_residual)) CHECK(std::abs(p.loo_residual) < 0.25);
+        // Leave-one-out within 30 % wherever the other rows determine the fit.
+        // Rows at one node count are one point (their mean), so leaving out
+        // InfiniBand's 8-node point leaves 1, 2 and 4 nodes to extrapolate
+        // from: 28.7 %. (Before repeats were merged, two copies of the row
+        // left out stayed in the fit, and the check read 7.9 % against 25 %.)
+        if (p.measured.nodes > 1 && !std::isnan(p.loo_residual)) CHECK(std::abs(p.loo_residual) < 0.30);
       }
     }
   }
@@ -486,5 +498,217 @@ TEST_SUITE("calibrate") {
     CHECK(r.status == 2);
     CHECK(r.err.find("network.file") != std::string::npos);
     CHECK(r.err.find("cannot be read") != std::string::npos);
+  }
+
+  TEST_CASE("repeated rows are fitted once, at their mean, and the fit says so") {
+    TempDir dir;
+    // A CSV with every row twice (the second 10 % slower), and an nccl-tests
+    // run pasted three times into one file (its "#  Rank" lines each time).
+    std::string csv = "collective,nodes,gpus_per_node,bytes,time_ms\n";
+    for (double bytes = 1024; bytes <= 1 << 20; bytes *= 4) {
+      const Measurement m{"allreduce", 1, 4, bytes, 0, ""};
+      const double ms = predicted_time_s(m, truth(), "ring") * 1e3;
+      csv += "allreduce,1,4," + std::to_string(bytes) + "," + std::to_string(ms) + "\n";
+      csv += "allreduce,1,4," + std::to_string(bytes) + "," + std::to_string(1.1 * ms) + "\n";
+    }
+    const auto pts = read_measurements(dir.file("twice.csv", csv), {});
+    REQUIRE(pts.size() == 6);  // 1 KB .. 1 MB by 4: six sizes, each once
+    CHECK(pts[0].repeats == 2);
+    // the mean of t and 1.1 t, to the CSV's printed digits (std::to_string: 6 decimals of ms)
+    CHECK(pts[0].time_s / pts[0].min_time_s == doctest::Approx(1.05).epsilon(1e-3));
+    const std::string once = nccl_table("all_reduce_perf", "allreduce", 2, 8, truth(), "ring");
+    const auto pasted = read_measurements(dir.file("all_reduce_3x.txt", once + once + once), {});
+    REQUIRE(pasted.size() == 26);
+    CHECK(pasted[0].repeats == 3);
+    CHECK(pasted[0].nodes == 2);
+    CHECK(pasted[0].gpus_per_node == 8);  // not 24: each run's ranks are its own
+    // Across files too, and the fit's notes say so.
+    auto both = read_measurements(dir.file("a.txt", once), {.collective = "allreduce"});
+    const auto again = read_measurements(dir.file("b.txt", once), {.collective = "allreduce"});
+    both.insert(both.end(), again.begin(), again.end());
+    CalibrationOptions o;
+    o.fixed = {{"intra_latency_us", 4}, {"intra_bandwidth_gbps", 800}};
+    const Calibration c = calibrate(both, o);
+    CHECK(c.points.size() == 26);
+    REQUIRE(!c.notes.empty());
+    CHECK(c.notes[0].find("52 rows measure 26 point(s) more than once (52 rows, 26 points in all") != std::string::npos);
+    CHECK(c.notes[0].find("mean") != std::string::npos);
+  }
+
+  TEST_CASE("more distinct points than the fit takes are refused, naming the limit") {
+    TempDir dir;
+    std::string csv = "collective,nodes,gpus_per_node,bytes,time_ms\n";
+    for (size_t k = 0; k <= kMaxCalibrationPoints; ++k)
+      csv += "allreduce,2,4," + std::to_string(1000 + k) + ",1\n";
+    const std::string e = error_of([&] { read_measurements(dir.file("many.csv", csv), {}); });
+    CHECK(e.find("many.csv:" + std::to_string(kMaxCalibrationPoints + 2)) != std::string::npos);
+    CHECK(e.find("more than " + std::to_string(kMaxCalibrationPoints) + " distinct measurements") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("leave-one-out by leverage agrees with the refits") {
+    // Noisy one-node allreduces (a fixed +-3 % pattern): each point's
+    // leave-one-out error by its leverage against the refit without it. The
+    // leverage form is exact for a linear model; this model is nearly linear
+    // in log parameters near the fit, so they agree to a fraction of the
+    // residual (0.2 percentage points, against residuals of about 3 %).
+    std::vector<Measurement> pts;
+    const double noise[] = {0.03, -0.02, 0.01, -0.03, 0.02, -0.01, 0.025, -0.015, 0.0, 0.03, -0.03, 0.01};
+    for (int k = 0; k < 12; ++k) {
+      Measurement m{"allreduce", 1, 4, 1024.0 * std::pow(2.0, k), 0, "n.csv:" + std::to_string(k + 2)};
+      m.time_s = predicted_time_s(m, truth(), "ring") * (1 + noise[k]);
+      pts.push_back(m);
+    }
+    CalibrationOptions o;
+    o.algorithms = {"ring"};
+    o.fixed = {{"inter_latency_us", 25}, {"inter_bandwidth_gbps", 90}};
+    const Calibration refit = calibrate(pts, o);
+    o.exact_loo_points = 0;
+    const Calibration lever = calibrate(pts, o);
+    CHECK(refit.loo_method == "refit");
+    CHECK(lever.loo_method == "leverage");
+    for (size_t i = 0; i < pts.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::abs(lever.points[i].loo_residual - refit.points[i].loo_residual) < 0.002);
+    }
+    // Planted: the plain residual (no leverage) misses the refit by more.
+    double worst_plain = 0;
+    for (size_t i = 0; i < pts.size(); ++i)
+      worst_plain = std::max(worst_plain, std::abs(refit.points[i].residual - refit.points[i].loo_residual));
+    CHECK(worst_plain > 0.002);
+  }
+
+  TEST_CASE("hosts with different rank counts are refused by name") {
+    TempDir dir;
+    // 8 ranks, 3 on node0 and 5 on node1 (srun with uneven tasks per node).
+    std::string t = nccl_table("all_reduce_perf", "allreduce", 2, 4, truth(), "ring");
+    const std::string from = "on      node1 device  0";  // rank 4 -> node0 makes 5 + 3
+    const auto at = t.find("#  Rank  3");
+    REQUIRE(at != std::string::npos);
+    const auto line_end = t.find('\n', at);
+    std::string rank3 = t.substr(at, line_end - at);
+    const auto host = rank3.find("node0");
+    REQUIRE(host != std::string::npos);
+    rank3.replace(host, 5, "node1");
+    t.replace(at, line_end - at, rank3);
+    const std::string e = error_of([&] { read_measurements(dir.file("uneven.txt", t), {}); });
+    CHECK(e.find("8 ranks on 2 hosts, 3 on node0, 5 on node1") != std::string::npos);
+    CHECK(e.find("the hosts must hold the same number of ranks") != std::string::npos);
+    (void)from;
+  }
+
+  TEST_CASE("a CSV is read by its header: any order, case, unit column; a name twice is refused") {
+    TempDir dir;
+    const auto table = read_measurements(
+        dir.file("all_reduce.txt", nccl_table("all_reduce_perf", "allreduce", 2, 4, truth(), "ring")), {});
+    // The same rows, columns shuffled, upper case, a BOM, times in us.
+    std::string csv = "\xEF\xBB\xBF" "Time_US,Bytes,source,GPUS_PER_NODE,Nodes,Collective\n";
+    for (const auto& m : table) {
+      char row[160];
+      std::snprintf(row, sizeof row, "%.6g,%.0f,table,%d,%d,all_reduce\n", m.time_s * 1e6, m.bytes,
+                    m.gpus_per_node, m.nodes);
+      csv += row;
+    }
+    const auto pts = read_measurements(dir.file("shuffled.csv", csv), {});
+    REQUIRE(pts.size() == table.size());
+    for (size_t i = 0; i < pts.size(); ++i) {
+      CAPTURE(i);
+      CHECK(pts[i].collective == "allreduce");
+      CHECK(pts[i].nodes == 2);
+      CHECK(pts[i].gpus_per_node == 4);
+      CHECK(pts[i].bytes == table[i].bytes);
+      CHECK(pts[i].time_s == doctest::Approx(table[i].time_s).epsilon(1e-5));
+    }
+    const std::string head = "collective,nodes,gpus_per_node,bytes,";
+    CHECK(error_of([&] { read_measurements(dir.file("twice.csv", head + "time_ms,bytes\nallreduce,2,4,8,1,8\n"), {}); })
+              .find("column \"bytes\" is named twice (columns 4 and 6)") != std::string::npos);
+    CHECK(error_of([&] { read_measurements(dir.file("units.csv", head + "time_ms,time_us\nallreduce,2,4,8,1,1000\n"), {}); })
+              .find("both give the time") != std::string::npos);
+  }
+
+  TEST_CASE("a network file's efficiency must lie in (0, 1]") {
+    TempDir dir;
+    NetworkFile nf;
+    nf.links = {"labnet", 4, 5.0, 34.0, 600.0, 5.0, "test"};
+    for (const double e : {7.0, 0.0, -0.5, 1.0000001}) {
+      CAPTURE(e);
+      nf.efficiency.allgather = e;
+      const auto f = dir.file("bad.json", network_file_json(nf, Json::object()).dump());
+      CHECK(error_of([&] { read_network_file(f); }).find("network.allgather_efficiency") != std::string::npos);
+      CHECK(error_of([&] { read_network_file(f); }).find("must lie in (0, 1]") != std::string::npos);
+    }
+    for (const double e : {1.0, 0.5}) {
+      nf.efficiency.allgather = e;
+      const auto f = dir.file("good.json", network_file_json(nf, Json::object()).dump());
+      CHECK(read_network_file(f).efficiency.allgather == e);
+    }
+  }
+
+  TEST_CASE("algorithms that fit alike are said to; the same data rounded otherwise fit the same") {
+    TempDir dir;
+    // A flat ring at 80 Gbit/s between nodes, measured at 1 and 4 nodes of 4:
+    // ring, tree and hierarchical can all fit it (the issue: hierarchical was
+    // picked silently, at 68 Gbit/s).
+    auto flat = truth();
+    flat["inter_bandwidth_gbps"] = 80;
+    flat["allgather_efficiency"] = flat["alltoall_efficiency"] = 1;
+    std::vector<Measurement> table;
+    std::string csv = "collective,nodes,gpus_per_node,bytes,time_ms\n";
+    for (int nodes : {1, 4}) {
+      auto pts = read_measurements(
+          dir.file("all_reduce_" + std::to_string(nodes) + ".txt",
+                   nccl_table("all_reduce_perf", "allreduce", nodes, 4, flat, "ring")), {});
+      for (const auto& m : pts) {
+        char row[128];  // ms to 4 significant digits: other rounding than the table's
+        std::snprintf(row, sizeof row, "allreduce,%d,4,%.0f,%.4g\n", nodes, m.bytes, m.time_s * 1e3);
+        csv += row;
+      }
+      table.insert(table.end(), pts.begin(), pts.end());
+    }
+    const Calibration a = calibrate(table, {});
+    const Calibration b = calibrate(read_measurements(dir.file("same.csv", csv), {}), {});
+    for (const Calibration* c : {&a, &b}) {
+      CHECK(c->allreduce == "ring");
+      CHECK(c->tied.size() >= 2);
+      CHECK(c->values.at("inter_bandwidth_gbps") == doctest::Approx(80).epsilon(0.01));
+      const auto note = std::find_if(c->notes.begin(), c->notes.end(),
+                                     [](const std::string& n) { return n.find("fit alike") != std::string::npos; });
+      REQUIRE(note != c->notes.end());
+      CHECK(note->find("at 16 nodes x 4") != std::string::npos);  // 4x the largest measured
+      CHECK(note->find("to tell them apart, measure allreduce across") != std::string::npos);
+    }
+    CHECK(a.tied == b.tied);
+  }
+
+  TEST_CASE("--level-from takes a level the data do not cover from a preset, and the refusal names it") {
+    TempDir dir;
+    // Two nodes of 8, nothing inside one node: the usual first measurement.
+    const auto two = dir.file("all_reduce_2.txt", nccl_table("all_reduce_perf", "allreduce", 2, 8, truth(), "ring"));
+    const std::string out = (dir.path / "n.json").string();
+    auto r = testing::run_bitlab(dir, "calibrate " + two + " --out " + out);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--level-from PRESET") != std::string::npos);
+    CHECK(!std::filesystem::exists(out));
+    r = testing::run_bitlab(dir, "calibrate " + two + " --level-from infiniband_hdr_a10x8 --out " + out);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("did you mean") != std::string::npos);
+    r = testing::run_bitlab(dir, "calibrate " + two + " --level-from infiniband_hdr_a100x8 --out " + out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("(preset)") != std::string::npos);
+    CHECK(r.out.find("taken from preset infiniband_hdr_a100x8") != std::string::npos);
+    CHECK(read_network_file(out).links.intra_bandwidth_gbps == 1840);
+    CalibrationOptions o;
+    o.level_from = {{"intra_latency_us", 3}, {"intra_bandwidth_gbps", 2400},
+                    {"inter_latency_us", 5}, {"inter_bandwidth_gbps", 200}};
+    o.level_from_name = "test_preset";
+    const Calibration c = calibrate(read_measurements(two, {}), o);
+    CHECK(c.how.at("intra_latency_us") == "preset");
+    CHECK(c.how.at("intra_bandwidth_gbps") == "preset");
+    CHECK(c.values.at("intra_bandwidth_gbps") == 2400);
+    CHECK(c.how.at("inter_bandwidth_gbps") == "fitted");
+    CHECK(c.values.at("inter_bandwidth_gbps") == doctest::Approx(90).epsilon(0.02));
+    CHECK(c.notes.end() != std::find_if(c.notes.begin(), c.notes.end(), [](const std::string& n) {
+            return n.find("taken from preset test_preset: no measurement runs inside one node") != std::string::npos;
+          }));
   }
 }

@@ -26,6 +26,8 @@ struct CalibrateFlags {
   MeasurementReadOptions read;
   std::vector<std::string> fixes;
   std::string allreduce = "auto";
+  std::string level_from;        // a preset for the levels the data do not cover
+  std::vector<int> price_nodes;  // where tied algorithms are priced against each other
   std::string name;
   std::string out = "network.json";
   bool force = false;
@@ -57,6 +59,26 @@ CalibrationOptions calibration_options(const CalibrateFlags& f) {
     o.fixed[fix.substr(0, eq)] = v;
   }
   if (f.allreduce != "auto") o.algorithms = {f.allreduce};
+  if (!f.level_from.empty()) {
+    std::vector<std::string> names;
+    for (const auto& p : network_presets()) {
+      names.push_back(p.name);
+      if (p.name != f.level_from) continue;
+      o.level_from = {{"intra_latency_us", p.intra_latency_us},
+                      {"intra_bandwidth_gbps", p.intra_bandwidth_gbps},
+                      {"inter_latency_us", p.inter_latency_us},
+                      {"inter_bandwidth_gbps", p.inter_bandwidth_gbps}};
+      o.level_from_name = p.name;
+    }
+    if (o.level_from.empty())
+      throw ConfigError("--level-from " + f.level_from + ": " + one_of_message(f.level_from, names),
+                        "--level-from");
+  }
+  for (int n : f.price_nodes)
+    if (n < 1 || n > 1000000)
+      throw ConfigError("--price-nodes " + std::to_string(n) + ": must be a node count from 1 to 10^6",
+                        "--price-nodes");
+  o.price_nodes = f.price_nodes;
   return o;
 }
 
@@ -98,8 +120,12 @@ void print_fit(const Calibration& c, size_t files) {
                 1e3 * p.measured.time_s, 1e3 * p.predicted_s, percent(p.residual).c_str(),
                 percent(p.loo_residual).c_str());
   }
-  std::printf("\n  rms %.1f %%, worst %.1f %%, leave-one-out worst %.1f %%\n",
-              100 * c.rms_residual, 100 * c.max_abs_residual, 100 * c.loo_max_abs_residual);
+  std::printf("\n  rms %.1f %%, worst %.1f %%, leave-one-out worst %.1f %%%s\n",
+              100 * c.rms_residual, 100 * c.max_abs_residual, 100 * c.loo_max_abs_residual,
+              c.loo_method == "leverage"
+                  ? " (leave-one-out from each point's leverage, one Gauss-Newton step from the "
+                    "full fit: too many points to refit each)"
+                  : "");
   for (const auto& n : c.notes) std::printf("  note: %s\n", n.c_str());
   if (c.max_abs_residual > kPoorResidual || c.loo_max_abs_residual > kPoorLeaveOneOut) {
     std::printf("  warning: a poor fit (worst point %.1f %%, leave-one-out %.1f %%; a good one "
@@ -119,6 +145,8 @@ Json fit_report(const Calibration& c, const std::vector<std::string>& files) {
   fit["rms_residual"] = c.rms_residual;
   fit["max_abs_residual"] = c.max_abs_residual;
   fit["loo_max_abs_residual"] = c.loo_max_abs_residual;
+  fit["loo_method"] = c.loo_method;
+  if (!c.tied.empty()) fit["allreduce_tied"] = c.tied;
   fit["notes"] = c.notes;
   Json points = Json::array();
   for (const auto& p : c.points) {
@@ -130,6 +158,7 @@ Json fit_report(const Calibration& c, const std::vector<std::string>& files) {
                       {"model_s", p.predicted_s},
                       {"residual", p.residual},
                       {"loo_residual", std::isnan(p.loo_residual) ? Json() : Json(p.loo_residual)},
+                      {"repeats", p.measured.repeats},
                       {"origin", p.measured.origin}});
   }
   fit["points"] = points;
@@ -217,8 +246,19 @@ Subcommand add_calibrate_command(CLI::App& app) {
       ->allow_extra_args(false)
       ->take_all();
   cmd->add_option("--allreduce", f->allreduce,
-                  "auto (the best fit of ring, tree, hierarchical; default) or one of them")
+                  "auto (the best fit of ring, tree, hierarchical; of those that fit alike, the "
+                  "first; default) or one of them")
       ->check(CLI::IsMember({"auto", "ring", "tree", "hierarchical"}));
+  cmd->add_option("--level-from", f->level_from,
+                  "a preset network (as network.preset names them) whose links stand in for a "
+                  "level no measurement covers: inside a node when nothing ran on one node, "
+                  "across nodes when nothing spanned nodes; the rest is fitted");
+  cmd->add_option("--price-nodes", f->price_nodes,
+                  "node counts at which allreduce algorithms that fit alike are priced against "
+                  "each other (default: 4x and 16x the largest measured; repeatable)")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->take_all();
   cmd->add_option("--name", f->name, "the network's name (default: --out's stem)");
   cmd->add_option("--out", f->out, "the network file to write (default network.json)");
   cmd->add_flag("--force", f->force, "replace an existing --out");

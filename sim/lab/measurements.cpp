@@ -18,18 +18,33 @@ namespace {
   throw ConfigError(path + (line ? ":" + std::to_string(line) : "") + ": " + what, path);
 }
 
-std::vector<std::string> read_lines(const std::string& path) {
+// Calls `each(line, number)` for every line of `path`, one at a time: a
+// 100 MB table is never held whole (memory is bounded by the distinct
+// measurements kept, MeasurementSet, not by the file's size).
+template <class Each>
+void for_each_line(const std::string& path, Each&& each) {
   if (std::filesystem::is_directory(path)) fail_at(path, 0, "is a folder, not a measurement file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail_at(path, 0, "cannot be read (no such file, or not permitted)");
-  std::vector<std::string> lines;
   std::string line;
-  while (std::getline(in, line)) {
+  for (size_t n = 1; std::getline(in, line); ++n) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find('\0') != std::string::npos) fail_at(path, lines.size() + 1, "is not text");
-    lines.push_back(line);
+    // A UTF-8 byte-order mark (spreadsheets write one) is not part of the header.
+    if (n == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
+    if (line.find('\0') != std::string::npos) fail_at(path, n, "is not text");
+    each(line, n);
   }
-  return lines;
+}
+
+// The file's first line ("" if empty), to recognise its format.
+std::string first_line(const std::string& path) {
+  std::string first;
+  if (std::filesystem::is_directory(path)) fail_at(path, 0, "is a folder, not a measurement file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_at(path, 0, "cannot be read (no such file, or not permitted)");
+  std::getline(in, first);
+  if (first.rfind("\xEF\xBB\xBF", 0) == 0) first.erase(0, 3);
+  return first;
 }
 
 std::vector<std::string> tokens(const std::string& s) {
@@ -127,9 +142,10 @@ std::string collective_from(const std::string& text) {
   return "";
 }
 
+// The ranks of one nccl-tests run, per host ("#  Rank N ... on HOST").
 struct RankCount {
   int ranks = 0;
-  std::set<std::string> hosts;
+  std::map<std::string, int> per_host;
 };
 
 // One data row of an nccl-tests table, as a measurement.
@@ -148,70 +164,116 @@ Measurement nccl_row(const std::vector<std::string>& cells, const NcclTable& t,
   return m;
 }
 
-void set_ranks(std::vector<Measurement>& out, size_t from, const std::string& collective,
-               const RankCount& rc, const MeasurementReadOptions& o, const std::string& path) {
-  int nodes = static_cast<int>(rc.hosts.size()), g = 0;
+// "3 on a, 5 on b": the ranks per host, for the uneven-hosts message.
+std::string hosts_text(const RankCount& rc) {
+  std::string s;
+  int shown = 0;
+  for (const auto& [host, n] : rc.per_host) {
+    if (shown++ == 6) return s + ", ...";
+    s += (s.empty() ? "" : ", ") + std::to_string(n) + " on " + host;
+  }
+  return s;
+}
+
+// The section's rows (`rows`: keyed by size only; ranks unknown until its
+// end) with the section's collective, nodes and ranks per node, into `out`.
+void finish_section(const MeasurementSet& rows, const std::string& collective, const RankCount& rc,
+                    const MeasurementReadOptions& o, const std::string& path, size_t line,
+                    MeasurementSet& out) {
+  if (rows.points().empty()) return;
+  int nodes = static_cast<int>(rc.per_host.size()), g = 0;
   if (rc.ranks > 0) {
-    if (rc.ranks % nodes != 0)
-      fail_at(path, 0, std::to_string(rc.ranks) + " ranks on " + std::to_string(nodes) +
-                           " hosts: the hosts must hold the same number of ranks");
+    // Every host must hold as many ranks: the model has one gpus_per_node
+    // (an srun with uneven tasks per node gives 3 + 5; fitting that as 2 x 4
+    // would price links the run did not use).
+    for (const auto& [host, n] : rc.per_host) {
+      if (n != rc.per_host.begin()->second)
+        fail_at(path, line, std::to_string(rc.ranks) + " ranks on " + std::to_string(nodes) +
+                                " hosts, " + hosts_text(rc) +
+                                ": the hosts must hold the same number of ranks (the model has "
+                                "one gpus_per_node; measure with srun --ntasks-per-node=N)");
+    }
     g = rc.ranks / nodes;
   } else if (o.nodes > 0 && o.gpus_per_node > 0) {
     nodes = o.nodes;
     g = o.gpus_per_node;
   } else {
-    fail_at(path, 0, "no \"#  Rank N ... on HOST\" lines tell the ranks: give --nodes and --gpus-per-node");
+    fail_at(path, line, "no \"#  Rank N ... on HOST\" lines tell the ranks: give --nodes and --gpus-per-node");
   }
   if (collective.empty())
-    fail_at(path, 0, "which collective? Neither a \"# Collective test starting:\" line nor the "
-                     "file's name says: give --collective");
-  for (size_t i = from; i < out.size(); ++i) {
-    out[i].collective = collective;
-    out[i].nodes = nodes;
-    out[i].gpus_per_node = g;
+    fail_at(path, line, "which collective? Neither a \"# Collective test starting:\" line nor the "
+                        "file's name says: give --collective");
+  for (Measurement m : rows.points()) {
+    m.collective = collective;
+    m.nodes = nodes;
+    m.gpus_per_node = g;
+    out.add(m);
   }
 }
 
-std::vector<Measurement> read_nccl_tests(const std::string& path,
-                                         const std::vector<std::string>& lines,
-                                         const MeasurementReadOptions& o) {
-  std::vector<Measurement> out;
-  std::string collective = !o.collective.empty() ? canonical_collective(o.collective)
-                                                 : collective_from(std::filesystem::path(path).filename().string());
-  RankCount rc;
+// A run of nccl-tests (one "# nThread" header, its "#  Rank" lines, its
+// table) is a section; a file may hold several, one after another.
+struct NcclSection {
+  std::string collective;
+  RankCount ranks;
+  MeasurementSet rows;
   NcclTable table;
   bool have_table = false;
-  size_t section_start = 0;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const std::string& s = lines[i];
-    const size_t n = i + 1;
-    if (s.rfind("# Collective test starting:", 0) == 0) {
-      if (have_table && out.size() > section_start) set_ranks(out, section_start, collective, rc, o, path);
-      section_start = out.size();
+  size_t first_line = 0;
+};
+
+void read_nccl_tests(const std::string& path, const MeasurementReadOptions& o, MeasurementSet& out) {
+  const std::string named = !o.collective.empty()
+                                ? canonical_collective(o.collective)
+                                : collective_from(std::filesystem::path(path).filename().string());
+  NcclSection sec;
+  sec.collective = named;
+  const auto next_section = [&](size_t n) {
+    finish_section(sec.rows, sec.collective, sec.ranks, o, path, sec.first_line, out);
+    const std::string keep = sec.collective;
+    sec = NcclSection{};
+    sec.collective = keep;
+    sec.first_line = n;
+  };
+  std::string pending_header;  // a "# size ..." line waiting for its units line
+  size_t pending_line = 0;
+  for_each_line(path, [&](const std::string& s, size_t n) {
+    if (!pending_header.empty()) {
+      sec.table = nccl_table(pending_header, s, path, pending_line);
+      sec.have_table = true;
+      pending_header.clear();
+      return;
+    }
+    if (s.rfind("# Collective test starting:", 0) == 0 || s.rfind("# nThread", 0) == 0) {
+      // A new run (nccl-tests prints both lines at its start, in either order
+      // across versions: only one of them starts the section).
+      if (!sec.rows.points().empty() || sec.ranks.ranks > 0) next_section(n);
       const std::string c = collective_from(s);
-      if (!c.empty()) collective = c;
-      rc = RankCount{};
-      have_table = false;
+      if (!c.empty() && s.rfind("# Collective", 0) == 0) sec.collective = c;
     } else if (s.rfind("#  Rank", 0) == 0) {
+      // Rank lines after rows: the next run (a file of runs pasted together).
+      if (!sec.rows.points().empty()) next_section(n);
       const auto on = s.find(" on ");
       const auto t = on == std::string::npos ? std::vector<std::string>{} : tokens(s.substr(on + 4));
       if (t.empty()) fail_at(path, n, "a \"#  Rank\" line without \"on HOST\"");
-      ++rc.ranks;
-      rc.hosts.insert(t[0]);
-    } else if (s.size() > 1 && s[0] == '#' && tokens(s.substr(1)).size() > 2 &&
-               tokens(s.substr(1))[0] == "size") {
-      table = nccl_table(s, i + 1 < lines.size() ? lines[i + 1] : "", path, n);
-      have_table = true;
-      ++i;  // the units line
-    } else if (!s.empty() && s[0] != '#' && have_table && !tokens(s).empty()) {
+      ++sec.ranks.ranks;
+      ++sec.ranks.per_host[t[0]];
+    } else if (!s.empty() && s[0] == '#') {
+      const auto t = tokens(s.substr(1));
+      if (t.size() > 2 && t[0] == "size") {
+        pending_header = s;
+        pending_line = n;
+      }
+    } else if (!s.empty() && sec.have_table) {
       const auto cells = tokens(s);
-      if (cells[0] == "0") continue;  // nccl-tests' size 0 rows time nothing
-      out.push_back(nccl_row(cells, table, path, n));
+      if (cells.empty() || cells[0] == "0") return;  // nccl-tests' size 0 rows time nothing
+      sec.rows.add(nccl_row(cells, sec.table, path, n));
     }
-  }
-  if (out.size() > section_start) set_ranks(out, section_start, collective, rc, o, path);
-  if (out.empty()) fail_at(path, 0, "no nccl-tests table rows found (a \"#  size  count ...\" header and rows under it)");
-  return out;
+  });
+  if (!pending_header.empty()) sec.table = nccl_table(pending_header, "", path, pending_line);
+  next_section(0);
+  if (out.points().empty())
+    fail_at(path, 0, "no nccl-tests table rows found (a \"#  size  count ...\" header and rows under it)");
 }
 
 // ---- CSV -------------------------------------------------------------------
@@ -229,39 +291,84 @@ std::vector<std::string> csv_cells(const std::string& line) {
   return cells;
 }
 
-std::vector<Measurement> read_csv(const std::string& path, const std::vector<std::string>& lines) {
-  if (lines.empty()) fail_at(path, 0, "is empty (expected a header: collective,nodes,gpus_per_node,bytes,time_ms)");
-  const auto header = csv_cells(lines[0]);
+// The columns of a CSV, by header name (trimmed, any case, any order): a
+// name given twice is refused, as is a header without the needed columns.
+// The time may be in ms, us or s (time_ms, time_us, time_s: exactly one).
+struct CsvColumns {
+  size_t count = 0;
+  size_t collective = 0, nodes = 0, gpus_per_node = 0, bytes = 0, time = 0;
+  std::string time_name;
+  double seconds_per_unit = 1e-3;
+};
+
+CsvColumns csv_columns(const std::string& line, const std::string& path) {
+  static const char* kNeeded = "the header must name collective, nodes, gpus_per_node, bytes and "
+                               "one of time_ms, time_us, time_s";
+  const auto header = csv_cells(line);
   std::map<std::string, size_t> col;
-  for (size_t i = 0; i < header.size(); ++i) col[header[i]] = i;
-  for (const char* need : {"collective", "nodes", "gpus_per_node", "bytes", "time_ms"}) {
-    if (!col.count(need))
-      fail_at(path, 1, std::string("column \"") + need +
-                           "\" is missing (the header must name collective, nodes, "
-                           "gpus_per_node, bytes, time_ms)");
+  for (size_t i = 0; i < header.size(); ++i) {
+    std::string name = header[i];
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (name.empty()) continue;
+    if (!col.emplace(name, i).second)
+      fail_at(path, 1, "column \"" + header[i] + "\" is named twice (columns " +
+                           std::to_string(col[name] + 1) + " and " + std::to_string(i + 1) +
+                           "): which one holds the values?");
   }
-  std::vector<Measurement> out;
-  for (size_t i = 1; i < lines.size(); ++i) {
-    if (lines[i].find_first_not_of(" \t") == std::string::npos) continue;
-    const size_t n = i + 1;
-    const auto cells = csv_cells(lines[i]);
-    if (cells.size() != header.size())
+  CsvColumns c;
+  c.count = header.size();
+  for (const auto& [name, slot] : {std::pair{"collective", &c.collective}, std::pair{"nodes", &c.nodes},
+                                   std::pair{"gpus_per_node", &c.gpus_per_node},
+                                   std::pair{"bytes", &c.bytes}}) {
+    if (!col.count(name))
+      fail_at(path, 1, std::string("column \"") + name + "\" is missing (" + kNeeded + ")");
+    *slot = col[name];
+  }
+  for (const auto& [name, unit] : {std::pair{"time_ms", 1e-3}, std::pair{"time_us", 1e-6},
+                                   std::pair{"time_s", 1.0}}) {
+    if (!col.count(name)) continue;
+    if (!c.time_name.empty())
+      fail_at(path, 1, "columns \"" + c.time_name + "\" and \"" + name +
+                           "\" both give the time: keep one");
+    c.time = col[name];
+    c.time_name = name;
+    c.seconds_per_unit = unit;
+  }
+  if (c.time_name.empty()) fail_at(path, 1, std::string("no time column (") + kNeeded + ")");
+  return c;
+}
+
+void read_csv(const std::string& path, MeasurementSet& out) {
+  CsvColumns col;
+  bool have_header = false;
+  for_each_line(path, [&](const std::string& line, size_t n) {
+    if (n == 1) {
+      if (line.find_first_not_of(" \t") == std::string::npos)
+        fail_at(path, 1, "the first line is empty (expected a header: collective,nodes,gpus_per_node,bytes,time_ms)");
+      col = csv_columns(line, path);
+      have_header = true;
+      return;
+    }
+    if (line.find_first_not_of(" \t") == std::string::npos) return;
+    const auto cells = csv_cells(line);
+    if (cells.size() != col.count)
       fail_at(path, n, std::to_string(cells.size()) + " cells where the header has " +
-                           std::to_string(header.size()));
+                           std::to_string(col.count));
     Measurement m;
-    m.collective = canonical_collective(cells[col["collective"]]);
+    m.collective = canonical_collective(cells[col.collective]);
     if (m.collective.empty())
-      fail_at(path, n, "collective = \"" + cells[col["collective"]] +
+      fail_at(path, n, "collective = \"" + cells[col.collective] +
                            "\": must be allreduce, allgather, reduce_scatter or alltoall");
-    m.nodes = whole_count(cells[col["nodes"]], path, n, "nodes");
-    m.gpus_per_node = whole_count(cells[col["gpus_per_node"]], path, n, "gpus_per_node");
-    m.bytes = positive_number(cells[col["bytes"]], path, n, "bytes");
-    m.time_s = positive_number(cells[col["time_ms"]], path, n, "time_ms") * 1e-3;
+    m.nodes = whole_count(cells[col.nodes], path, n, "nodes");
+    m.gpus_per_node = whole_count(cells[col.gpus_per_node], path, n, "gpus_per_node");
+    m.bytes = positive_number(cells[col.bytes], path, n, "bytes");
+    m.time_s = positive_number(cells[col.time], path, n, col.time_name) * col.seconds_per_unit;
     m.origin = path + ":" + std::to_string(n);
-    out.push_back(m);
-  }
-  if (out.empty()) fail_at(path, 0, "has a header but no rows");
-  return out;
+    out.add(m);
+  });
+  if (!have_header) fail_at(path, 0, "is empty (expected a header: collective,nodes,gpus_per_node,bytes,time_ms)");
+  if (out.points().empty()) fail_at(path, 0, "has a header but no rows");
 }
 
 // ---- probe.json (bitlab probe) ----------------------------------------------
@@ -329,9 +436,18 @@ std::optional<Measurement> probe_row(const Json& row, size_t i, const std::strin
   return m;
 }
 
-std::vector<Measurement> read_probe(const std::string& path, const std::vector<std::string>& lines) {
+// A probe file is JSON, parsed whole: past this size it is refused (bitlab
+// probe writes ~300 bytes a result, so this is ~200 000 results).
+constexpr std::uintmax_t kMaxProbeBytes = 64u << 20;
+
+void read_probe(const std::string& path, MeasurementSet& out_set) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxProbeBytes)
+    fail_at(path, 0, std::to_string(size >> 20) + " MB: a probe file is read whole, so at most " +
+                         std::to_string(kMaxProbeBytes >> 20) + " MB (split it, or probe fewer sizes)");
   std::string text;
-  for (const auto& l : lines) text += l + "\n";
+  for_each_line(path, [&text](const std::string& l, size_t) { text += l + "\n"; });
   Json j;
   try {
     j = Json::parse(text);
@@ -347,14 +463,12 @@ std::vector<Measurement> read_probe(const std::string& path, const std::vector<s
                          "\" (a probe file of the version this bitlab reads; rerun bitlab probe)");
   if (!j.contains("results") || !j.at("results").is_array() || j.at("results").empty())
     fail_at(path, 0, "results: must be a non-empty array of timed collectives");
-  std::vector<Measurement> out;
   for (size_t i = 0; i < j.at("results").size(); ++i) {
-    if (auto m = probe_row(j.at("results")[i], i, path)) out.push_back(*m);
+    if (auto m = probe_row(j.at("results")[i], i, path)) out_set.add(*m);
   }
-  if (out.empty())
+  if (out_set.points().empty())
     fail_at(path, 0, "results: no standard collective (allreduce, allgather, reduce_scatter, "
                      "alltoall) to fit: probe without --collectives, or with some of these");
-  return out;
 }
 
 }  // namespace
@@ -367,19 +481,22 @@ std::vector<Measurement> read_measurements(const std::string& path,
     throw ConfigError("--format " + o.format + ": " +
                           one_of_message(o.format, {"auto", "nccl-tests", "csv", "probe"}),
                       "--format");
-  const auto lines = read_lines(path);
+  const std::string first = first_line(path);
   std::string format = o.format;
   if (format == "auto") {
     const bool csv_name = std::filesystem::path(path).extension() == ".csv";
-    const bool csv_header = !lines.empty() && lines[0].find("collective") != std::string::npos &&
-                            lines[0].find(',') != std::string::npos;
+    const bool csv_header = first.find("collective") != std::string::npos &&
+                            first.find(',') != std::string::npos;
     const bool json_name = std::filesystem::path(path).extension() == ".json";
-    const bool json_start = !lines.empty() && lines[0].find_first_not_of(" \t") != std::string::npos &&
-                            lines[0][lines[0].find_first_not_of(" \t")] == '{';
+    const auto lead = first.find_first_not_of(" \t");
+    const bool json_start = lead != std::string::npos && first[lead] == '{';
     format = json_name || json_start ? "probe" : csv_name || csv_header ? "csv" : "nccl-tests";
   }
-  if (format == "probe") return read_probe(path, lines);
-  return format == "csv" ? read_csv(path, lines) : read_nccl_tests(path, lines, o);
+  MeasurementSet set;
+  if (format == "probe") read_probe(path, set);
+  else if (format == "csv") read_csv(path, set);
+  else read_nccl_tests(path, o, set);
+  return set.points();
 }
 
 }  // namespace bitlab

@@ -23,8 +23,10 @@ struct ParamSpec {
 constexpr ParamSpec kSpecs[] = {
     {"intra_latency_us", 1e-3, 1e6},     {"intra_bandwidth_gbps", 1e-3, 1e7},
     {"inter_latency_us", 1e-3, 1e6},     {"inter_bandwidth_gbps", 1e-3, 1e7},
-    {"allreduce_efficiency", 1e-2, 1e2}, {"allgather_efficiency", 1e-2, 1e2},
-    {"reduce_scatter_efficiency", 1e-2, 1e2}, {"alltoall_efficiency", 1e-2, 1e2},
+    // An efficiency lies in (0, 1] (a network file refuses any other): a
+    // collective faster than its alpha-beta time ends at 1, reported as bound.
+    {"allreduce_efficiency", 1e-2, 1}, {"allgather_efficiency", 1e-2, 1},
+    {"reduce_scatter_efficiency", 1e-2, 1}, {"alltoall_efficiency", 1e-2, 1},
     {"intra_rendezvous_latency_us", 1e-3, 1e6}, {"inter_rendezvous_latency_us", 1e-3, 1e6},
 };
 // Indices into kSpecs: the four link values, the four efficiencies, then the
@@ -36,6 +38,14 @@ bool is_latency(int spec) { return spec == 0 || spec == 2 || spec >= kFirstRende
 constexpr const char* kSwitchBytes[] = {"intra_rendezvous_bytes", "inter_rendezvous_bytes"};
 constexpr double kSwitchBytesMax = 1e15;
 constexpr int kParamCount = static_cast<int>(std::size(kSpecs));
+constexpr size_t kMaxSwitchCandidates = 64;
+// Allreduce algorithms whose rms error is within this factor of the best's
+// (plus 0.1 percentage point, for a perfect fit and rounding) fit alike: the
+// data do not tell them apart, and the first of ring, tree, hierarchical (as
+// tried) is used, so that the same data rounded differently (a table in us, a
+// CSV in ms) give the same fit. 1.25: Table 1's Ethernet rows, 7 points,
+// fit a ring at 1.46 % and a tree at 1.33 %: no evidence for either.
+constexpr double kTieFactor = 1.25, kTieAbsolute = 0.001;
 // Where the determinability check looks at the model: a typical cluster, the
 // node's NIC slower than the links inside it (so a flat ring across nodes runs
 // on the NIC, as it does on every preset).
@@ -77,6 +87,21 @@ Topology topology_for(const Measurement& m, const std::map<std::string, double>&
   return t;
 }
 
+// The record collective_time_s prices for a measurement.
+CommRecord record_for(const Measurement& m, const std::string& allreduce) {
+  CommRecord r;
+  r.op = m.collective == "allreduce"        ? "allreduce"
+         : m.collective == "allgather"      ? "allgather"
+         : m.collective == "reduce_scatter" ? "reduce_scatter"
+                                            : "alltoall";
+  r.algorithm = allreduce == "tree" ? "tree" : "ring";
+  r.dtype = "fp32";
+  r.scope = "all";
+  r.ranks = m.nodes * m.gpus_per_node;
+  r.payload_bytes = static_cast<int64_t>(m.bytes);
+  return r;
+}
+
 // One fitting problem: which points, which parameters are free, the values of
 // the others, and the allreduce algorithm.
 struct FitProblem {
@@ -92,11 +117,15 @@ struct FitProblem {
     return v;
   }
   Eigen::VectorXd residuals(const Eigen::VectorXd& log_x) const {
-    const auto v = values(log_x);
+    // One topology for every point (only its node shape differs): building
+    // it per point from the value map was most of a large fit's time.
+    Topology t = topology_for(Measurement{}, values(log_x), allreduce);
     Eigen::VectorXd r(use.size());
     for (size_t i = 0; i < use.size(); ++i) {
       const Measurement& m = (*points)[use[i]];
-      r[i] = predicted_time_s(m, v, allreduce) / m.time_s - 1.0;
+      t.nodes = m.nodes;
+      t.gpus_per_node = m.gpus_per_node;
+      r[i] = collective_time_s(record_for(m, allreduce), t) / m.time_s - 1.0;
     }
     return r;
   }
@@ -318,17 +347,7 @@ void check_points(const std::vector<Measurement>& pts) {
 
 double predicted_time_s(const Measurement& m, const std::map<std::string, double>& values,
                         const std::string& allreduce) {
-  CommRecord r;
-  r.op = m.collective == "allreduce"        ? "allreduce"
-         : m.collective == "allgather"      ? "allgather"
-         : m.collective == "reduce_scatter" ? "reduce_scatter"
-                                            : "alltoall";
-  r.algorithm = allreduce == "tree" ? "tree" : "ring";
-  r.dtype = "fp32";
-  r.scope = "all";
-  r.ranks = m.nodes * m.gpus_per_node;
-  r.payload_bytes = static_cast<int64_t>(m.bytes);
-  return collective_time_s(r, topology_for(m, values, allreduce));
+  return collective_time_s(record_for(m, allreduce), topology_for(m, values, allreduce));
 }
 
 namespace {
@@ -420,10 +439,40 @@ std::set<std::string> useful_efficiencies(const std::vector<Measurement>& pts,
   return keep;
 }
 
-void leave_one_out(const std::vector<Measurement>& pts, const FitProblem& full, Calibration& c) {
+// Leave-one-out without n refits: at the full fit's solution, the residual
+// of point i fitted without it is, to first order (one Gauss-Newton step from
+// that solution; exact for a model linear in its parameters), r_i / (1 - h_i)
+// with h_i = j_i' (J'J)^-1 j_i its leverage (Cook and Weisberg, "Residuals and
+// Influence in Regression", 1982, ch. 2). h_i near 1: the other points cannot
+// determine the fit without it (n/a, as a refit's undetermined()). O(n k^2)
+// against the refits' O(n^2 k iterations).
+void leave_one_out_by_leverage(const FitProblem& full, const Eigen::VectorXd& x, Calibration& c) {
+  const Eigen::MatrixXd j = full.jacobian(x);
+  const Eigen::VectorXd r = full.residuals(x);
+  const Eigen::MatrixXd a = j.transpose() * j;
+  const Eigen::LDLT<Eigen::MatrixXd> ldlt(a);
+  for (size_t i = 0; i < full.use.size(); ++i) {
+    const Eigen::VectorXd ji = j.row(static_cast<Eigen::Index>(i)).transpose();
+    const double h = ji.dot(ldlt.solve(ji));
+    double loo = std::numeric_limits<double>::quiet_NaN();
+    if (std::isfinite(h) && 1 - h > 1e-6) {
+      loo = r[static_cast<Eigen::Index>(i)] / (1 - h);
+      c.loo_max_abs_residual = std::max(c.loo_max_abs_residual, std::abs(loo));
+    }
+    c.points[full.use[i]].loo_residual = loo;
+  }
+}
+
+void leave_one_out(const std::vector<Measurement>& pts, const FitProblem& full, size_t exact_points,
+                   Calibration& c) {
   c.loo_max_abs_residual = 0;
   Eigen::VectorXd start(full.free.size());
   for (size_t k = 0; k < full.free.size(); ++k) start[k] = std::log(c.values.at(kSpecs[full.free[k]].name));
+  if (pts.size() > exact_points) {
+    c.loo_method = "leverage";
+    leave_one_out_by_leverage(full, start, c);
+    return;
+  }
   for (size_t i = 0; i < pts.size(); ++i) {
     FitProblem p = full;
     p.use.erase(std::remove(p.use.begin(), p.use.end(), i), p.use.end());
@@ -460,6 +509,14 @@ void choose_switches(const std::vector<Measurement>& pts, const CalibrationOptio
       if ((level == 0) == (m.nodes == 1)) sizes.insert(m.bytes / (m.nodes * m.gpus_per_node));
     if (sizes.size() < 3) continue;  // a step needs sizes on both sides and a slope
     sizes.erase(std::prev(sizes.end()));
+    // Past kMaxSwitchCandidates sizes, an even spread of them (each try is a
+    // fit: a thousand sizes would be a thousand fits).
+    if (sizes.size() > kMaxSwitchCandidates) {
+      const std::vector<double> all(sizes.begin(), sizes.end());
+      sizes.clear();
+      for (size_t k = 0; k < kMaxSwitchCandidates; ++k)
+        sizes.insert(all[k * (all.size() - 1) / (kMaxSwitchCandidates - 1)]);
+    }
     FitOutcome level_best = best;
     FitProblem level_problem = best_problem;
     double size = 0;
@@ -492,10 +549,206 @@ void choose_switches(const std::vector<Measurement>& pts, const CalibrationOptio
 
 }  // namespace
 
-Calibration calibrate(const std::vector<Measurement>& pts, const CalibrationOptions& o) {
-  check_points(pts);
-  check_options(o);
+void MeasurementSet::add(const Measurement& m) {
+  rows_ += m.repeats;
+  const double lo = m.min_time_s > 0 ? m.min_time_s : m.time_s;
+  const double hi = m.max_time_s > 0 ? m.max_time_s : m.time_s;
+  const auto key = std::make_tuple(m.collective, m.nodes, m.gpus_per_node, m.bytes);
+  const auto it = index_.find(key);
+  if (it == index_.end()) {
+    if (points_.size() >= kMaxCalibrationPoints)
+      throw ConfigError(m.origin + ": more than " + std::to_string(kMaxCalibrationPoints) +
+                            " distinct measurements (collective, nodes, ranks per node, size): "
+                            "the fit's time grows with their number, so at most " +
+                            std::to_string(kMaxCalibrationPoints) +
+                            " (nccl-tests -f 2 from 8 B to 256 MB is 26 sizes; repeats of a "
+                            "point do not count)",
+                        "measurements");
+    index_.emplace(key, points_.size());
+    points_.push_back(m);
+    points_.back().min_time_s = lo;
+    points_.back().max_time_s = hi;
+    return;
+  }
+  Measurement& p = points_[it->second];
+  const double total_s = p.time_s * static_cast<double>(p.repeats) + m.time_s * static_cast<double>(m.repeats);
+  p.repeats += m.repeats;
+  p.time_s = total_s / static_cast<double>(p.repeats);
+  p.min_time_s = std::min(p.min_time_s, lo);
+  p.max_time_s = std::max(p.max_time_s, hi);
+}
+
+namespace {
+
+// Repeats merged (MeasurementSet), and a note saying so.
+std::vector<Measurement> merged(const std::vector<Measurement>& in, std::vector<std::string>& notes) {
+  MeasurementSet set;
+  for (const auto& m : in) set.add(m);
+  const auto& pts = set.points();
+  size_t repeated = 0;
+  int64_t repeat_rows = 0;
+  double widest = 0;
+  std::string where;
+  for (const auto& m : pts) {
+    if (m.repeats < 2) continue;
+    ++repeated;
+    repeat_rows += m.repeats;
+    const double spread = m.max_time_s / m.min_time_s - 1;
+    if (spread >= widest) {
+      widest = spread;
+      where = m.origin;
+    }
+  }
+  if (repeated > 0) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "%lld rows measure %zu point(s) more than once (%lld rows, %zu points in all; "
+                  "the widest spread, %.0f %% from fastest to slowest, at ",
+                  static_cast<long long>(repeat_rows), repeated, static_cast<long long>(set.rows()),
+                  pts.size(), 100 * widest);
+    notes.push_back(std::string(text) + where +
+                    "): each point is fitted once, at the mean of its rows' times (the same "
+                    "collective, nodes, ranks per node and size)");
+  }
+  return pts;
+}
+
+// The link fields of a level (0: inside a node, 1: across nodes).
+const char* const kLevelFields[2][2] = {{"intra_latency_us", "intra_bandwidth_gbps"},
+                                        {"inter_latency_us", "inter_bandwidth_gbps"}};
+
+// Whether some measurement runs on the level alone (inside a node: one node
+// of several ranks) or spans it (across nodes).
+bool covers_level(const std::vector<Measurement>& pts, int level) {
+  for (const auto& m : pts)
+    if (level == 0 ? m.nodes == 1 && m.gpus_per_node > 1 : m.nodes > 1) return true;
+  return false;
+}
+
+// `o` with the levels no measurement covers taken from o.level_from (held
+// like --fix; `taken` names them), where it is given.
+CalibrationOptions with_levels_from(const std::vector<Measurement>& pts, const CalibrationOptions& o,
+                                    std::vector<std::string>& taken, std::vector<std::string>& notes) {
+  CalibrationOptions out = o;
+  if (o.level_from.empty()) return out;
+  for (int level = 0; level < 2; ++level) {
+    if (covers_level(pts, level)) continue;
+    std::string text;
+    for (const char* f : kLevelFields[level]) {
+      if (o.fixed.count(f)) continue;
+      out.fixed[f] = o.level_from.at(f);
+      taken.push_back(f);
+      text += (text.empty() ? "" : " and ") + std::string(f) + " = " + show_value(Json(o.level_from.at(f)));
+    }
+    if (!text.empty())
+      notes.push_back(text + " taken from preset " + o.level_from_name + ": no measurement " +
+                      (level == 0 ? "runs inside one node (nodes = 1)" : "spans nodes") +
+                      ", so the data cannot determine that level");
+  }
+  if (taken.empty())
+    notes.push_back("--level-from " + o.level_from_name + ": not used (the measurements cover "
+                    "both levels)");
+  return out;
+}
+
+struct AlgorithmFit {
+  std::string algorithm;
+  FitProblem problem;
+  FitOutcome outcome;
+};
+
+std::string ms_text(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4g ms", 1e3 * s);
+  return b;
+}
+
+// The note for algorithms that fit alike: their prices at the scale the user
+// will price (o.price_nodes, else 4x and 16x the largest node count
+// measured), and the node count whose measurement would separate them.
+std::string tie_note(const std::vector<AlgorithmFit>& tied, const std::vector<Measurement>& pts,
+                     const CalibrationOptions& o, int gpus_per_node) {
+  double bytes = 0;
+  int max_nodes = 1;
+  std::set<int> measured;
+  for (const auto& m : pts) {
+    if (m.collective == "allreduce") {
+      bytes = std::max(bytes, m.bytes);
+      measured.insert(m.nodes);
+    }
+    max_nodes = std::max(max_nodes, m.nodes);
+  }
+  if (bytes == 0) for (const auto& m : pts) bytes = std::max(bytes, m.bytes);
+  const auto spread_at = [&](int nodes, std::vector<double>* times) {
+    double lo = std::numeric_limits<double>::infinity(), hi = 0;
+    for (const auto& f : tied) {
+      const double t = predicted_time_s({"allreduce", nodes, gpus_per_node, bytes, 0, ""},
+                                        f.outcome.values, f.algorithm);
+      lo = std::min(lo, t);
+      hi = std::max(hi, t);
+      if (times) times->push_back(t);
+    }
+    return hi / lo - 1;
+  };
+  std::string names, rms;
+  for (const auto& f : tied) {
+    names += (names.empty() ? "" : ", ") + f.algorithm;
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f %%", 100 * f.outcome.rms);
+    rms += (rms.empty() ? "" : ", ") + std::string(b);
+  }
+  char bytes_text[32];
+  std::snprintf(bytes_text, sizeof bytes_text, "%.4g", bytes);
+  std::string s = "allreduce " + names + " fit alike (rms " + rms + "): the measurements do not "
+                  "tell them apart, and " + tied.front().algorithm +
+                  " is used (the first of them; --allreduce picks another). Priced for a " +
+                  bytes_text + " B allreduce:";
+  std::vector<int> scale = o.price_nodes;
+  if (scale.empty()) scale = {4 * max_nodes, 16 * max_nodes};
+  for (int nodes : scale) {
+    std::vector<double> t;
+    const double spread = spread_at(nodes, &t);
+    // Appended piece by piece: GCC 12 warns falsely (-Wrestrict, its bug
+    // 105329) on "literal" + std::string chains here.
+    char head[64];
+    std::snprintf(head, sizeof head, " at %d nodes x %d,", nodes, gpus_per_node);
+    s.append(head);
+    for (size_t k = 0; k < tied.size(); ++k) {
+      s.append(" ").append(ms_text(t[k])).append(" (").append(tied[k].algorithm).append(")");
+    }
+    char tail[48];
+    std::snprintf(tail, sizeof tail, ": %.0f %% apart;", 100 * spread);
+    s.append(tail);
+  }
+  // The smallest node count not yet measured where they differ by 10 %.
+  int best_nodes = 0;
+  double best_spread = 0;
+  for (int nodes = 2; nodes <= std::max(64, 2 * max_nodes); ++nodes) {
+    if (measured.count(nodes)) continue;
+    const double spread = spread_at(nodes, nullptr);
+    if (spread > best_spread * 1.0001) {
+      best_spread = spread;
+      best_nodes = nodes;
+    }
+    if (spread >= 0.10) break;
+  }
+  if (best_nodes > 0 && best_spread > 0.01)
+    s += " to tell them apart, measure allreduce across " + std::to_string(best_nodes) +
+         " nodes (there they differ by " + std::to_string(static_cast<int>(std::lround(100 * best_spread))) + " %)";
+  else
+    s += " they price alike at every node count up to 64, so the choice hardly matters";
+  return s;
+}
+
+}  // namespace
+
+Calibration calibrate(const std::vector<Measurement>& input, const CalibrationOptions& given) {
+  check_points(input);
+  check_options(given);
   Calibration c;
+  const std::vector<Measurement> pts = merged(input, c.notes);
+  std::vector<std::string> from_preset;
+  const CalibrationOptions o = with_levels_from(pts, given, from_preset, c.notes);
   // The network file's gpus_per_node: the multi-node measurements' (all the
   // same), else the largest single node measured.
   const Measurement* multi = nullptr;
@@ -513,9 +766,7 @@ Calibration calibrate(const std::vector<Measurement>& pts, const CalibrationOpti
   if (multi) c.gpus_per_node = multi->gpus_per_node;
   // Fit each algorithm; keep the best one that the data determine.
   std::string first_error;
-  FitOutcome best;
-  FitProblem best_problem;
-  best.rms = std::numeric_limits<double>::infinity();
+  std::vector<AlgorithmFit> fits;
   for (const auto& algo : o.algorithms) {
     const FitProblem p0 = make_problem(pts, o, algo, {});
     const std::string why = undetermined(p0);
@@ -529,12 +780,28 @@ Calibration calibrate(const std::vector<Measurement>& pts, const CalibrationOpti
     const FitProblem p = make_problem(pts, o, algo, effs);
     const FitOutcome f = effs.empty() ? without : solve(p);
     c.tried.push_back({algo, f.rms});
-    if (f.rms < best.rms) {
-      best = f;
-      best_problem = p;
-    }
+    fits.push_back({algo, p, f});
   }
-  if (c.tried.empty()) throw ConfigError("calibrate" + sources_of(pts) + ": " + first_error, "--fix");
+  if (fits.empty()) {
+    std::string hint;
+    if (given.level_from.empty() && (!covers_level(pts, 0) || !covers_level(pts, 1)))
+      hint = "; or --level-from PRESET to take the level no measurement covers (" +
+             std::string(!covers_level(pts, 0) ? "inside a node" : "across nodes") +
+             ") from a preset network";
+    throw ConfigError("calibrate" + sources_of(pts) + ": " + first_error + hint, "--fix");
+  }
+  // The best fit, then every fit alike (kTieFactor): the first of those is used.
+  double best_rms = std::numeric_limits<double>::infinity();
+  for (const auto& f : fits) best_rms = std::min(best_rms, f.outcome.rms);
+  std::vector<AlgorithmFit> tied;
+  for (const auto& f : fits)
+    if (f.outcome.rms <= best_rms * kTieFactor + kTieAbsolute) tied.push_back(f);
+  FitOutcome best = tied.front().outcome;
+  FitProblem best_problem = tied.front().problem;
+  if (tied.size() > 1) {
+    for (const auto& f : tied) c.tied.push_back(f.algorithm);
+    c.notes.push_back(tie_note(tied, pts, o, c.gpus_per_node));
+  }
   choose_switches(pts, o, best_problem, best, c.notes);
   c.values = best.values;
   for (const char* b : kSwitchBytes)
@@ -545,11 +812,15 @@ Calibration calibrate(const std::vector<Measurement>& pts, const CalibrationOpti
     const bool free = std::find(best_problem.free.begin(), best_problem.free.end(), i) !=
                       best_problem.free.end();
     const double v = c.values[name];
-    c.how[name] = o.fixed.count(name) ? "fixed" : !free ? "default" : "fitted";
+    const bool preset = std::find(from_preset.begin(), from_preset.end(), name) != from_preset.end();
+    c.how[name] = preset ? "preset" : o.fixed.count(name) ? "fixed" : !free ? "default" : "fitted";
     if (free && (v <= kSpecs[i].lo * 1.0001 || v >= kSpecs[i].hi * 0.9999)) {
       c.how[name] = "bound";
-      c.notes.push_back(name + " ended at its limit " + show_value(Json(v)) +
-                        ": the data show no effect of it at this level (treat it as negligible)");
+      c.notes.push_back(i >= kFirstEfficiency && i < kFirstRendezvous && v >= kSpecs[i].hi * 0.9999
+                            ? name + " ended at its limit 1: this collective runs at least as fast "
+                                     "as the model's alpha-beta time (an efficiency is at most 1)"
+                            : name + " ended at its limit " + show_value(Json(v)) +
+                                  ": the data show no effect of it at this level (treat it as negligible)");
     }
   }
   double sum_sq = 0;
@@ -563,7 +834,7 @@ Calibration calibrate(const std::vector<Measurement>& pts, const CalibrationOpti
     c.points.push_back(pf);
   }
   c.rms_residual = std::sqrt(sum_sq / static_cast<double>(pts.size()));
-  leave_one_out(pts, best_problem, c);
+  leave_one_out(pts, best_problem, o.exact_loo_points, c);
   return c;
 }
 

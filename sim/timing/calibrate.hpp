@@ -17,8 +17,11 @@
 // efficiency must.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sim/timing/network.hpp"
@@ -36,6 +39,36 @@ struct Measurement {
   double bytes = 0;
   double time_s = 0;
   std::string origin;  // "FILE:LINE", for messages
+  // Rows of the same (collective, nodes, gpus_per_node, bytes) are one point:
+  // time_s is their mean, `repeats` their number, and min/max their range
+  // (0: one row, time_s).
+  int64_t repeats = 1;
+  double min_time_s = 0, max_time_s = 0;
+};
+
+// The most distinct points a fit takes: its time grows with their number (a
+// Levenberg-Marquardt step prices every point a dozen times, and the protocol
+// switch is searched over their sizes). nccl-tests' 8 B - 256 MB doubling is
+// 26 sizes a collective and node count, so this is ~10 collectives x node
+// counts of a full sweep; repeats of a point do not count (they are merged).
+inline constexpr size_t kMaxCalibrationPoints = 1000;
+
+// Measurements with repeats merged (mean time; the first row's origin), in
+// the order first seen. Memory is bounded by the distinct points, not the
+// rows: readers stream their files into one.
+class MeasurementSet {
+ public:
+  // Adds `m` (itself possibly m.repeats rows); throws ConfigError naming
+  // `m.origin` and the limit past kMaxCalibrationPoints distinct points.
+  void add(const Measurement& m);
+  const std::vector<Measurement>& points() const { return points_; }
+  // Rows added in all (repeats counted).
+  int64_t rows() const { return rows_; }
+
+ private:
+  std::map<std::tuple<std::string, int, int, double>, size_t> index_;
+  std::vector<Measurement> points_;
+  int64_t rows_ = 0;
 };
 
 // The fitted quantities, by the name of the network field each fills.
@@ -51,6 +84,12 @@ inline constexpr const char* kSwitchParameters[] = {
     "intra_rendezvous_bytes", "intra_rendezvous_latency_us", "inter_rendezvous_bytes",
     "inter_rendezvous_latency_us"};
 
+// Past this many points, leave-one-out uses each point's leverage (one
+// Gauss-Newton step from the full fit) instead of a refit per point: each
+// refit prices every point, so n refits grow as n^2 (286 points took 4 s,
+// 4 200 took 10 minutes). Up to it, the refits, as before.
+inline constexpr size_t kExactLeaveOneOutPoints = 250;
+
 struct CalibrationOptions {
   // Parameters held at a given value instead of fitted (network field name ->
   // value), e.g. {"intra_latency_us", 5} when every point has one size.
@@ -62,6 +101,16 @@ struct CalibrationOptions {
   // collective's RMS relative error down by at least this much (absolute,
   // e.g. 0.05 = 5 percentage points); otherwise it is 1.
   double efficiency_gain = 0.05;
+  // Link values for a level the measurements do not cover (`--level-from
+  // PRESET`): nothing at nodes = 1 leaves the intra-node pair to it, nothing
+  // across nodes the inter-node pair. Empty: such a level is refused.
+  std::map<std::string, double> level_from;
+  std::string level_from_name;  // the preset's name, for notes
+  // Node counts at which tied allreduce algorithms are priced against each
+  // other (the scale the user will price); empty: 4x and 16x the largest
+  // measured.
+  std::vector<int> price_nodes;
+  size_t exact_loo_points = kExactLeaveOneOutPoints;
 };
 
 struct PointFit {
@@ -89,6 +138,12 @@ struct Calibration {
   double rms_residual = 0;
   double max_abs_residual = 0;
   double loo_max_abs_residual = 0;  // over points whose refit was determinable
+  // "refit" (each point's fit redone without it) or "leverage" (one
+  // Gauss-Newton step from the full fit, past kExactLeaveOneOutPoints)
+  std::string loo_method = "refit";
+  // Allreduce algorithms that fit as well as the chosen one (within
+  // kAlgorithmTieRms): the data do not tell them apart.
+  std::vector<std::string> tied;
   std::vector<std::string> notes;
 };
 

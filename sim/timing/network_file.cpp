@@ -22,8 +22,16 @@ double positive(const Json& net, const std::string& path, const char* key) {
   return v.get<double>();
 }
 
+// An efficiency divides a collective's alpha-beta time: in (0, 1] (1: the
+// model's time; above 1 would price a collective faster than its links).
 double efficiency(const Json& net, const std::string& path, const char* key) {
-  return net.contains(key) ? positive(net, path, key) : 1.0;
+  if (!net.contains(key)) return 1.0;
+  const Json& v = net.at(key);
+  if (!v.is_number() || !(v.get<double>() > 0) || !(v.get<double>() <= 1))
+    file_fail(path, std::string("network.") + key + " = " + show_value(v) +
+                        ": must lie in (0, 1] (the share of the alpha-beta time's speed a "
+                        "collective reaches)");
+  return v.get<double>();
 }
 
 }  // namespace
