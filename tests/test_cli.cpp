@@ -390,7 +390,7 @@ TEST_SUITE("cli") {
     CHECK(r.err.find("this is a sweep file (it has \"seeds\")") != std::string::npos);
   }
 
-  TEST_CASE("messages that point the right way (issue 47: names, sweeps, --set, cost, batch)") {
+  TEST_CASE("messages that point the right way (names, sweeps, --set, cost, batch)") {
     TempDir d;
     const auto good = d.file("exp.json", kGood);
     const auto out = d.path / "out";

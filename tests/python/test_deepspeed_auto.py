@@ -1,4 +1,4 @@
-"""A Hugging Face Trainer's DeepSpeed config, "auto" values and all (issue 47, item 3):
+"""A Hugging Face Trainer's DeepSpeed config, "auto" values and all:
 bitlab.from_deepspeed(cfg, auto={...}) and an experiment file's "deepspeed_auto" fill them as
 the Trainer does (transformers' HfTrainerDeepSpeedConfig.trainer_config_process); every
 "auto" left is named in one message."""

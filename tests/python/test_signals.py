@@ -1,5 +1,5 @@
-"""SIGTERM and SIGHUP in a bitlab.torch script, as `bitlab run` takes them (issue 47,
-item 10): the step in flight finishes, the checkpoint and summary.json ("interrupted", the
+"""SIGTERM and SIGHUP in a bitlab.torch script, as `bitlab run` takes them:
+the step in flight finishes, the checkpoint and summary.json ("interrupted", the
 signal) are written, the lock is released, and bitlab.Interrupted (a SystemExit with the
 CLI's exit status) is raised. Real signals, sent to child processes."""
 

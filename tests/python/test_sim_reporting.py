@@ -1,4 +1,4 @@
-"""A Simulation that reports like `bitlab run` (issue 47, items 2 and 14): "did you mean"
+"""A Simulation that reports like `bitlab run`: "did you mean"
 for a keyword, sim.path a pathlib.Path, the start lines, the time per step and the progress
 bar, sim.plan(), bitlab's memory estimate against a measured peak, and the warning when
 `import torch` came first and OpenMP spins."""
