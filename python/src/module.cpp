@@ -32,6 +32,7 @@
 #include "sim/engine/config.hpp"
 #include "sim/engine/deepspeed.hpp"
 #include "sim/engine/deepspeed_auto.hpp"
+#include "sim/engine/experiment_overrides.hpp"
 #include "sim/engine/gradient_error.hpp"
 #include "sim/engine/run.hpp"
 #include "sim/engine/simulation.hpp"
@@ -157,16 +158,8 @@ namespace {
 Experiment resolve(const py::object& experiment, const std::string& file,
                    const std::vector<std::string>& sets, const std::vector<std::string>& unsets) {
   if (!file.empty()) return load_experiment(file, sets, unsets);
-  // load_experiment's sequence (sim/engine/config.cpp) on Python data: the
-  // unsets, then each set in order, an optimizer switch keeping the options
-  // the new one knows, as `bitlab run --set` does.
-  Json raw = to_json(experiment, "");
-  std::vector<std::string> notes;
-  for (const auto& u : unsets) apply_unset(raw, u);
-  for (const auto& s : sets) apply_override(raw, s, "--set " + s, notes);
-  Experiment e = resolve_experiment(raw, "experiment", sets);
-  e.notes = std::move(notes);
-  return e;
+  // The engine's one override sequence, as `bitlab run --set` applies it.
+  return resolve_with_overrides(to_json(experiment, ""), "experiment", sets, unsets);
 }
 
 // bitlab.run: (exit status, results folder).

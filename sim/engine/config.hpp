@@ -10,6 +10,7 @@
 
 #include "sim/cluster/cluster.hpp"
 #include "sim/core/schema.hpp"
+#include "sim/engine/json_input.hpp"
 #include "sim/timing/network.hpp"
 
 namespace bitlab {
@@ -46,17 +47,6 @@ struct Experiment {
   std::vector<std::string> notes;
 };
 
-// The one way bitlab reads JSON from a user (experiment, sweep and cost files,
-// --set values). Every failure is a ConfigError naming the source: a syntax
-// error as "<source>:<line>:<column>: JSON syntax error: ...", a number out of
-// range (1e400), nesting deeper than kMaxJsonDepth, a key given twice in one
-// object.
-inline constexpr int kMaxJsonDepth = 64;
-Json parse_json_text(const std::string& text, const std::string& source);
-// Reads and parses a file (a missing or unreadable file, or one longer than
-// kMaxJsonFileBytes, is a ConfigError).
-inline constexpr size_t kMaxJsonFileBytes = size_t{64} << 20;
-Json load_json_file(const std::string& path);
 
 // Reads an experiment file and the chain of files it names as "base": the
 // file's keys override its base's (objects merged key by key, anything else

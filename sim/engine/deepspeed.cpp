@@ -15,8 +15,8 @@
 
 #include "optimizers/optimizer.hpp"
 #include "sim/core/field_error.hpp"
-#include "sim/engine/config.hpp"
 #include "sim/engine/deepspeed_auto.hpp"
+#include "sim/engine/json_input.hpp"
 #include "sim/timing/zero.hpp"
 
 namespace bitlab {

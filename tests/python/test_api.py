@@ -147,6 +147,17 @@ def test_from_deepspeed_reads_the_tutorial_config(tmp_path, capsys):
         bitlab.from_deepspeed({"train_batch_sise": 8})
 
 
+def test_a_set_deepspeed_config_reads_as_the_cli_reads_it():
+    # One override sequence for a file and for Python data: --set deepspeed_config=FILE fills
+    # the optimizer in from the DeepSpeed file, what is set already wins (the CLI's rule).
+    ds = ROOT / "experiments" / "deepspeed" / "ds_config.json"
+    experiment = {k: v for k, v in QUICK.items() if k != "optimizer"}
+    config, notes = bitlab.resolve(experiment, set=[f"deepspeed_config={ds}"])
+    assert config["optimizer"]["name"] == "onebit_adam", config["optimizer"]
+    assert any("read from DeepSpeed config" in n for n in notes), notes
+    assert config["cluster"]["workers"] == QUICK["cluster"]["workers"]
+
+
 def test_from_deepspeed_quiet_keeps_the_notes_not_the_warnings(capsys):
     ds = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 8, "gradient_clipping": 1.0,
           "optimizer": {"type": "OneBitAdam", "params": {"freeze_step": 500}}}
