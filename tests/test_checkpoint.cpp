@@ -443,7 +443,7 @@ TEST_SUITE("checkpoint") {
     const std::string good = slurp(dir / "checkpoint.bin");
     INFO("checkpoint.bin: " << good.size() << " bytes");
     const ResumePoint point = resume_point(dir.string());
-    RunCliOptions o;
+    RunOptions o;
     o.out_dir = dir.string();
     o.resume = true;
     o.quiet = true;

@@ -94,7 +94,7 @@ TEST_SUITE("plugin") {
                       {"cluster", {{"workers", 4}}},
                       {"optimizer", opt}};
     const testing::TempDir dir;
-    RunCliOptions o;
+    RunOptions o;
     o.out_dir = (dir.path / "run").string();
     o.quiet = true;
     CHECK(run_experiment(resolve_experiment(raw, "plugin"), o) == 0);

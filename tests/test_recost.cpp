@@ -483,7 +483,7 @@ TEST_SUITE("recost") {
     for (const char* text : experiments) {
       TempDir tmp;
       const Experiment e = resolve_experiment(Json::parse(text), "own");
-      RunCliOptions ro;
+      RunOptions ro;
       ro.out_dir = (tmp.path / "run").string();
       ro.quiet = true;
       std::fflush(stdout);

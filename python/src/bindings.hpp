@@ -40,10 +40,6 @@ std::vector<std::string> setting_warnings(const Experiment& experiment);
 // Those warnings, said on stderr even when options.quiet keeps the run itself
 // silent (the run says them when it is not quiet).
 void say_setting_warnings_when_quiet(const Experiment& experiment,
-                                     const RunCliOptions& options);
-// The run in options.out_dir to continue, as `bitlab run --resume` finds it
-// (resume_point checks the folder): its experiment; sets options.resume, and
-// options.checkpoint_every, when 0, to the interval the run was started with.
-Experiment experiment_to_resume(RunCliOptions& options);
+                                     const RunOptions& options);
 
 }  // namespace bitlab::python

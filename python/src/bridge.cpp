@@ -155,7 +155,7 @@ class BridgeRun {
   // computes the next worker, when torch leaves a core idle (bitlab.torch
   // decides); else inline.
   BridgeRun(const Experiment* experiment, py::array_t<float, py::array::c_style> initial,
-            std::vector<std::string> eval_columns, py::object evaluate, RunCliOptions o, bool mpi,
+            std::vector<std::string> eval_columns, py::object evaluate, RunOptions o, bool mpi,
             bool background_take)
       : evaluate_(std::move(evaluate)), background_(background_take) {
     o.print_dir = false;
@@ -350,7 +350,7 @@ namespace {
 // BridgeRun's construction and step protocol.
 void def_bridge_steps(py::class_<BridgeRun>& run) {
   run.def(py::init<const Experiment*, py::array_t<float, py::array::c_style>,
-                    std::vector<std::string>, py::object, RunCliOptions, bool, bool>(),
+                    std::vector<std::string>, py::object, RunOptions, bool, bool>(),
            py::arg("experiment"), py::arg("initial"), py::arg("eval_columns"),
            py::arg("evaluate"), py::arg("options"), py::kw_only(), py::arg("mpi") = false,
            py::arg("background_take") = false,

@@ -136,15 +136,8 @@ std::vector<std::string> setting_warnings(const Experiment& experiment) {
   return entry->make(experiment.optimizer)->warnings(experiment.run.steps);
 }
 
-Experiment experiment_to_resume(RunCliOptions& options) {
-  ResumePoint point = resume_point(options.out_dir);
-  options.resume = true;
-  if (options.checkpoint_every == 0) options.checkpoint_every = point.checkpoint_every;
-  return std::move(point.experiment);
-}
-
 void say_setting_warnings_when_quiet(const Experiment& experiment,
-                                     const RunCliOptions& options) {
+                                     const RunOptions& options) {
   if (!options.quiet) return;  // the run says them itself
   for (const auto& w : setting_warnings(experiment)) {
     std::fprintf(stderr, "bitlab: warning: %s\n", w.c_str());
@@ -163,7 +156,7 @@ Experiment resolve(const py::object& experiment, const std::string& file,
 }
 
 // bitlab.run: (exit status, results folder).
-std::pair<int, std::string> run(const Experiment* experiment, RunCliOptions o) {
+std::pair<int, std::string> run(const Experiment* experiment, RunOptions o) {
   o.print_dir = false;
   o.command_line = "bitlab.run (Python)";
   if (!o.resume && experiment == nullptr) {
@@ -286,9 +279,9 @@ void translate_errors(std::exception_ptr p) {
 }
 
 void bind_options(py::module_& m) {
-  py::class_<RunCliOptions>(m, "RunOptions", R"doc(How a run is run, for bitlab.run and bitlab.torch.Simulation alike.
+  py::class_<RunOptions>(m, "RunOptions", R"doc(How a run is run, for bitlab.run and bitlab.torch.Simulation alike.
 
-The engine's run options (RunCliOptions, sim/engine/run.hpp), the one
+The engine's run options (RunOptions, sim/engine/run.hpp), the one
 structure `bitlab run` fills from its flags. Not what the run computes: that
 is the Experiment.
 
@@ -303,7 +296,7 @@ Args:
 )doc")
       .def(py::init([](std::string out_dir, std::string results_root, int threads, bool quiet,
                        int64_t checkpoint_every, bool resume) {
-             RunCliOptions o;
+             RunOptions o;
              o.out_dir = std::move(out_dir);
              o.results_root = std::move(results_root);
              o.threads = threads;
@@ -315,13 +308,13 @@ Args:
            py::kw_only(), py::arg("out_dir") = "", py::arg("results_root") = "results",
            py::arg("threads") = 0, py::arg("quiet") = false, py::arg("checkpoint_every") = 0,
            py::arg("resume") = false)
-      .def_readwrite("out_dir", &RunCliOptions::out_dir, "the results folder (\"\": the default)")
-      .def_readwrite("results_root", &RunCliOptions::results_root, "where default folders go")
-      .def_readwrite("threads", &RunCliOptions::threads, "OpenMP threads (0: OpenMP's default)")
-      .def_readwrite("quiet", &RunCliOptions::quiet, "no progress or report on stderr")
-      .def_readwrite("checkpoint_every", &RunCliOptions::checkpoint_every,
+      .def_readwrite("out_dir", &RunOptions::out_dir, "the results folder (\"\": the default)")
+      .def_readwrite("results_root", &RunOptions::results_root, "where default folders go")
+      .def_readwrite("threads", &RunOptions::threads, "OpenMP threads (0: OpenMP's default)")
+      .def_readwrite("quiet", &RunOptions::quiet, "no progress or report on stderr")
+      .def_readwrite("checkpoint_every", &RunOptions::checkpoint_every,
                      "a checkpoint every k steps (0: never)")
-      .def_readwrite("resume", &RunCliOptions::resume, "continue the run in out_dir");
+      .def_readwrite("resume", &RunOptions::resume, "continue the run in out_dir");
 
   py::class_<Experiment>(m, "Experiment", R"doc(A resolved experiment: every default filled in, validated.
 

@@ -49,7 +49,7 @@ struct RunFlags {
   std::string file;
   std::vector<std::string> sets;
   std::vector<std::string> unsets;
-  RunCliOptions options;
+  RunOptions options;
   std::string backend = "sim";
   std::string resume_dir;
   bool twin = false;
@@ -157,11 +157,8 @@ Experiment experiment_to_run(RunFlags& f) {
         ": takes no experiment file, --set, --unset or --out (a resumed run continues "
         "with the configuration it was started with)");
   }
-  ResumePoint point = resume_point(f.resume_dir);
   f.options.out_dir = f.resume_dir;
-  f.options.resume = true;
-  if (f.options.checkpoint_every == 0) f.options.checkpoint_every = point.checkpoint_every;
-  return std::move(point.experiment);
+  return experiment_to_resume(f.options);
 }
 
 // The MPI transport for `run --backend mpi`; refuses `run` under an MPI

@@ -15,7 +15,7 @@ namespace bitlab {
 
 using namespace run_parts;
 
-int run_experiment(const Experiment& e, const RunCliOptions& o) {
+int run_experiment(const Experiment& e, const RunOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   // Everything that can fail on bad input (problem data, shards) is built
   // before the results folder exists.
@@ -62,14 +62,14 @@ int run_experiment(const Experiment& e, const RunCliOptions& o) {
 // RunSession (run.hpp): the same steps, driven from outside.
 
 struct RunSession::Impl {
-  Impl(const Experiment& e, const RunCliOptions& o, std::unique_ptr<Problem> problem)
+  Impl(const Experiment& e, const RunOptions& o, std::unique_ptr<Problem> problem)
       : experiment(e),
         options(o),
         sim(experiment, o.transport, std::move(problem)),
         run(experiment, options, sim),
         progress(e.run.steps, o.quiet) {}
   Experiment experiment;
-  RunCliOptions options;
+  RunOptions options;
   Simulation sim;
   RunContext run;
   std::optional<FolderLock> lock;
@@ -79,7 +79,7 @@ struct RunSession::Impl {
   bool ended = false, finished = false;
 };
 
-RunSession::RunSession(const Experiment& e, const RunCliOptions& o,
+RunSession::RunSession(const Experiment& e, const RunOptions& o,
                        std::unique_ptr<Problem> problem) {
   if (e.run.baseline != "none") {
     throw ConfigError("baseline = \"" + e.run.baseline +

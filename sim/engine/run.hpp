@@ -21,7 +21,11 @@ class Simulation;
 const char* bitlab_version();
 const char* bitlab_git_revision();
 
-struct RunCliOptions {
+// How a run is run (not what it runs: that is the Experiment). Filled once per
+// caller: the CLI's flags (sim/cli/main.cpp), bitlab.run and
+// bitlab.torch.Simulation (python/bitlab/_run_options.py, bound as
+// _bitlab.RunOptions).
+struct RunOptions {
   std::string out_dir;  // "" : results/<name>/<optimizer>-seed<seed>[-k]
   std::string results_root = "results";
   bool quiet = false;
@@ -59,7 +63,7 @@ inline constexpr int kExitIoError = 4;
 // summary.json's "failure"), 128 + signal interrupted (130 Ctrl-C, 143
 // SIGTERM, 129 SIGHUP). Throws ConfigError for
 // bad input before creating any results folder.
-int run_experiment(const Experiment& experiment, const RunCliOptions& options);
+int run_experiment(const Experiment& experiment, const RunOptions& options);
 
 // `bitlab run --resume DIR`: refuses (ConfigError, nothing touched) a folder
 // that holds no run, a completed or diverged run, or no checkpoint; else
@@ -70,6 +74,11 @@ struct ResumePoint {
   int64_t checkpoint_every = 0;
 };
 ResumePoint resume_point(const std::string& dir);
+// The run in options.out_dir to continue, as `bitlab run --resume` finds it
+// (resume_point checks the folder): its experiment; sets options.resume, and
+// options.checkpoint_every, when 0, to the interval the run was started with.
+// The CLI, bitlab.run and bitlab.torch.Simulation all resume through it.
+Experiment experiment_to_resume(RunOptions& options);
 
 // One run driven from outside, a step per call (the Python bridge,
 // bitlab.torch, docs/python.md): what run_experiment does, with the same
@@ -86,7 +95,7 @@ class RunSession {
   // headers; with options.resume, restores the checkpoint of options.out_dir
   // instead (resume_point checks the folder). Throws ConfigError on bad input
   // before the folder exists.
-  RunSession(const Experiment& experiment, const RunCliOptions& options,
+  RunSession(const Experiment& experiment, const RunOptions& options,
              std::unique_ptr<Problem> problem = nullptr);
   ~RunSession();
   RunSession(const RunSession&) = delete;
@@ -122,6 +131,6 @@ class RunSession {
 
 // Chooses (and creates) the results folder. Throws ConfigError when --out names
 // a folder that already holds a run.
-std::string make_run_dir(const Experiment& experiment, const RunCliOptions& options);
+std::string make_run_dir(const Experiment& experiment, const RunOptions& options);
 
 }  // namespace bitlab

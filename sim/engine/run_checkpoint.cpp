@@ -396,4 +396,11 @@ ResumePoint resume_point(const std::string& dir) {
   return point;
 }
 
+Experiment experiment_to_resume(RunOptions& options) {
+  ResumePoint point = resume_point(options.out_dir);
+  options.resume = true;
+  if (options.checkpoint_every == 0) options.checkpoint_every = point.checkpoint_every;
+  return std::move(point.experiment);
+}
+
 }  // namespace bitlab

@@ -130,7 +130,7 @@ namespace bitlab {
 
 namespace fs = std::filesystem;
 
-std::string make_run_dir(const Experiment& e, const RunCliOptions& o) {
+std::string make_run_dir(const Experiment& e, const RunOptions& o) {
   if (o.resume) return o.out_dir;  // resume_point checked it
   fs::path dir;
   if (!o.out_dir.empty()) {

@@ -137,7 +137,7 @@ class StopSignals {
 // What every step of a run reads: the experiment, the options, the
 // simulation, and what follows from them.
 struct RunContext {
-  RunContext(const Experiment& experiment, const RunCliOptions& options, Simulation& simulation)
+  RunContext(const Experiment& experiment, const RunOptions& options, Simulation& simulation)
       : experiment(experiment),
         options(options),
         sim(simulation),
@@ -148,7 +148,7 @@ struct RunContext {
         eval_cols(simulation.eval_columns()) {}
 
   const Experiment& experiment;
-  const RunCliOptions& options;
+  const RunOptions& options;
   Simulation& sim;
   Transport& transport;
   // Under MPI only rank 0 writes; every rank runs the same loop and sees the

@@ -48,7 +48,7 @@ Json run_twin(const RunContext& run) {
     std::fprintf(stderr, "bitlab: the twin baseline first: %s, into %s\n",
                  twin.optimizer.at("name").get<std::string>().c_str(), dir.c_str());
   }
-  RunCliOptions o;
+  RunOptions o;
   o.out_dir = dir.string();
   o.quiet = true;
   o.threads = run.options.threads;

@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       << bitlab::fuzz::checkpoint_bytes(data, size);
   try {
     const bitlab::ResumePoint point = bitlab::resume_point(g_work.string());
-    bitlab::RunCliOptions o;
+    bitlab::RunOptions o;
     o.out_dir = g_work.string();
     o.quiet = true;
     o.print_dir = false;
